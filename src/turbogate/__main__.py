@@ -1,0 +1,3 @@
+from turbogate.cli import main
+
+main()

@@ -1,0 +1,55 @@
+"""The one ``turbogate`` command line.  Each subcommand lives beside the code it drives."""
+
+from __future__ import annotations
+
+import typer
+
+from turbogate import __version__
+from turbogate.bench.cli import app as bench_app
+from turbogate.demo import demo
+from turbogate.emulator.cli import emulate
+from turbogate.gateway.cli import serve
+from turbogate.jobs_cli import app as jobs_app
+from turbogate.plan.cli import app as plan_app
+from turbogate.sim.cli import sim
+
+app = typer.Typer(
+    name="turbogate",
+    help=(
+        "Tiered-latency gateway and capacity lab for self-hosted LLM inference.\n\n"
+        "Serve a Turbo tier beside Standard and Relax (serve), and know when Turbo stops "
+        "paying off (bench, sim, plan). `turbogate emulate` runs a GPU-free engine emulator "
+        "so the whole stack works on a laptop; `turbogate demo` shows it end to end."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("serve", help="Run the OpenAI-compatible tiered gateway.")(serve)
+app.add_typer(bench_app, name="bench")
+app.add_typer(plan_app, name="plan")
+app.command("sim", help="Simulate a fleet in virtual time with the gateway's own scheduler.")(sim)
+app.command("emulate", help="Run an OpenAI-compatible engine emulator with vLLM metric names.")(emulate)
+app.command("demo", help="Emulated fleet + gateway + a short Turbo-vs-Standard ramp + report.")(demo)
+app.add_typer(jobs_app, name="jobs")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"turbogate {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """turbogate command line."""
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""Start turbogate services as real child processes on free 127.0.0.1 ports.
+
+Used by the tests, the benchmarks and ``turbogate demo``: one way to start an emulator or a
+gateway, wait until it answers ``/health``, and stop it cleanly.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """An ephemeral port that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Service:
+    """A running child process serving HTTP at ``url``."""
+
+    name: str
+    url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path | None = None
+    _log_file: object = field(default=None, repr=False)
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=timeout)
+        if self._log_file is not None:
+            self._log_file.close()  # type: ignore[attr-defined]
+            self._log_file = None
+
+    def kill(self) -> None:
+        """Hard kill, as a crashed replica would die."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def log_text(self) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return self.log_path.read_text(errors="replace")
+
+    def __enter__(self) -> Service:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def wait_healthy(url: str, process: subprocess.Popen[bytes] | None = None, timeout: float = 30.0) -> None:
+    """Poll ``url + /health`` until it answers 200, the process dies, or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    last_error = ""
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"process exited with code {process.returncode} before {url} was healthy")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1.0) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
+            last_error = str(exc)
+        time.sleep(0.05)
+    raise TimeoutError(f"{url} not healthy after {timeout:.0f}s ({last_error})")
+
+
+def start_service(
+    name: str,
+    args: Sequence[str],
+    *,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    log_dir: Path | None = None,
+    env: dict[str, str] | None = None,
+    wait: bool = True,
+    timeout: float = 30.0,
+) -> Service:
+    """Run ``python -m turbogate <args> --host H --port P`` and wait for ``/health``."""
+    port = port or free_port(host)
+    cmd = [sys.executable, "-m", "turbogate", *args, "--host", host, "--port", str(port)]
+    log_path: Path | None = None
+    log_file = None
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = log_dir / f"{name}-{port}.log"
+        log_file = log_path.open("wb")
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    process = subprocess.Popen(
+        cmd,
+        stdout=log_file or subprocess.DEVNULL,
+        stderr=subprocess.STDOUT if log_file else subprocess.DEVNULL,
+        env=full_env,
+    )
+    service = Service(name=name, url=f"http://{host}:{port}", process=process, log_path=log_path)
+    service._log_file = log_file
+    if wait:
+        try:
+            wait_healthy(service.url, process, timeout=timeout)
+        except Exception:
+            service.stop()
+            raise
+    return service
+
+
+def start_emulator(*options: str, log_dir: Path | None = None, port: int | None = None,
+                   wait: bool = True, timeout: float = 30.0) -> Service:
+    """Start ``turbogate emulate`` with extra CLI ``options`` (e.g. ``"--time-scale", "0"``)."""
+    return start_service("emulator", ["emulate", *options], log_dir=log_dir, port=port, wait=wait,
+                         timeout=timeout)
+
+
+def start_gateway(config_path: Path, *options: str, log_dir: Path | None = None,
+                  port: int | None = None, timeout: float = 30.0) -> Service:
+    """Start ``turbogate serve --config CONFIG`` with extra CLI ``options``."""
+    return start_service("gateway", ["serve", "--config", str(config_path), *options],
+                         log_dir=log_dir, port=port, timeout=timeout)

@@ -1,0 +1,1 @@
+"""turbogate.sim."""
