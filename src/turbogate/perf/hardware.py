@@ -1,0 +1,97 @@
+"""Accelerator catalog: memory, bandwidth and dense tensor throughput.
+
+Figures are vendor datasheet values for *dense* math (no 2:4 sparsity).  Memory is the
+usable HBM a process sees (datasheet GB, taken as GiB-scale as nvidia-smi reports them).
+``fp8_flops`` is ``None`` where the chip has no FP8 tensor path.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from turbogate.errors import CatalogError
+
+GiB = 1024**3
+TB = 1e12  # bandwidth and FLOPs use decimal prefixes, as datasheets do
+
+
+@dataclass(frozen=True, slots=True)
+class GPU:
+    name: str
+    hbm_bytes: int
+    hbm_bandwidth: float  # bytes/s
+    bf16_flops: float  # dense FLOP/s
+    fp8_flops: float | None  # dense FLOP/s, None where absent
+    source: str
+    price_per_hour: float  # indicative on-demand USD/h per chip, for the planner's defaults
+
+    def flops_for(self, dtype: str) -> float:
+        """Dense tensor FLOP/s for weights of ``dtype`` (FP8 only where the chip has it)."""
+        if dtype in ("fp8", "int8") and self.fp8_flops is not None:
+            return self.fp8_flops
+        return self.bf16_flops
+
+
+_CATALOG: tuple[GPU, ...] = (
+    # NVIDIA A10 datasheet (A10G is AWS's A10 variant): 24 GB GDDR6, 600 GB/s, BF16 125 TF dense.
+    GPU("A10G", 24 * GiB, 0.600 * TB, 125 * TB, None, "NVIDIA A10 datasheet (A10G on AWS G5)", 1.01),
+    # NVIDIA L4 datasheet: 24 GB, 300 GB/s, BF16 121 TF dense, FP8 242.5 TF dense.
+    GPU("L4", 24 * GiB, 0.300 * TB, 121 * TB, 242.5 * TB, "NVIDIA L4 datasheet", 0.80),
+    # NVIDIA L40S datasheet: 48 GB, 864 GB/s, BF16 362 TF dense, FP8 733 TF dense.
+    GPU("L40S", 48 * GiB, 0.864 * TB, 362 * TB, 733 * TB, "NVIDIA L40S datasheet", 1.86),
+    # NVIDIA A100 datasheet (SXM4 40GB): 1,555 GB/s, BF16 312 TF dense, no FP8.
+    GPU("A100-40G", 40 * GiB, 1.555 * TB, 312 * TB, None, "NVIDIA A100 datasheet (SXM4 40GB)", 3.67),
+    # NVIDIA A100 datasheet (SXM4 80GB): 2,039 GB/s, BF16 312 TF dense, no FP8.
+    GPU("A100-80G-SXM", 80 * GiB, 2.039 * TB, 312 * TB, None, "NVIDIA A100 datasheet (SXM4 80GB)", 4.10),
+    # NVIDIA H100 datasheet (SXM5): 80 GB, 3.35 TB/s, BF16 989 TF dense, FP8 1,979 TF dense.
+    GPU("H100-SXM", 80 * GiB, 3.35 * TB, 989 * TB, 1979 * TB, "NVIDIA H100 datasheet (SXM)", 6.98),
+    # NVIDIA H100 datasheet (PCIe): 80 GB, 2.0 TB/s, BF16 756 TF dense, FP8 1,513 TF dense.
+    GPU("H100-PCIe", 80 * GiB, 2.0 * TB, 756 * TB, 1513 * TB, "NVIDIA H100 datasheet (PCIe)", 4.76),
+    # NVIDIA H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, BF16 989 TF dense, FP8 1,979 TF dense.
+    GPU("H200", 141 * GiB, 4.8 * TB, 989 * TB, 1979 * TB, "NVIDIA H200 datasheet (SXM)", 8.00),
+    # NVIDIA DGX B200 datasheet (1,440 GB / 64 TB/s over 8 GPUs): 180 GB, 8 TB/s per GPU;
+    # BF16 2.25 PF dense, FP8 4.5 PF dense per GPU.
+    GPU("B200", 180 * GiB, 8.0 * TB, 2250 * TB, 4500 * TB, "NVIDIA DGX B200 datasheet, per GPU", 11.00),
+    # AMD Instinct MI300X datasheet: 192 GB HBM3, 5.3 TB/s, BF16 1,307.4 TF dense, FP8 2,614.9 TF dense.
+    GPU("MI300X", 192 * GiB, 5.3 * TB, 1307.4 * TB, 2614.9 * TB, "AMD Instinct MI300X datasheet", 4.89),
+    # Google Cloud TPU v4 system architecture page: 32 GiB HBM2, 1,200 GB/s, 275 TF BF16, no FP8.
+    GPU("TPU-v4", 32 * GiB, 1.2 * TB, 275 * TB, None, "Google Cloud TPU v4 documentation", 3.22),
+    # Google Cloud TPU v5e documentation: 16 GB HBM2, 819 GB/s, 197 TF BF16 (394 TOPS int8), no FP8.
+    GPU("TPU-v5e", 16 * GiB, 0.819 * TB, 197 * TB, None, "Google Cloud TPU v5e documentation", 1.20),
+)
+
+GPUS: Mapping[str, GPU] = {gpu.name: gpu for gpu in _CATALOG}
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+_ALIASES: dict[str, str] = {_key(gpu.name): gpu.name for gpu in _CATALOG}
+_ALIASES.update(
+    {
+        "a10": "A10G",
+        "a100": "A100-80G-SXM",
+        "a10080g": "A100-80G-SXM",
+        "a10080gb": "A100-80G-SXM",
+        "a10040gb": "A100-40G",
+        "h100": "H100-SXM",
+        "h100sxm5": "H100-SXM",
+        "h200sxm": "H200",
+        "mi300": "MI300X",
+        "tpuv5litepod": "TPU-v5e",
+        "v5e": "TPU-v5e",
+        "v4": "TPU-v4",
+    }
+)
+
+
+def get_gpu(name: str) -> GPU:
+    """Look up a GPU by name, forgiving case and punctuation (``h100_sxm`` = ``H100-SXM``)."""
+    canonical = _ALIASES.get(_key(name))
+    if canonical is None:
+        known = ", ".join(GPUS)
+        raise CatalogError(f"unknown GPU {name!r}; known: {known}")
+    return GPUS[canonical]

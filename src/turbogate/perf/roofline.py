@@ -1,0 +1,237 @@
+"""Roofline step-time model of a continuous-batching engine.
+
+One engine step processes some prefill tokens (chunked prefill) and one decode token for
+each running sequence.  Its time is the roofline maximum of
+
+* compute: 2 FLOPs per active parameter per token, plus attention score/value FLOPs over
+  the context, at ``mfu`` of the chip's dense tensor throughput, and
+* memory: the weights (every expert a batch touches) plus the KV cache of every sequence in
+  the step, read once over HBM at ``bw_efficiency`` of peak bandwidth,
+
+plus a fixed per-step host overhead.  Tensor parallelism splits both over ``tp`` chips and
+adds a per-step all-reduce cost.  Every factor lives in :class:`PerfFactors`, documented
+there, and can be overridden.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from turbogate.errors import CatalogError
+from turbogate.perf.hardware import GPU, GiB
+from turbogate.perf.models import ModelSpec
+
+DTYPE_BYTES: dict[str, float] = {
+    "fp32": 4.0,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "int4": 0.5,
+    "awq": 0.5,
+    "gptq": 0.5,
+}
+
+
+def dtype_bytes(dtype: str) -> float:
+    try:
+        return DTYPE_BYTES[dtype.lower()]
+    except KeyError:
+        raise CatalogError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class PerfFactors:
+    """Efficiency factors of the roofline model (all overridable).
+
+    mfu: fraction of dense tensor FLOP/s reached by large prefill GEMMs; 0.5 is typical of
+        vLLM/SGLang prefill on Hopper at bf16.
+    bw_efficiency: fraction of datasheet HBM bandwidth a decode step achieves streaming
+        weights and KV (0.8 is what memcpy-like kernels reach on H100/A100).
+    step_overhead_s: host-side scheduling, sampling and launch time per engine step (CUDA
+        graphs keep this near a millisecond in vLLM V1).
+    per_seq_overhead_s: extra host time per sequence in a step (sampling, detokenization).
+    activation_reserve_bytes: per-GPU memory held back for activations, CUDA graphs and the
+        allocator, beyond weights, before the KV cache is sized.
+    tp_allreduce_s: per-layer all-reduce latency added per step when tp > 1.
+    """
+
+    mfu: float = 0.5
+    bw_efficiency: float = 0.8
+    step_overhead_s: float = 0.0008
+    per_seq_overhead_s: float = 0.000004
+    activation_reserve_bytes: float = 2.0 * GiB
+    tp_allreduce_s: float = 0.000012
+
+    def __post_init__(self) -> None:
+        for name in ("mfu", "bw_efficiency"):
+            value = getattr(self, name)
+            if not 0.0 < value <= 1.0:
+                raise ValueError(f"{name} must be in (0, 1], got {value}")
+        for name in ("step_overhead_s", "per_seq_overhead_s", "activation_reserve_bytes", "tp_allreduce_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
+
+
+def kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "bf16") -> int:
+    """KV-cache bytes one token occupies: layers × KV heads × head_dim × 2 (K and V) × dtype bytes."""
+    return int(model.n_layers * model.n_kv_heads * model.head_dim * 2 * dtype_bytes(kv_dtype))
+
+
+def weights_bytes(model: ModelSpec, weight_dtype: str = "bf16") -> int:
+    return int(model.n_params * dtype_bytes(weight_dtype))
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """A model served on ``tp`` chips of one GPU type, with its memory and efficiency settings."""
+
+    gpu: GPU
+    model: ModelSpec
+    tp: int = 1
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "auto"  # "auto" = same as weights (fp8 weights keep bf16 KV, as vLLM does)
+    gpu_mem_util: float = 0.9
+    block_size: int = 16
+    factors: PerfFactors = field(default_factory=PerfFactors)
+
+    def __post_init__(self) -> None:
+        if self.tp < 1:
+            raise ValueError("tp must be >= 1")
+        if not 0.0 < self.gpu_mem_util <= 1.0:
+            raise ValueError(f"gpu_mem_util must be in (0, 1], got {self.gpu_mem_util}")
+        if self.block_size < 1:
+            raise ValueError("block_size must be >= 1")
+        dtype_bytes(self.weight_dtype)
+        dtype_bytes(self.effective_kv_dtype)
+
+    def with_factors(self, **changes: float) -> Deployment:
+        return replace(self, factors=replace(self.factors, **changes))
+
+    # ---- memory -------------------------------------------------------------------------
+
+    @property
+    def effective_kv_dtype(self) -> str:
+        if self.kv_dtype != "auto":
+            return self.kv_dtype
+        return "bf16" if dtype_bytes(self.weight_dtype) < 2 else self.weight_dtype
+
+    @property
+    def weights_bytes(self) -> int:
+        return weights_bytes(self.model, self.weight_dtype)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return kv_bytes_per_token(self.model, self.effective_kv_dtype)
+
+    @property
+    def kv_cache_bytes(self) -> float:
+        """Memory left for the KV cache over all ``tp`` chips (0 when the weights do not fit)."""
+        budget = self.gpu.hbm_bytes * self.gpu_mem_util * self.tp
+        reserve = self.factors.activation_reserve_bytes * self.tp
+        return max(0.0, budget - self.weights_bytes - reserve)
+
+    @property
+    def fits(self) -> bool:
+        return self.kv_cache_bytes >= self.kv_bytes_per_token * self.block_size
+
+    @property
+    def kv_capacity_blocks(self) -> int:
+        return int(self.kv_cache_bytes // (self.kv_bytes_per_token * self.block_size))
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.kv_capacity_blocks * self.block_size
+
+    # ---- time ---------------------------------------------------------------------------
+
+    @property
+    def _flops(self) -> float:
+        return self.gpu.flops_for(self.weight_dtype) * self.factors.mfu * self.tp
+
+    @property
+    def _bandwidth(self) -> float:
+        return self.gpu.hbm_bandwidth * self.factors.bw_efficiency * self.tp
+
+    def _attention_flops(self, query_tokens: float, context_tokens: float) -> float:
+        # QK^T and softmax·V: 2 matmuls × 2 FLOPs × heads × head_dim per (query, key) pair.
+        m = self.model
+        return 4.0 * m.n_layers * m.n_heads * m.head_dim * query_tokens * context_tokens
+
+    def _weights_read_bytes(self, tokens: int) -> float:
+        """Weight bytes a step streams: every expert some token in the step is routed to."""
+        m = self.model
+        wb = dtype_bytes(self.weight_dtype)
+        if not m.is_moe:
+            return m.n_params * wb
+        dense = (m.n_params - m.n_expert_params) * wb
+        touched = 1.0 - (1.0 - m.experts_per_token / m.n_experts) ** max(tokens, 1)
+        return dense + m.n_expert_params * wb * touched
+
+    def step_time(self, prefill_tokens: int, decode_seqs: int, decode_context_tokens: int,
+                  prefill_context_tokens: int = 0) -> float:
+        """Seconds for one engine step.
+
+        prefill_tokens: prompt tokens computed this step (a chunk, possibly of several requests).
+        decode_seqs: sequences producing one token this step.
+        decode_context_tokens: total tokens already in the KV cache of those sequences.
+        prefill_context_tokens: tokens already cached before the prefill chunk (chunked prefill
+            attends to them), summed over chunks.
+        """
+        tokens = prefill_tokens + decode_seqs
+        if tokens <= 0:
+            return 0.0
+        m = self.model
+        flops = 2.0 * m.n_active_params * tokens
+        # Causal prefill attends on average to half the chunk plus what was cached before it.
+        flops += self._attention_flops(prefill_tokens, prefill_tokens / 2.0 + prefill_context_tokens)
+        flops += self._attention_flops(decode_seqs, decode_context_tokens / max(decode_seqs, 1))
+        compute_s = flops / self._flops
+        kv_read = self.kv_bytes_per_token * (decode_context_tokens + prefill_context_tokens)
+        kv_write = self.kv_bytes_per_token * tokens
+        memory_s = (self._weights_read_bytes(tokens) + kv_read + kv_write) / self._bandwidth
+        overhead = self.factors.step_overhead_s + self.factors.per_seq_overhead_s * tokens
+        if self.tp > 1:
+            overhead += self.factors.tp_allreduce_s * 2 * m.n_layers
+        return max(compute_s, memory_s) + overhead
+
+    def prefill_time(self, n_tokens: int, cached_tokens: int = 0) -> float:
+        """Seconds to prefill ``n_tokens`` prompt tokens alone in one step."""
+        return self.step_time(n_tokens, 0, 0, prefill_context_tokens=cached_tokens)
+
+    def decode_step_time(self, batch_size: int, context_tokens: int) -> float:
+        """Seconds for one decode step of ``batch_size`` sequences holding ``context_tokens`` in total."""
+        return self.step_time(0, batch_size, context_tokens)
+
+    def decode_compute_bound_batch(self, context_per_seq: int) -> int | None:
+        """Smallest decode batch whose compute time exceeds its memory time (None if none ≤ 65,536)."""
+        def bound(batch: int) -> bool:
+            ctx = batch * context_per_seq
+            m = self.model
+            flops = 2.0 * m.n_active_params * batch + self._attention_flops(batch, context_per_seq)
+            mem = self._weights_read_bytes(batch) + self.kv_bytes_per_token * (ctx + batch)
+            return flops / self._flops >= mem / self._bandwidth
+
+        lo, hi = 1, 65536
+        if not bound(hi):
+            return None
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if bound(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+
+def deployment(gpu: GPU, model: ModelSpec, **kwargs: object) -> Deployment:
+    """Build a :class:`Deployment`, failing with a clear message when the weights do not fit."""
+    dep = Deployment(gpu, model, **kwargs)  # type: ignore[arg-type]
+    if not dep.fits:
+        need = dep.weights_bytes / GiB
+        have = gpu.hbm_bytes * dep.gpu_mem_util * dep.tp / GiB
+        raise CatalogError(
+            f"{model.name} in {dep.weight_dtype} needs {need:.1f} GiB of weights but {dep.tp}× {gpu.name} "
+            f"offers {have:.1f} GiB at gpu_mem_util={dep.gpu_mem_util}; raise --tp or use a smaller dtype"
+        )
+    return dep
