@@ -1,0 +1,144 @@
+"""ROI by load band: is Turbo worth it below, around and above the knee? (pure)
+
+Bands are set by the fleet's knee (tier ALL): *below* < (1 − margin) × knee ≤ *around* ≤
+(1 + margin) × knee < *above*.  Cost per 1,000 requests splits the fleet's cost per second over
+the tiers in proportion to weight × achieved throughput, so a Turbo request (weight 2 by default)
+carries twice a Standard one's share, and every tier's cost rises when throughput falls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from turbogate.results.knee import Knee
+from turbogate.results.schema import ALL
+from turbogate.results.stats import StepStats
+
+BANDS: tuple[str, ...] = ("below", "around", "above")
+
+
+@dataclass(frozen=True, slots=True)
+class CostConfig:
+    fleet_cost_per_hour: float = 1.0  # cost units per hour of the whole target fleet
+    tier_weights: Mapping[str, float] = field(default_factory=lambda: {"turbo": 2.0, "standard": 1.0, "relax": 0.5})
+
+    def weight(self, tier: str) -> float:
+        return float(self.tier_weights.get(tier, 1.0))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fleet_cost_per_hour": self.fleet_cost_per_hour, "tier_weights": dict(self.tier_weights)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CostConfig:
+        return cls(fleet_cost_per_hour=float(d.get("fleet_cost_per_hour", 1.0)),
+                   tier_weights={str(k): float(v) for k, v in (d.get("tier_weights") or {}).items()})
+
+
+@dataclass(frozen=True, slots=True)
+class RoiRow:
+    band: str
+    tier: str
+    steps: int
+    offered_min: float
+    offered_max: float
+    achieved_rps: float  # mean over the band's steps
+    p95_ttft_s: float | None  # mean over the band's steps of the step p95
+    p95_e2e_s: float | None
+    error_rate: float
+    cost_per_1k: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"band": self.band, "tier": self.tier, "steps": self.steps, "offered_min": self.offered_min,
+                "offered_max": self.offered_max, "achieved_rps": self.achieved_rps, "p95_ttft_s": self.p95_ttft_s,
+                "p95_e2e_s": self.p95_e2e_s, "error_rate": self.error_rate, "cost_per_1k": self.cost_per_1k}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RoiRow:
+        def get(k: str) -> float | None:
+            v = d.get(k)
+            return None if v is None else float(v)
+
+        return cls(band=str(d["band"]), tier=str(d["tier"]), steps=int(d["steps"]),
+                   offered_min=float(d["offered_min"]), offered_max=float(d["offered_max"]),
+                   achieved_rps=float(d["achieved_rps"]), p95_ttft_s=get("p95_ttft_s"), p95_e2e_s=get("p95_e2e_s"),
+                   error_rate=float(d["error_rate"]), cost_per_1k=get("cost_per_1k"))
+
+
+def band_of(offered: float, knee: float | None, margin: float = 0.2) -> str:
+    if knee is None or offered < (1 - margin) * knee:
+        return "below"
+    if offered <= (1 + margin) * knee:
+        return "around"
+    return "above"
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def roi_table(steps: Sequence[StepStats], knees: Mapping[str, Knee], cost: CostConfig,
+              margin: float = 0.2) -> list[RoiRow]:
+    """One row per (band, tier) that has steps; tiers are the run's own, ALL last."""
+    knee = knees[ALL].value if ALL in knees else None
+    tiers = [*sorted({t for s in steps for t in s.tiers if t != ALL}), ALL]
+    per_second = cost.fleet_cost_per_hour / 3600.0
+    rows: list[RoiRow] = []
+    for band in BANDS:
+        in_band = [s for s in steps if band_of(s.step.offered_rps, knee, margin) == band]
+        if not in_band:
+            continue
+        # Weighted throughput of the band (all real tiers), the denominator of every tier's share.
+        weighted = float(np.mean([sum(cost.weight(t) * g.achieved_rps for t, g in s.tiers.items() if t != ALL)
+                                  for s in in_band]))
+        for tier in tiers:
+            groups = [s.tiers[tier] for s in in_band if tier in s.tiers and s.tiers[tier].requests > 0]
+            if not groups:
+                continue
+            achieved = float(np.mean([g.achieved_rps for g in groups]))
+            if tier == ALL:
+                cost_1k = 1000.0 * per_second / achieved if achieved > 0 else None
+            else:
+                cost_1k = 1000.0 * per_second * cost.weight(tier) / weighted if weighted > 0 else None
+            rows.append(RoiRow(
+                band=band, tier=tier, steps=len(groups),
+                offered_min=min(s.step.offered_rps for s in in_band),
+                offered_max=max(s.step.offered_rps for s in in_band),
+                achieved_rps=achieved,
+                p95_ttft_s=_mean([g.pct("ttft") for g in groups]),
+                p95_e2e_s=_mean([g.pct("e2e") for g in groups]),
+                error_rate=float(np.mean([g.error_rate for g in groups])),
+                cost_per_1k=cost_1k,
+            ))
+    return rows
+
+
+def recommendation(rows: Sequence[RoiRow], knees: Mapping[str, Knee], turbo: str = "turbo",
+                   standard: str = "standard") -> str:
+    """One line: where Turbo pays off and what to do above that load."""
+    knee = knees.get(ALL)
+    by = {(r.band, r.tier): r for r in rows}
+    if knee is None or knee.value is None:
+        top = max((r.offered_max for r in rows), default=0.0)
+        return (f"No knee up to {top:.3g} req/s: the fleet keeps up over the whole range tested; "
+                "ramp higher to find where Turbo stops paying off.")
+    k = knee.value
+    around_t, around_s = by.get(("around", turbo)), by.get(("around", standard))
+    above_t, above_s = by.get(("above", turbo)), by.get(("above", standard))
+    if around_t is None or around_s is None:
+        return (f"Fleet knee at ~{k:.3g} req/s ({knee.used}); run a Turbo/Standard mix "
+                "(--tiers turbo=0.2,standard=0.8) to compare the tiers.")
+    gain = (around_s.p95_e2e_s / around_t.p95_e2e_s
+            if around_t.p95_e2e_s and around_s.p95_e2e_s else None)
+    msg = f"Fleet knee at ~{k:.3g} req/s ({knee.used})"
+    if gain is not None:
+        msg += f"; around it Turbo's p95 E2E is {gain:.2g}× better than Standard's"
+    if above_t is not None and above_s is not None and above_t.p95_e2e_s and around_t.p95_e2e_s:
+        growth = above_t.p95_e2e_s / around_t.p95_e2e_s
+        msg += f"; above it Turbo's own p95 grows {growth:.2g}×"
+    msg += f" — grant Turbo up to ~{k:.3g} req/s and stop (knee guard) or add replicas beyond."
+    return msg

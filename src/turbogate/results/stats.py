@@ -1,0 +1,245 @@
+"""Summary statistics of a run: per load step and per tier (pure; no I/O).
+
+Attribution (documented in docs/results-schema.md):
+
+- latency, dispatch lag, error and shed rates: the requests *scheduled* in the step;
+- achieved throughput, token throughput and goodput: the requests *finishing* inside the step's
+  window, divided by the window's length — so an overloaded step shows what the target actually
+  completed, not what the client offered.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from turbogate.results.schema import ALL, RequestRecord, Step
+
+PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
+LATENCY_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2e", "lag", "queue")
+
+
+@dataclass(frozen=True, slots=True)
+class SLO:
+    """Per-request objectives; a request is *good* when it succeeded and meets every one set."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+
+    def is_set(self) -> bool:
+        return any(v is not None for v in (self.ttft_s, self.tpot_s, self.e2e_s))
+
+    def met_by(self, r: RequestRecord) -> bool:
+        if not r.ok:
+            return False
+        if self.ttft_s is not None and (r.ttft_s is None or r.ttft_s > self.ttft_s):
+            return False
+        if self.e2e_s is not None and (r.e2e_s is None or r.e2e_s > self.e2e_s):
+            return False
+        # TPOT is undefined for one-token outputs: nothing to violate then.
+        return self.tpot_s is None or r.tpot_s is None or r.tpot_s <= self.tpot_s
+
+    def to_dict(self) -> dict[str, float | None]:
+        return {"ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "e2e_s": self.e2e_s}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SLO:
+        def get(k: str) -> float | None:
+            v = d.get(k)
+            return None if v is None else float(v)
+
+        return cls(ttft_s=get("ttft_s"), tpot_s=get("tpot_s"), e2e_s=get("e2e_s"))
+
+
+@dataclass(frozen=True, slots=True)
+class Dist:
+    """Mean and percentiles of one latency metric (seconds); all None when there is no value."""
+
+    n: int
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p95: float | None
+    p99: float | None
+    max: float | None
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Dist:
+        if not values:
+            return cls(0, None, None, None, None, None, None)
+        arr = np.asarray(values, dtype=float)
+        p = np.percentile(arr, PERCENTILES)
+        return cls(len(values), float(arr.mean()), float(p[0]), float(p[1]), float(p[2]), float(p[3]),
+                   float(arr.max()))
+
+    def get(self, stat: str) -> float | None:
+        value: float | None = getattr(self, stat)
+        return value
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        return {"n": self.n, "mean": self.mean, "p50": self.p50, "p90": self.p90, "p95": self.p95,
+                "p99": self.p99, "max": self.max}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Dist:
+        def get(k: str) -> float | None:
+            v = d.get(k)
+            return None if v is None else float(v)
+
+        return cls(int(d.get("n", 0)), get("mean"), get("p50"), get("p90"), get("p95"), get("p99"), get("max"))
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStats:
+    """Statistics of one (step, tier) group."""
+
+    requests: int  # scheduled in the step
+    sent: int
+    ok: int
+    errors: int  # sent and failed, shed included
+    shed: int  # 429 / 503
+    error_rate: float
+    shed_rate: float
+    offered_rps: float  # this tier's share of the step's offered load
+    achieved_rps: float  # successful completions inside the window per second
+    goodput_rps: float  # completions inside the window meeting every SLO per second
+    input_tokens_per_s: float
+    output_tokens_per_s: float
+    latency: Mapping[str, Dist] = field(default_factory=dict)  # keys: LATENCY_METRICS
+    server_timing_ms: Mapping[str, float] = field(default_factory=dict)  # mean dur per part
+    tiers_served: Mapping[str, int] = field(default_factory=dict)
+
+    def pct(self, metric: str, stat: str = "p95") -> float | None:
+        d = self.latency.get(metric)
+        return None if d is None else d.get(stat)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests, "sent": self.sent, "ok": self.ok, "errors": self.errors, "shed": self.shed,
+            "error_rate": self.error_rate, "shed_rate": self.shed_rate, "offered_rps": self.offered_rps,
+            "achieved_rps": self.achieved_rps, "goodput_rps": self.goodput_rps,
+            "input_tokens_per_s": self.input_tokens_per_s, "output_tokens_per_s": self.output_tokens_per_s,
+            "latency": {k: v.to_dict() for k, v in self.latency.items()},
+            "server_timing_ms": dict(self.server_timing_ms), "tiers_served": dict(self.tiers_served),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> GroupStats:
+        return cls(
+            requests=int(d["requests"]), sent=int(d["sent"]), ok=int(d["ok"]), errors=int(d["errors"]),
+            shed=int(d["shed"]), error_rate=float(d["error_rate"]), shed_rate=float(d["shed_rate"]),
+            offered_rps=float(d["offered_rps"]), achieved_rps=float(d["achieved_rps"]),
+            goodput_rps=float(d["goodput_rps"]), input_tokens_per_s=float(d["input_tokens_per_s"]),
+            output_tokens_per_s=float(d["output_tokens_per_s"]),
+            latency={str(k): Dist.from_dict(v) for k, v in (d.get("latency") or {}).items()},
+            server_timing_ms={str(k): float(v) for k, v in (d.get("server_timing_ms") or {}).items()},
+            tiers_served={str(k): int(v) for k, v in (d.get("tiers_served") or {}).items()},
+        )
+
+
+def tier_key(r: RequestRecord) -> str:
+    """The tier a request is grouped under: the tier it asked for."""
+    return r.tier_asked or "none"
+
+
+def _latency(records: Sequence[RequestRecord]) -> dict[str, Dist]:
+    ok = [r for r in records if r.ok]
+    sent = [r for r in records if r.sent_s is not None]
+    return {
+        "ttft": Dist.of([r.ttft_s for r in ok if r.ttft_s is not None]),
+        "tpot": Dist.of([r.tpot_s for r in ok if r.tpot_s is not None]),
+        "itl": Dist.of([x for r in ok for x in r.itl_s]),
+        "e2e": Dist.of([r.e2e_s for r in ok if r.e2e_s is not None]),
+        "lag": Dist.of([r.dispatch_lag_s for r in sent]),
+        "queue": Dist.of([r.queue_s for r in sent]),
+    }
+
+
+def group_stats(scheduled: Sequence[RequestRecord], finished: Sequence[RequestRecord], window_s: float,
+                offered_rps: float, slo: SLO) -> GroupStats:
+    """Stats of ``scheduled`` (the step's requests) and ``finished`` (ending in its window)."""
+    sent = [r for r in scheduled if r.sent_s is not None]
+    ok = [r for r in sent if r.ok]
+    errors = len(sent) - len(ok)
+    shed = sum(1 for r in sent if r.shed)
+    done = [r for r in finished if r.ok]
+    window = max(window_s, 1e-9)
+    parts: dict[str, list[float]] = {}
+    for r in ok:
+        for name, dur in r.server_timing_ms.items():
+            parts.setdefault(name, []).append(dur)
+    served: dict[str, int] = {}
+    for r in ok:
+        key = r.tier_served or "unknown"
+        served[key] = served.get(key, 0) + 1
+    return GroupStats(
+        requests=len(scheduled),
+        sent=len(sent),
+        ok=len(ok),
+        errors=errors,
+        shed=shed,
+        error_rate=errors / len(sent) if sent else 0.0,
+        shed_rate=shed / len(sent) if sent else 0.0,
+        offered_rps=offered_rps,
+        achieved_rps=len(done) / window,
+        goodput_rps=sum(1 for r in done if slo.met_by(r)) / window,
+        input_tokens_per_s=sum(r.prompt_tokens or 0 for r in done) / window,
+        output_tokens_per_s=sum(r.output_tokens or 0 for r in done) / window,
+        latency=_latency(scheduled),
+        server_timing_ms={k: float(np.mean(v)) for k, v in sorted(parts.items())},
+        tiers_served=dict(sorted(served.items())),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StepStats:
+    step: Step
+    tiers: Mapping[str, GroupStats]  # tier key -> stats; ALL aggregates every tier
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.step.to_dict(), "tiers": {k: v.to_dict() for k, v in self.tiers.items()}}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> StepStats:
+        return cls(step=Step.from_dict(d), tiers={str(k): GroupStats.from_dict(v) for k, v in d["tiers"].items()})
+
+
+def step_stats(records: Iterable[RequestRecord], steps: Sequence[Step], slo: SLO) -> list[StepStats]:
+    """Per-step, per-tier statistics (plus the ALL aggregate) of a whole run."""
+    recs = list(records)
+    tiers = sorted({tier_key(r) for r in recs})
+    out: list[StepStats] = []
+    for step in steps:
+        in_step = [r for r in recs if r.step == step.index]
+        finished = [r for r in recs if r.end_s is not None and step.start_s <= r.end_s < step.end_s]
+        groups: dict[str, GroupStats] = {}
+        total = len(in_step)
+        for tier in tiers:
+            sched = [r for r in in_step if tier_key(r) == tier]
+            share = len(sched) / total if total else 0.0
+            fin = [r for r in finished if tier_key(r) == tier]
+            groups[tier] = group_stats(sched, fin, step.duration_s, step.offered_rps * share, slo)
+        groups[ALL] = group_stats(in_step, finished, step.duration_s, step.offered_rps, slo)
+        out.append(StepStats(step=step, tiers=groups))
+    return out
+
+
+def overall_stats(records: Iterable[RequestRecord], duration_s: float, slo: SLO) -> dict[str, GroupStats]:
+    """Whole-run statistics per tier (and ALL): throughput over the run's duration."""
+    recs = list(records)
+    out: dict[str, GroupStats] = {}
+    tiers = sorted({tier_key(r) for r in recs})
+    for tier in [*tiers, ALL]:
+        group = recs if tier == ALL else [r for r in recs if tier_key(r) == tier]
+        offered = len(group) / duration_s if duration_s > 0 else 0.0
+        out[tier] = group_stats(group, [r for r in group if r.end_s is not None], duration_s, offered, slo)
+    return out
+
+
+def finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)
