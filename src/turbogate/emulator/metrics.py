@@ -1,0 +1,67 @@
+"""Prometheus metrics under vLLM's names, read from the engine at scrape time.
+
+Gauges and token counters come from ``Engine.stats()`` through a collector (nothing to update
+per step); latency histograms are observed per request by the runner.  Histogram buckets are
+vLLM's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from turbogate.engine import Engine
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+                   240.0, 480.0, 960.0, 1920.0, 7680.0)
+
+
+class _EngineCollector(Collector):
+    def __init__(self, engine: Engine, model_name: str) -> None:
+        self._engine = engine
+        self._model = model_name
+
+    def _gauge(self, name: str, doc: str, value: float) -> GaugeMetricFamily:
+        g = GaugeMetricFamily(name, doc, labels=["model_name"])
+        g.add_metric([self._model], value)
+        return g
+
+    def _counter(self, name: str, doc: str, value: float) -> CounterMetricFamily:
+        c = CounterMetricFamily(name, doc, labels=["model_name"])
+        c.add_metric([self._model], value)
+        return c
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._engine.stats()
+        yield self._gauge("vllm:num_requests_running", "Number of requests in model execution batches.", s.running)
+        yield self._gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", s.waiting)
+        yield self._gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_usage)
+        yield self._gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.", s.kv_usage)
+        yield self._gauge("turbogate_emulator_kv_fragmentation",
+                          "Share of free KV blocks outside the largest contiguous free run (0..1).", s.fragmentation)
+        yield self._gauge("turbogate_emulator_kv_blocks_total", "KV-cache blocks of 16 tokens.", s.kv_blocks_total)
+        yield self._counter("vllm:num_preemptions", "Cumulative number of preemptions from the engine.",
+                            s.num_preemptions)
+        yield self._counter("vllm:prompt_tokens", "Number of prefill tokens processed.", s.prompt_tokens)
+        yield self._counter("vllm:generation_tokens", "Number of generation tokens processed.", s.generation_tokens)
+
+
+class EmulatorMetrics:
+    """One registry per server (tests may run several in a process)."""
+
+    def __init__(self, engine: Engine, model_name: str) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_EngineCollector(engine, model_name))
+        labels = ["model_name"]
+        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                              labels, buckets=TTFT_BUCKETS, registry=self.registry).labels(model_name)
+        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.",
+                             labels, buckets=LATENCY_BUCKETS, registry=self.registry).labels(model_name)
+        self.queue = Histogram("vllm:request_queue_time_seconds",
+                               "Histogram of time spent in WAITING phase for request.",
+                               labels, buckets=LATENCY_BUCKETS, registry=self.registry).labels(model_name)

@@ -1,0 +1,50 @@
+"""Assemble the emulator from options and serve it with uvicorn (httptools + uvloop)."""
+
+from __future__ import annotations
+
+import logging
+
+import uvicorn
+
+from turbogate.emulator.app import EmulatorApp, EmulatorSettings, Faults
+from turbogate.emulator.tokens import make_counter
+from turbogate.engine import Engine, EngineConfig, Policy
+from turbogate.perf import deployment, get_gpu, resolve_model
+
+log = logging.getLogger("turbogate.emulator")
+
+
+def build_app(*, gpu: str, model: str, tp: int = 1, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
+              policy: Policy = "fcfs", num_gpu_blocks: int | None = None, dtype: str = "bf16",
+              gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
+              served_model_names: list[str] | None = None, tokenizer: str | None = None, time_scale: float = 1.0,
+              seed: int = 0, error_rate: float = 0.0, hang_rate: float = 0.0, crash_after: int | None = None,
+              startup_delay: float = 0.0) -> EmulatorApp:
+    spec = resolve_model(model)
+    dep = deployment(get_gpu(gpu), spec, tp=tp, weight_dtype=dtype, gpu_mem_util=gpu_memory_utilization)
+    engine = Engine(dep, EngineConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                                      policy=policy, num_gpu_blocks=num_gpu_blocks))
+    kv_tokens = engine.max_tokens_per_request
+    limit = min(spec.max_context, kv_tokens)
+    if max_model_len is not None:
+        if max_model_len > kv_tokens:
+            raise ValueError(f"--max-model-len {max_model_len} exceeds the KV cache ({kv_tokens} tokens)")
+        limit = max_model_len
+    settings = EmulatorSettings(
+        served_model_names=served_model_names or [model],
+        max_model_len=limit,
+        seed=seed,
+        faults=Faults(error_rate, hang_rate, crash_after, startup_delay),
+    )
+    counter = make_counter(tokenizer)
+    log.info("emulating %s on %d× %s: %d KV blocks (%d tokens), max_model_len %d, %s, policy %s, time scale %g, "
+             "prompt tokens by %s", spec.name, tp, dep.gpu.name, engine.blocks.num_blocks, kv_tokens, limit, dtype,
+             policy, time_scale, counter.name)
+    return EmulatorApp(engine, counter, settings, time_scale)
+
+
+def run_server(app: EmulatorApp, host: str, port: int, log_level: str = "warning") -> None:
+    config = uvicorn.Config(app, host=host, port=port, loop="uvloop", http="httptools", lifespan="on",
+                            access_log=False, log_level=log_level, timeout_graceful_shutdown=2,
+                            backlog=4096)
+    uvicorn.Server(config).run()
