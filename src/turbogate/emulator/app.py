@@ -158,15 +158,15 @@ class EmulatorApp:
             raise _HttpError(400, "'priority' needs --scheduling-policy priority (as in vLLM)", "BadRequestError",
                              "priority")
         limit = self.settings.max_model_len
+        where = "messages" if chat else "prompt"
         wanted = gen.prompt_tokens + (gen.max_tokens or 0)
         if gen.prompt_tokens >= limit or wanted > limit:
             raise _HttpError(
                 400,
                 f"This model's maximum context length is {limit} tokens. However, you requested {wanted} tokens "
-                f"({gen.prompt_tokens} in the {'messages' if chat else 'prompt'}, {gen.max_tokens or 0} in the "
-                "completion). Please reduce the length of the messages or completion.",
-                "BadRequestError", "max_tokens" if gen.max_tokens and gen.prompt_tokens < limit else
-                ("messages" if chat else "prompt"))
+                f"({gen.prompt_tokens} in the {where}, {gen.max_tokens or 0} in max_tokens for the completion). "
+                f"Please reduce the length of the {where} or max_tokens.",
+                "BadRequestError", "max_tokens" if gen.max_tokens and gen.prompt_tokens < limit else where)
         return gen
 
     async def _completion(self, chat: bool, receive: Receive, send: Send) -> None:

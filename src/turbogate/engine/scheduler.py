@@ -161,6 +161,10 @@ class Engine:
     def __contains__(self, request_id: str) -> bool:
         return request_id in self._by_id
 
+    def held_blocks(self) -> int:
+        """Blocks held by running requests (equals ``blocks.num_used`` unless something leaked)."""
+        return sum(len(seq.blocks) for seq in self._running)
+
     def stats(self) -> EngineStats:
         bm = self.blocks
         return EngineStats(

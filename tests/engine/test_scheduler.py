@@ -1,0 +1,174 @@
+"""Unit tests of the stepped engine: chunked prefill, decode, preemption, policies, aborts."""
+
+from __future__ import annotations
+
+import pytest
+
+from turbogate.engine import Engine, EngineConfig, Request, RequestTooLarge, StepResult
+from turbogate.perf import deployment, get_gpu, get_model
+
+DEP = deployment(get_gpu("H100-SXM"), get_model("llama-3.1-8b"))
+
+
+def engine(**config: object) -> Engine:
+    return Engine(DEP, EngineConfig(**config))  # type: ignore[arg-type]
+
+
+def run_to_end(eng: Engine, limit: int = 100_000) -> list[StepResult]:
+    results = []
+    now = 0.0
+    while eng.has_work():
+        result = eng.step(now)
+        now += result.duration
+        results.append(result)
+        assert len(results) < limit, "engine did not finish"
+    return results
+
+
+def test_chunked_prefill_splits_a_long_prompt_under_the_token_budget() -> None:
+    eng = engine(max_num_batched_tokens=100)
+    eng.add_request(Request("a", 250, 3), 0.0)
+    steps = run_to_end(eng)
+    assert [s.prefill_tokens for s in steps] == [100, 100, 50, 0, 0]
+    assert [s.decode_seqs for s in steps] == [0, 0, 0, 1, 1]
+    # The first output token is sampled in the step that completes the prefill.
+    first = [i for i, s in enumerate(steps) for e in s.events if e.first_token]
+    assert first == [2]
+    assert steps[-1].events[-1].finish_reason == "length"
+    assert sum(e.new_tokens for s in steps for e in s.events) == 3
+
+
+def test_decode_and_prefill_share_a_step() -> None:
+    eng = engine(max_num_batched_tokens=64)
+    eng.add_request(Request("a", 10, 5), 0.0)
+    first = eng.step(0.0)
+    assert first.prefill_tokens == 10 and first.scheduled_first == ["a"]
+    eng.add_request(Request("b", 200, 2), 0.0)
+    second = eng.step(1.0)
+    # "a" decodes one token, "b" gets the rest of the budget as a prefill chunk.
+    assert second.decode_seqs == 1 and second.prefill_tokens == 63
+    assert second.scheduled_first == ["b"]
+
+
+def test_step_duration_comes_from_the_perf_model() -> None:
+    eng = engine()
+    eng.add_request(Request("a", 100, 3), 0.0)
+    prefill = eng.step(0.0)
+    assert prefill.duration == pytest.approx(DEP.step_time(100, 0, 0, 0))
+    decode = eng.step(prefill.duration)
+    assert decode.duration == pytest.approx(DEP.step_time(0, 1, 100, 0))
+
+
+def test_max_num_seqs_caps_the_running_batch() -> None:
+    eng = engine(max_num_seqs=3)
+    for i in range(10):
+        eng.add_request(Request(str(i), 20, 4), 0.0)
+    eng.step(0.0)
+    stats = eng.stats()
+    assert stats.running == 3 and stats.waiting == 7
+    run_to_end(eng)
+    assert eng.stats().finished == 10
+
+
+def test_preemption_by_recompute_when_blocks_run_out() -> None:
+    # 4 blocks of 16 tokens = 64 tokens of KV; two requests that each grow to 40 tokens.
+    eng = engine(num_gpu_blocks=4)
+    eng.add_request(Request("old", 16, 25), 0.0)
+    eng.add_request(Request("new", 16, 25), 1.0)
+    steps = run_to_end(eng)
+    preempted = [rid for s in steps for rid in s.preempted]
+    assert preempted and set(preempted) == {"new"}, "FCFS preempts the latest request"
+    stats = eng.stats()
+    assert stats.num_preemptions == len(preempted)
+    assert stats.finished == 2 and stats.kv_blocks_used == 0
+    for rid in ("old", "new"):
+        events = [e for s in steps for e in s.events if e.request_id == rid]
+        assert sum(e.new_tokens for e in events) == 25, "no token lost or repeated across a preemption"
+        assert [e.output_tokens for e in events] == list(range(1, 26))
+    # Recompute: after preemption the victim prefills its prompt plus the tokens it already produced.
+    i = next(i for i, s in enumerate(steps) if s.preempted)
+    produced_before = max(e.output_tokens for s in steps[:i] for e in s.events if e.request_id == "new")
+    recompute = next(s for s in steps[i + 1:] if s.prefill_tokens > 0)
+    assert recompute.prefill_tokens == 16 + produced_before
+
+
+def test_priority_policy_preempts_the_highest_priority_value() -> None:
+    eng = engine(num_gpu_blocks=4, policy="priority")
+    eng.add_request(Request("background", 16, 25, priority=5), 0.0)
+    eng.add_request(Request("urgent", 16, 25, priority=0), 1.0)
+    steps = run_to_end(eng)
+    preempted = {rid for s in steps for rid in s.preempted}
+    assert preempted == {"background"}
+    finish_order = [e.request_id for s in steps for e in s.events if e.finish_reason]
+    assert finish_order == ["urgent", "background"]
+
+
+def test_priority_policy_admits_lower_values_first() -> None:
+    eng = engine(max_num_seqs=1, policy="priority")
+    eng.add_request(Request("p5", 10, 1, priority=5), 0.0)
+    eng.add_request(Request("p1-late", 10, 1, priority=1), 2.0)
+    eng.add_request(Request("p1-early", 10, 1, priority=1), 1.0)
+    eng.add_request(Request("p0", 10, 1, priority=0), 3.0)
+    order = [rid for s in run_to_end(eng) for rid in s.scheduled_first]
+    assert order == ["p0", "p1-early", "p1-late", "p5"]
+
+
+def test_fcfs_admits_in_arrival_order_whatever_the_priority() -> None:
+    eng = engine(max_num_seqs=1)
+    for i, prio in enumerate([0, 0, 0]):
+        eng.add_request(Request(f"r{i}", 10, 2, priority=prio), float(i))
+    order = [rid for s in run_to_end(eng) for rid in s.scheduled_first]
+    assert order == ["r0", "r1", "r2"]
+
+
+def test_abort_frees_blocks_and_drops_the_request() -> None:
+    eng = engine()
+    eng.add_request(Request("a", 100, 50), 0.0)
+    eng.add_request(Request("b", 100, 50), 0.0)
+    eng.step(0.0)
+    assert eng.stats().kv_blocks_used > 0
+    assert eng.abort("a")
+    assert not eng.abort("a")
+    assert "a" not in eng
+    steps = run_to_end(eng)
+    assert {e.request_id for s in steps for e in s.events} == {"b"}
+    assert eng.stats().kv_blocks_used == 0
+
+
+def test_abort_while_waiting() -> None:
+    eng = engine(max_num_seqs=1)
+    eng.add_request(Request("a", 10, 3), 0.0)
+    eng.add_request(Request("b", 10, 3), 0.0)
+    eng.step(0.0)
+    assert eng.stats().waiting == 1
+    assert eng.abort("b")
+    assert eng.stats().waiting == 0
+    steps = run_to_end(eng)
+    assert all(e.request_id == "a" for s in steps for e in s.events)
+
+
+def test_request_that_can_never_fit_is_refused() -> None:
+    eng = engine(num_gpu_blocks=2)  # 32 tokens
+    with pytest.raises(RequestTooLarge):
+        eng.add_request(Request("big", 30, 4), 0.0)
+    eng.add_request(Request("fits", 30, 3), 0.0)  # 32 tokens of KV: the last sampled token is never cached
+    run_to_end(eng)
+    assert eng.stats().finished == 1
+
+
+def test_counters_count_prompt_once_and_every_generated_token() -> None:
+    eng = engine(num_gpu_blocks=4)
+    eng.add_request(Request("a", 16, 25), 0.0)
+    eng.add_request(Request("b", 16, 25), 0.0)
+    run_to_end(eng)
+    stats = eng.stats()
+    assert stats.prompt_tokens == 32
+    assert stats.generation_tokens == 50
+    assert stats.num_preemptions > 0
+
+
+def test_duplicate_ids_rejected() -> None:
+    eng = engine()
+    eng.add_request(Request("a", 10, 1), 0.0)
+    with pytest.raises(ValueError):
+        eng.add_request(Request("a", 10, 1), 0.0)
