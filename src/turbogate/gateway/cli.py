@@ -1,10 +1,52 @@
-"""``turbogate serve`` (placeholder until the gateway lands)."""
+"""``turbogate serve``: run the tiered gateway under uvicorn (uvloop + httptools)."""
 
 from __future__ import annotations
 
-from turbogate.notlanded import not_landed
+import os
+from pathlib import Path
+
+import typer
+
+from turbogate.config import hash_key, load_config
+from turbogate.errors import ConfigError
 
 
-def serve() -> None:
-    """Run the tiered gateway."""
-    not_landed("serve", "the gateway")
+def serve(
+    config: Path | None = typer.Option(None, "--config", "-c", help="Gateway YAML config (required to serve)."),
+    host: str | None = typer.Option(None, "--host", help="Listen address (default: the config's listen.host)."),
+    port: int | None = typer.Option(None, "--port", help="Listen port (default: the config's listen.port)."),
+    workers: int = typer.Option(
+        1, "--workers", min=1,
+        help="Worker processes. Each holds its own queues, counts, scraped loads and switches.",
+    ),
+    log_level: str = typer.Option("warning", "--log-level", help="critical|error|warning|info|debug"),
+    hash_key_value: str | None = typer.Option(
+        None, "--hash-key", metavar="KEY", help="Print the sha256 to store for an API key or admin token, and exit."
+    ),
+) -> None:
+    """Run the OpenAI-compatible tiered gateway."""
+    if hash_key_value is not None:
+        typer.echo(hash_key(hash_key_value))
+        return
+    if config is None:
+        typer.echo("error: --config PATH is required", err=True)
+        raise typer.Exit(2)
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        typer.echo(f"error: bad config: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+    import uvicorn
+
+    bind_host = host or cfg.listen.host
+    bind_port = cfg.listen.port if port is None else port
+    common = {"host": bind_host, "port": bind_port, "log_level": log_level.lower(), "access_log": False,
+              "loop": "uvloop", "http": "httptools", "lifespan": "on", "timeout_keep_alive": 30}
+    if workers == 1:
+        from turbogate.gateway.app import GatewayApp
+
+        uvicorn.run(GatewayApp(cfg), **common)  # type: ignore[arg-type]
+        return
+    os.environ["TURBOGATE_CONFIG"] = str(config.resolve())
+    uvicorn.run("turbogate.gateway.app:app_from_env", factory=True, workers=workers, **common)  # type: ignore[arg-type]

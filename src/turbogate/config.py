@@ -1,0 +1,227 @@
+"""Gateway configuration: pydantic models, YAML loading, key hashing and the JSON schema.
+
+API keys and the admin token are stored as sha256 hex digests, never in clear; produce one
+with ``turbogate serve --hash-key KEY``.  ``python -m turbogate.config`` prints the JSON
+schema (kept in ``schemas/gateway.schema.json``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from turbogate.errors import ConfigError
+
+EngineKind = Literal["vllm", "sglang", "tgi", "llamacpp", "openai", "emulator"]
+TierName = Literal["turbo", "standard", "relax"]
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="sha256 hex digest (lower case)")]
+
+
+def hash_key(key: str) -> str:
+    """The sha256 hex digest under which ``key`` is stored in the config."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Listen(_Model):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+
+
+class TierConfig(_Model):
+    """One tier's policy (see docs/gateway.md for how L1 uses each value)."""
+
+    weight: float = Field(gt=0, description="priority weight; the score is weight × (1 + age / aging_s)")
+    capacity_share: float = Field(1.0, gt=0, le=1, description="most of a pool's slots this tier may hold")
+    max_utilization: float = Field(
+        1.0, gt=0, le=1, description="holdback: dispatch only while the pool's use is under this fraction"
+    )
+    queue_bound: int = Field(1024, ge=1, description="most requests waiting in this tier's queue (per pool)")
+    queue_budget_s: float = Field(30.0, gt=0, description="longest a request may wait before it is shed (503)")
+    deadline_s: float = Field(300.0, gt=0, description="arrival to full answer (first byte for streams) → 504")
+    enabled: bool = True
+
+
+def _default_tiers() -> dict[str, TierConfig]:
+    return {
+        "turbo": TierConfig(weight=4, capacity_share=1.0, max_utilization=1.0, queue_bound=256,
+                            queue_budget_s=5, deadline_s=120),
+        "standard": TierConfig(weight=2, capacity_share=0.9, max_utilization=0.85, queue_bound=1024,
+                               queue_budget_s=30, deadline_s=300),
+        "relax": TierConfig(weight=1, capacity_share=0.5, max_utilization=0.7, queue_bound=4096,
+                            queue_budget_s=120, deadline_s=600),
+    }
+
+
+class Tenant(_Model):
+    name: str = Field(min_length=1)
+    key_sha256: list[Sha256] = Field(min_length=1, description="sha256 of each API key of this tenant")
+    tiers: list[TierName] = Field(["standard", "relax"], min_length=1)
+    default_tier: TierName = "standard"
+    weight: float = Field(1.0, gt=0, description="fair-share weight within a tier")
+    max_in_flight: int | None = Field(None, ge=1, description="queued + running cap; over it → 429")
+
+    @field_validator("key_sha256", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _default_allowed(self) -> Tenant:
+        if self.default_tier not in self.tiers:
+            raise ValueError(f"default_tier {self.default_tier!r} is not among the tenant's tiers {self.tiers}")
+        return self
+
+
+class Replica(_Model):
+    url: str = Field(pattern=r"^https?://", description="base URL of the engine (without /v1)")
+    engine: EngineKind = "vllm"
+    max_concurrency: int = Field(64, ge=1)
+    metrics_path: str = "/metrics"
+    health_path: str = "/health"
+    name: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _strip(cls, v: str) -> str:
+        v = v.rstrip("/")
+        return v[:-3] if v.endswith("/v1") else v
+
+
+class Pool(_Model):
+    name: str = Field(min_length=1)
+    models: list[str] = Field(min_length=1, description="model names this pool serves")
+    replicas: list[Replica] = Field(min_length=1)
+    scheduling_policy: Literal["fcfs", "priority"] = Field(
+        "fcfs", description="'priority' when the engines run vLLM --scheduling-policy priority: the tier is "
+        "then passed as the request's priority field"
+    )
+    region: str | None = None
+
+
+class Scrape(_Model):
+    interval_s: float = Field(1.0, ge=0.1, le=60)
+    timeout_s: float = Field(1.0, gt=0)
+    stale_after_s: float = Field(5.0, gt=0)
+
+
+class HealthConfig(_Model):
+    interval_s: float = Field(1.0, gt=0)
+    eject_after_failures: int = Field(3, ge=1)
+    probe_backoff_s: float = Field(1.0, gt=0)
+    probe_backoff_max_s: float = Field(30.0, gt=0)
+
+
+class Bands(_Model):
+    light_kv: float = Field(0.60, gt=0, le=1)
+    saturated_kv: float = Field(0.85, gt=0, le=1)
+    light_queue_ms: float = Field(100, ge=0)
+    saturated_queue_ms: float = Field(500, ge=0)
+    scale_out_after_s: float = Field(30, ge=0)
+
+
+class Admin(_Model):
+    token_sha256: Sha256 | None = Field(None, description="sha256 of the admin bearer token; no admin API if unset")
+
+
+class Limits(_Model):
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    upstream_connect_timeout_s: float = Field(2.0, gt=0)
+
+
+class GatewayConfig(_Model):
+    listen: Listen = Listen.model_validate({})  # frozen, so one shared default is safe
+    admin: Admin = Admin.model_validate({})  # frozen, so one shared default is safe
+    limits: Limits = Limits.model_validate({})  # frozen, so one shared default is safe
+    aging_s: float = Field(10.0, gt=0, description="seconds for a queued request's priority to double")
+    tiers: dict[TierName, TierConfig] = Field(_default_tiers())  # type: ignore[arg-type]
+    tenants: list[Tenant] = Field(min_length=1)
+    pools: list[Pool] = Field(min_length=1)
+    scrape: Scrape = Scrape.model_validate({})  # frozen, so one shared default is safe
+    health: HealthConfig = HealthConfig.model_validate({})  # frozen, so one shared default is safe
+    bands: Bands = Bands.model_validate({})  # frozen, so one shared default is safe
+
+    @field_validator("tiers")
+    @classmethod
+    def _all_tiers(cls, v: dict[str, TierConfig]) -> dict[str, TierConfig]:
+        defaults = _default_tiers()
+        return {name: v.get(name, defaults[name]) for name in ("turbo", "standard", "relax")}
+
+    @model_validator(mode="after")
+    def _unique(self) -> GatewayConfig:
+        names = [t.name for t in self.tenants]
+        if len(set(names)) != len(names):
+            raise ValueError("tenants: names must be unique")
+        keys = [k for t in self.tenants for k in t.key_sha256]
+        if len(set(keys)) != len(keys):
+            raise ValueError("tenants: the same key_sha256 is given to two tenants")
+        pools = [p.name for p in self.pools]
+        if len(set(pools)) != len(pools):
+            raise ValueError("pools: names must be unique")
+        models = [m for p in self.pools for m in p.models]
+        if len(set(models)) != len(models):
+            raise ValueError("pools: a model is served by two pools")
+        if self.bands.light_kv > self.bands.saturated_kv:
+            raise ValueError("bands.light_kv must not exceed bands.saturated_kv")
+        return self
+
+
+def _describe(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        msg = msg.replace("Input should be greater than", "must be >").replace("Input should be less than", "must be <")
+        lines.append(f"{loc}: {msg}")
+    return "; ".join(lines)
+
+
+def parse_config(data: Any, source: str = "config") -> GatewayConfig:
+    """Validate a loaded mapping; a ``ConfigError`` names each bad field (``tiers.turbo.weight: ...``)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping")
+    try:
+        return GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {_describe(exc)}") from None
+
+
+def load_config(path: str | Path) -> GatewayConfig:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML ({exc})") from None
+    return parse_config(data, str(p))
+
+
+def json_schema() -> dict[str, Any]:
+    return GatewayConfig.model_json_schema()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m turbogate.config [OUT]``: write (or print) the JSON schema."""
+    args = sys.argv[1:] if argv is None else argv
+    text = json.dumps(json_schema(), indent=2) + "\n"
+    if args:
+        Path(args[0]).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,103 @@
+"""Admin API (bearer admin token): hot switches and a state dump.
+
+``POST /admin/tiers/{tier}`` ``{"enabled": bool}`` — switch Turbo (or Relax) off/on globally;
+``POST /admin/tenants/{name}`` ``{"turbo_enabled": bool}`` — the same for one tenant;
+``GET /admin/state`` — switches, queues, replicas with their bands and scores.
+Switches act on the next request; they live in the worker process (see docs/gateway.md).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from turbogate.gateway.http import Receive, Scope, Send, header, read_body, send_error, send_json
+from turbogate.sched import TIERS, Tier, parse_tier
+
+if TYPE_CHECKING:
+    from turbogate.gateway.app import GatewayApp
+
+
+class TierSwitch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool
+
+
+class TenantSwitch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    turbo_enabled: bool
+
+
+def state(app: GatewayApp) -> dict[str, Any]:
+    rt = app.rt
+    now = time.perf_counter()
+    return {
+        "tiers": {t.value: {"enabled": t in rt.enabled} for t in TIERS},
+        "tenants": {name: {"turbo_enabled": t.turbo_enabled, "tiers": sorted(x.value for x in t.allowed),
+                           "default_tier": t.default_tier.value} for name, t in rt.tenants.items()},
+        "pools": {
+            p.name: {
+                "models": list(p.models),
+                "slots": rt.picker.slots(p.name, now),
+                "in_flight": p.admission.in_flight,
+                "queues": p.admission.snapshot(),
+                "scale_out_desired": rt.picker.scale_out_desired(p.name, now),
+                "holdback": p.admission.holdback,
+            }
+            for p in rt.pools.values()
+        },
+        "replicas": list(rt.picker.describe(now)),
+    }
+
+
+async def _body(receive: Receive, send: Send, model: type[BaseModel]) -> BaseModel | None:
+    raw = await read_body(receive, 65536)
+    if raw is None:
+        return None
+    try:
+        return model.model_validate(orjson.loads(raw))
+    except orjson.JSONDecodeError:
+        await send_error(send, 400, "request body is not valid JSON", code="invalid_json")
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        param = ".".join(str(p) for p in err["loc"]) or None
+        await send_error(send, 400, f"{param}: {err['msg']}", param=param, code="invalid_value")
+    return None
+
+
+async def handle(app: GatewayApp, scope: Scope, receive: Receive, send: Send) -> None:
+    auth = header(scope, b"authorization") or b""
+    if not (auth[:7].lower() == b"bearer " and app.rt.is_admin(auth[7:].strip())):
+        await send_error(send, 401, "admin API needs Authorization: Bearer <admin token>", code="invalid_admin_token")
+        return
+    path: str = scope["path"]
+    method: str = scope["method"]
+    parts = path.strip("/").split("/")
+    if parts == ["admin", "state"] and method == "GET":
+        await send_json(send, 200, state(app))
+        return
+    if len(parts) == 3 and parts[1] == "tiers" and method == "POST":
+        tier = parse_tier(parts[2])
+        if tier is None or tier is Tier.STANDARD:
+            await send_error(send, 400, "only turbo and relax can be switched (standard is the fallback)",
+                             param="tier", code="invalid_value")
+            return
+        body = await _body(receive, send, TierSwitch)
+        if isinstance(body, TierSwitch):
+            app.rt.set_enabled(tier, body.enabled)
+            await send_json(send, 200, {"tier": tier.value, "enabled": body.enabled})
+        return
+    if len(parts) == 3 and parts[1] == "tenants" and method == "POST":
+        tenant = app.rt.tenants.get(parts[2])
+        if tenant is None:
+            await send_error(send, 404, f"no tenant {parts[2]!r}", param="tenant", code="not_found")
+            return
+        body = await _body(receive, send, TenantSwitch)
+        if isinstance(body, TenantSwitch):
+            tenant.turbo_enabled = body.turbo_enabled
+            await send_json(send, 200, {"tenant": tenant.name, "turbo_enabled": body.turbo_enabled})
+        return
+    await send_error(send, 404, f"no admin route {method} {path}", code="not_found")

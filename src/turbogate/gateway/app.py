@@ -1,0 +1,457 @@
+"""The gateway as a raw ASGI app (no framework on the hot path; chosen by measured overhead).
+
+Per request: auth → parse and validate → tier → L1 ``submit`` (maybe queue) → L2 ``pick`` →
+upstream (aiohttp keep-alive pool per replica) → tag the answer with the tier served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+
+import aiohttp
+import orjson
+
+from turbogate.config import GatewayConfig, load_config
+from turbogate.gateway import admin
+from turbogate.gateway.http import (
+    JSON_CT,
+    BodyTooLarge,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    error_body,
+    header,
+    read_body,
+    send_bytes,
+    send_error,
+    send_json,
+)
+from turbogate.gateway.metrics import GatewayMetrics
+from turbogate.gateway.runtime import PoolRt, ReplicaRt, Runtime, TenantRt, build_runtime, pump
+from turbogate.gateway.scrape import health_loop, scrape_all, scrape_loop
+from turbogate.gateway.sse import SSERewriter, tag_json_body
+from turbogate.sched import Admitted, Shed, Ticket, Tier, parse_tier
+from turbogate.sched.admission import State
+
+log = logging.getLogger("turbogate.gateway")
+
+#: vLLM's ``priority`` field: lower is served first.
+PRIORITY = {Tier.TURBO: 0, Tier.STANDARD: 1, Tier.RELAX: 2}
+_TIER_HEADERS = {t: (b"x-turbogate-tier", t.value.encode()) for t in Tier}
+_UPSTREAM_HEADERS = {"Content-Type": "application/json"}
+_SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+_RETRYABLE = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError,
+              ConnectionError)
+_ENDPOINTS = {
+    "/v1/chat/completions": ("chat", "/v1/chat/completions"),
+    "/v1/completions": ("completions", "/v1/completions"),
+    "/v1/embeddings": ("embeddings", "/v1/embeddings"),
+}
+_REQUIRED = {"chat": "messages", "completions": "prompt", "embeddings": "input"}
+
+
+def _timing(**parts: float) -> tuple[bytes, bytes]:
+    return (b"server-timing", ", ".join(f"{k};dur={v * 1000:.3f}" for k, v in parts.items()).encode())
+
+
+class GatewayApp:
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        self.rt: Runtime = build_runtime(config)
+        self.metrics = GatewayMetrics(self.rt)
+        self.max_body = config.limits.max_body_bytes
+        models = [{"id": m, "object": "model", "created": 0, "owned_by": p.name}
+                  for p in self.rt.pools.values() for m in p.models]
+        self._models_body = orjson.dumps({"object": "list", "data": models})
+        self._started = False
+
+    # ---- ASGI entry ------------------------------------------------------------------------
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        method: str = scope["method"]
+        endpoint = _ENDPOINTS.get(path)
+        if endpoint is not None:
+            if method != "POST":
+                await send_error(send, 405, f"{path} takes POST", code="method_not_allowed")
+                return
+            await self._proxy(scope, receive, send, endpoint[0], endpoint[1])
+        elif path == "/health":
+            await send_bytes(send, 200, b'{"status":"ok"}')
+        elif path == "/ready":
+            ready = all(any(r.state.health.value == "healthy" for r in p.replicas.values())
+                        for p in self.rt.pools.values())
+            await send_bytes(send, 200 if ready else 503, b'{"ready":true}' if ready else b'{"ready":false}')
+        elif path == "/metrics":
+            body = self.metrics.render()
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
+                (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+        elif path == "/v1/models":
+            if self._tenant(scope) is None:
+                await self._unauthorized(send)
+                return
+            await send_bytes(send, 200, self._models_body)
+        elif path.startswith("/admin/"):
+            await admin.handle(self, scope, receive, send)
+        else:
+            await send_error(send, 404, f"no route {path}", code="not_found")
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as exc:  # report, do not crash the server loop with a traceback
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def startup(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.config.limits.upstream_connect_timeout_s)
+        for pool in self.rt.pools.values():
+            for r in pool.replicas.values():
+                connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, ttl_dns_cache=300)
+                r.session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False,
+                                                  skip_auto_headers=("User-Agent",))
+        with contextlib.suppress(Exception):  # a replica down at start is ejected, not fatal
+            await asyncio.wait_for(scrape_all(self.rt), self.config.scrape.timeout_s + 0.5)
+        loop = asyncio.get_running_loop()
+        self.rt.tasks = [loop.create_task(scrape_loop(self.rt)), loop.create_task(health_loop(self.rt))]
+
+    async def shutdown(self) -> None:
+        for task in self.rt.tasks:
+            task.cancel()
+        for pool in self.rt.pools.values():
+            for r in pool.replicas.values():
+                if isinstance(r.session, aiohttp.ClientSession):
+                    await r.session.close()
+
+    # ---- edge ------------------------------------------------------------------------------
+    def _tenant(self, scope: Scope) -> TenantRt | None:
+        auth = header(scope, b"authorization")
+        if not auth or auth[:7].lower() != b"bearer ":
+            return None
+        return self.rt.tenant_for_key(auth[7:].strip())
+
+    async def _unauthorized(self, send: Send) -> None:
+        await send_error(send, 401, "Incorrect or missing API key (send Authorization: Bearer <key>)",
+                         code="invalid_api_key")
+
+    async def _bad(self, send: Send, tenant: TenantRt, status: int, message: str, param: str | None,
+                   code: str) -> None:
+        self.metrics.count(tenant.label, "-", "-", status)
+        await send_error(send, status, message, param=param, code=code)
+
+    async def _proxy(self, scope: Scope, receive: Receive, send: Send, kind: str, upstream_path: str) -> None:
+        arrival = time.perf_counter()
+        tenant = self._tenant(scope)
+        if tenant is None:
+            self.metrics.count("-", "-", "-", 401)
+            await self._unauthorized(send)
+            return
+        length = header(scope, b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body:
+            await self._bad(send, tenant, 413, f"request body is {int(length)} bytes, over the limit of "
+                            f"{self.max_body}", None, "body_too_large")
+            return
+        try:
+            body = await read_body(receive, self.max_body)
+        except BodyTooLarge:
+            await self._bad(send, tenant, 413, f"request body is over the limit of {self.max_body} bytes", None,
+                            "body_too_large")
+            return
+        if body is None:
+            return
+        try:
+            obj = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            await self._bad(send, tenant, 400, f"request body is not valid JSON: {exc}", None, "invalid_json")
+            return
+        if not isinstance(obj, dict):
+            await self._bad(send, tenant, 400, "request body must be a JSON object", None, "invalid_json")
+            return
+        model = obj.get("model")
+        if not isinstance(model, str) or not model:
+            await self._bad(send, tenant, 400, "you must provide a model parameter (a string)", "model",
+                            "missing_required_parameter")
+            return
+        pool = self.rt.pool_of_model.get(model)
+        if pool is None:
+            await self._bad(send, tenant, 404, f"The model `{model}` does not exist or you do not have access "
+                            "to it", "model", "model_not_found")
+            return
+        field = _REQUIRED[kind]
+        value = obj.get(field)
+        if value is None or (kind == "chat" and (not isinstance(value, list) or not value)):
+            await self._bad(send, tenant, 400, f"'{field}' is required" + (" (a non-empty list)" if kind == "chat"
+                            else ""), field, "missing_required_parameter")
+            return
+        stream = obj.get("stream", False)
+        if not isinstance(stream, bool) or (stream and kind == "embeddings"):
+            await self._bad(send, tenant, 400, "'stream' must be true or false (and false for embeddings)",
+                            "stream", "invalid_value")
+            return
+        asked_word = obj.get("service_tier")
+        if asked_word is not None:
+            asked = parse_tier(asked_word)
+            if asked is None:
+                await self._bad(send, tenant, 400, f"unknown service_tier {asked_word!r}; use priority/turbo, "
+                                "default/auto/standard or flex/relax", "service_tier", "invalid_value")
+                return
+        else:
+            word = header(scope, b"x-turbogate-tier")
+            if word is not None:
+                asked = parse_tier(word.decode("latin-1"))
+                if asked is None:
+                    await self._bad(send, tenant, 400, "unknown X-Turbogate-Tier header value", "X-Turbogate-Tier",
+                                    "invalid_value")
+                    return
+            else:
+                asked = tenant.default_tier
+        served = self.rt.served_tier(tenant, asked)
+        if "service_tier" in obj or pool.priority_field:
+            obj.pop("service_tier", None)
+            if pool.priority_field:
+                obj["priority"] = PRIORITY[served]
+            body = orjson.dumps(obj)
+        max_tokens = obj.get("max_tokens") or obj.get("max_completion_tokens") or 256
+        cost = float(max_tokens if isinstance(max_tokens, int) else 256) + len(body) / 4
+        await self._serve(receive, send, tenant, pool, asked, served, body, stream, cost, arrival, upstream_path)
+
+    # ---- L1 → L2 → upstream ----------------------------------------------------------------
+    async def _serve(self, receive: Receive, send: Send, tenant: TenantRt, pool: PoolRt, asked: Tier, served: Tier,
+                     body: bytes, stream: bool, cost: float, arrival: float, upstream_path: str) -> None:
+        rt = self.rt
+        metrics = self.metrics
+        admission = pool.admission
+        now = time.perf_counter()
+        ticket = Ticket(tenant.name, served, now, cost)
+        decision = admission.submit(ticket, now, rt.picker.slots(pool.name, now))
+        if not isinstance(decision, Admitted):
+            await self._shed(send, tenant, asked, served, decision)
+            return
+        pump(pool, rt.picker, now)
+        status = 499
+        task = asyncio.current_task()
+        finished = False
+        gone = False
+
+        async def watch() -> None:  # cancel everything if the client goes away
+            nonlocal gone
+            message = await receive()
+            if message["type"] == "http.disconnect" and not finished and task is not None:
+                gone = True
+                task.cancel()
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal finished
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                finished = True  # from here a disconnect is the normal end, not the client leaving
+            await send(message)
+
+        watcher = asyncio.get_running_loop().create_task(watch())
+        policy = rt.policies[served]
+        ok = False
+        try:
+            if ticket.state is State.QUEUED:
+                waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                ticket.payload = waiter
+                limit = min(policy.queue_budget_s, policy.deadline_s) - (time.perf_counter() - arrival)
+                try:
+                    await asyncio.wait_for(waiter, max(limit, 0.0))
+                except TimeoutError:
+                    if ticket.state is State.QUEUED:
+                        shed = admission.timed_out(ticket, time.perf_counter())
+                        finished = True
+                        status = shed.status
+                        await self._shed(tracked_send, tenant, asked, served, shed)
+                        return
+            l1 = time.perf_counter() - arrival
+            metrics.observe_queue(served.value, l1)
+            deadline = arrival + policy.deadline_s
+            status, ok = await self._upstream(tracked_send, pool, served, body, stream, upstream_path, l1, deadline)
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            status = 499
+        finally:
+            finished = True
+            watcher.cancel()
+            end = time.perf_counter()
+            admission.on_complete(ticket, end, count_service=ok)
+            pump(pool, rt.picker, end)
+            metrics.count(tenant.label, asked.value, served.value, status)
+
+    async def _shed(self, send: Send, tenant: TenantRt, asked: Tier, served: Tier, shed: Shed) -> None:
+        self.metrics.shed.labels(shed.reason, served.value).inc()
+        self.metrics.count(tenant.label, asked.value, served.value, shed.status)
+        await send_error(send, shed.status, shed.message, code=shed.reason,
+                         headers=[(b"retry-after", str(shed.retry_after_s).encode()), _TIER_HEADERS[served]])
+
+    async def _upstream(self, send: Send, pool: PoolRt, served: Tier, body: bytes, stream: bool, path: str,
+                        l1: float, deadline: float) -> tuple[int, bool]:
+        """Send the request to a replica (retrying once elsewhere if it failed before any byte);
+        returns (HTTP status sent to the client, whether the replica answered)."""
+        picker = self.rt.picker
+        tried: list[str] = []
+        for attempt in range(2):
+            t_l2 = time.perf_counter()
+            replica_state = picker.pick(pool.name, t_l2, exclude=tried)
+            if replica_state is None:
+                await send_error(send, 503, f"no replica of pool {pool.name!r} can take the request now",
+                                 code="no_replica", headers=[(b"retry-after", b"1"), _TIER_HEADERS[served]])
+                return 503, False
+            replica = pool.replicas[replica_state.id]
+            picker.on_dispatch(replica_state)
+            start = time.perf_counter()
+            l2 = start - t_l2
+            remaining = deadline - start
+            try:
+                if stream:
+                    return await self._stream(send, pool, replica, served, body, path, l1, l2, start, remaining)
+                return await self._unary(send, pool, replica, served, body, path, l1, l2, start, remaining)
+            except _RETRYABLE as exc:
+                picker.on_failure(replica_state, time.perf_counter(), hard=True)
+                tried.append(replica_state.id)
+                log.info("upstream %s failed before any byte: %s", replica_state.id, type(exc).__name__)
+                if attempt == 0:
+                    self.metrics.retries.labels(pool.name).inc()
+                    continue
+                await send_error(send, 502, "the engine replicas could not be reached", code="upstream_unavailable",
+                                 headers=[_TIER_HEADERS[served]])
+                return 502, False
+            except TimeoutError:
+                picker.on_release(replica_state)
+                await send_error(send, 504, f"the {served.value} tier deadline passed before the engine answered",
+                                 code="deadline_exceeded", headers=[_TIER_HEADERS[served]])
+                return 504, False
+            except _Answered as done:
+                return done.status, done.ok
+            except BaseException:
+                picker.on_release(replica_state)
+                raise
+        return 502, False  # not reached
+
+    async def _unary(self, send: Send, pool: PoolRt, replica: ReplicaRt, served: Tier, body: bytes, path: str,
+                     l1: float, l2: float, start: float, remaining: float) -> tuple[int, bool]:
+        session = replica.session
+        assert isinstance(session, aiohttp.ClientSession)
+        async with asyncio.timeout(remaining):
+            async with session.post(replica.url + path, data=body, headers=_UPSTREAM_HEADERS) as resp:
+                try:
+                    data = await resp.read()
+                except (aiohttp.ClientError, ConnectionError) as exc:  # bytes had come: no retry
+                    self.rt.picker.on_failure(replica.state, time.perf_counter(), hard=False)
+                    await send_error(send, 502, f"the engine connection broke mid-answer ({type(exc).__name__})",
+                                     code="upstream_error", headers=[_TIER_HEADERS[served]])
+                    raise _Answered(502, False) from None
+                status = resp.status
+                ctype = resp.headers.get("Content-Type", "application/json")
+        end = time.perf_counter()
+        self._account(replica, status, end - start)
+        self.metrics.observe_upstream(pool.name, served.value, end - start)
+        if status == 200 and ctype.startswith("application/json"):
+            data = tag_json_body(data, served.value)
+        await send({"type": "http.response.start", "status": status, "headers": [
+            (b"content-type", ctype.encode()), (b"content-length", str(len(data)).encode()), _TIER_HEADERS[served],
+            _timing(l1=l1, l2=l2, upstream=end - start)]})
+        await send({"type": "http.response.body", "body": data})
+        return status, status < 500
+
+    def _account(self, replica: ReplicaRt, status: int, seconds: float) -> None:
+        if status in (502, 503, 504):
+            self.rt.picker.on_failure(replica.state, time.perf_counter(), hard=False)
+        else:
+            self.rt.picker.on_success(replica.state, seconds)
+
+    async def _stream(self, send: Send, pool: PoolRt, replica: ReplicaRt, served: Tier, body: bytes, path: str,
+                      l1: float, l2: float, start: float, remaining: float) -> tuple[int, bool]:
+        session = replica.session
+        assert isinstance(session, aiohttp.ClientSession)
+        tier_header = _TIER_HEADERS[served]
+        async with asyncio.timeout(remaining) as first_byte, session.post(
+            replica.url + path, data=body, headers=_UPSTREAM_HEADERS
+        ) as resp:
+            if resp.status != 200:
+                data = await resp.read()
+                end = time.perf_counter()
+                self._account(replica, resp.status, end - start)
+                ctype = resp.headers.get("Content-Type", "application/json").encode()
+                await send({"type": "http.response.start", "status": resp.status, "headers": [
+                    (b"content-type", ctype), (b"content-length", str(len(data)).encode()), tier_header,
+                    _timing(l1=l1, l2=l2, upstream=end - start)]})
+                await send({"type": "http.response.body", "body": data})
+                raise _Answered(resp.status, resp.status < 500)
+            try:
+                first = await resp.content.readany()
+            except (aiohttp.ClientError, ConnectionError) as exc:
+                raise aiohttp.ServerDisconnectedError(str(exc)) from None
+            first_byte.reschedule(None)  # the deadline covers the first token; the rest may take its time
+            ttft = time.perf_counter() - start
+            self.metrics.observe_ttft(pool.name, served.value, ttft)
+            # Headers wait for the first chunk, so Server-Timing can carry ttft; total upstream
+            # time of a stream is not known at header time (see docs/gateway.md).
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [*_SSE_HEADERS, tier_header, _timing(l1=l1, l2=l2, ttft=ttft)]})
+            rewriter = SSERewriter(served.value)
+            out = rewriter.feed(first)
+            if out:
+                await send({"type": "http.response.body", "body": out, "more_body": True})
+            try:
+                while True:
+                    chunk = await resp.content.readany()
+                    if not chunk:
+                        break
+                    out = rewriter.feed(chunk)
+                    if out:
+                        await send({"type": "http.response.body", "body": out, "more_body": True})
+            except (aiohttp.ClientError, ConnectionError) as exc:
+                self.rt.picker.on_failure(replica.state, time.perf_counter(), hard=False)
+                err = error_body(502, f"the engine stream broke ({type(exc).__name__})", code="upstream_error")
+                await send({"type": "http.response.body", "body": rewriter.flush() + b"data: " + err + b"\n\n"})
+                raise _Answered(502, False) from None
+        end = time.perf_counter()
+        self._account(replica, 200, end - start)
+        self.metrics.observe_upstream(pool.name, served.value, end - start)
+        await send({"type": "http.response.body", "body": rewriter.flush()})
+        return 200, True
+
+
+class _Answered(Exception):  # control flow: a response was already sent
+    def __init__(self, status: int, ok: bool) -> None:
+        super().__init__(status)
+        self.status = status
+        self.ok = ok
+
+
+def create_app(config: GatewayConfig) -> GatewayApp:
+    return GatewayApp(config)
+
+
+def app_from_env() -> GatewayApp:
+    """Factory for ``uvicorn --factory`` workers: the config path comes from TURBOGATE_CONFIG."""
+    return GatewayApp(load_config(os.environ["TURBOGATE_CONFIG"]))
+
+
+__all__ = ["JSON_CT", "GatewayApp", "app_from_env", "create_app", "send_json"]

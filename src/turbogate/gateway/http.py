@@ -1,0 +1,94 @@
+"""Small raw-ASGI helpers: OpenAI error bodies and whole responses, with no framework per request."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from typing import Any
+
+import orjson
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+Headers = list[tuple[bytes, bytes]]
+
+JSON_CT = (b"content-type", b"application/json")
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    429: "rate_limit_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+
+
+def error_body(status: int, message: str, *, param: str | None = None, code: str | None = None) -> bytes:
+    """The OpenAI error shape, so SDK clients raise the matching exception class."""
+    return orjson.dumps(
+        {"error": {"message": message, "type": _ERROR_TYPES.get(status, "api_error"), "param": param, "code": code}}
+    )
+
+
+async def send_bytes(send: Send, status: int, body: bytes, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [JSON_CT, (b"content-length", str(len(body)).encode()), *headers],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_json(send: Send, status: int, obj: Any, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+    await send_bytes(send, status, orjson.dumps(obj), headers)
+
+
+async def send_error(
+    send: Send,
+    status: int,
+    message: str,
+    *,
+    param: str | None = None,
+    code: str | None = None,
+    headers: Sequence[tuple[bytes, bytes]] = (),
+) -> None:
+    await send_bytes(send, status, error_body(status, message, param=param, code=code), headers)
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+async def read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole request body, ``None`` if the client went away, ``BodyTooLarge`` over ``limit``."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        if chunk:
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value)
+    return None

@@ -1,0 +1,112 @@
+"""Background loops: scrape each replica's ``/metrics`` into L2, re-probe ejected replicas."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from turbogate.gateway.runtime import ReplicaRt, Runtime, pump
+from turbogate.sched import Health, load_from_samples
+
+log = logging.getLogger("turbogate.gateway")
+
+
+def samples_from_text(text: str) -> dict[str, float]:
+    """Sample name → value summed over label sets, from Prometheus text exposition."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[sample.name] = out.get(sample.name, 0.0) + float(sample.value)
+    return out
+
+
+def _session(r: ReplicaRt) -> aiohttp.ClientSession:
+    assert isinstance(r.session, aiohttp.ClientSession)
+    return r.session
+
+
+async def scrape_once(rt: Runtime, r: ReplicaRt) -> bool:
+    timeout = aiohttp.ClientTimeout(total=rt.config.scrape.timeout_s)
+    picker = rt.picker
+    try:
+        async with _session(r).get(r.metrics_url, timeout=timeout) as resp:
+            text = await resp.text()
+            if resp.status != 200:
+                picker.on_failure(r.state, time.perf_counter(), hard=False, dispatched=False)
+                return False
+        load = load_from_samples(r.engine, samples_from_text(text))
+    except (aiohttp.ClientConnectionError, ConnectionError) as exc:
+        log.info("scrape of %s failed: %s", r.state.id, type(exc).__name__)
+        picker.on_failure(r.state, time.perf_counter(), hard=True, dispatched=False)
+        return False
+    except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+        log.info("scrape of %s failed: %s", r.state.id, type(exc).__name__)
+        picker.on_failure(r.state, time.perf_counter(), hard=False, dispatched=False)
+        return False
+    picker.on_metrics(r.state, load, time.perf_counter())
+    r.state.failures = 0
+    return True
+
+
+async def probe_once(rt: Runtime, r: ReplicaRt) -> bool:
+    timeout = aiohttp.ClientTimeout(total=rt.config.scrape.timeout_s)
+    try:
+        async with _session(r).get(r.health_url, timeout=timeout) as resp:
+            await resp.read()
+            return resp.status == 200
+    except (aiohttp.ClientError, TimeoutError, ConnectionError):
+        return False
+
+
+def _refresh(rt: Runtime) -> None:
+    now = time.perf_counter()
+    for pool in rt.pools.values():
+        pool.scale_out = rt.picker.scale_out_desired(pool.name, now)
+        pump(pool, rt.picker, now)
+
+
+async def scrape_all(rt: Runtime) -> None:
+    replicas = [
+        r for p in rt.pools.values() for r in p.replicas.values()
+        if r.state.scraped and r.state.health is Health.HEALTHY
+    ]
+    if replicas:
+        await asyncio.gather(*(scrape_once(rt, r) for r in replicas))
+    _refresh(rt)
+
+
+async def scrape_loop(rt: Runtime) -> None:
+    while True:
+        await asyncio.sleep(rt.config.scrape.interval_s)
+        with contextlib.suppress(Exception):
+            await scrape_all(rt)
+
+
+async def health_loop(rt: Runtime) -> None:
+    """Re-probe ejected replicas when their backoff is due; health-check unscraped ones."""
+    interval = min(rt.config.health.interval_s, 0.25)
+    last_check = 0.0
+    while True:
+        await asyncio.sleep(interval)
+        now = time.perf_counter()
+        picker = rt.picker
+        by_id = {r.state.id: r for p in rt.pools.values() for r in p.replicas.values()}
+        for state in picker.due_probes(now):
+            r = by_id[state.id]
+            ok = await probe_once(rt, r)
+            picker.on_probe(state, ok, time.perf_counter())
+            if ok:
+                log.info("replica %s is back", state.id)
+                if state.scraped:
+                    await scrape_once(rt, r)
+        if now - last_check >= rt.config.health.interval_s:
+            last_check = now
+            for r in by_id.values():
+                if not r.state.scraped and r.state.health is Health.HEALTHY and not await probe_once(rt, r):
+                    picker.on_failure(r.state, time.perf_counter(), hard=False, dispatched=False)
+        _refresh(rt)

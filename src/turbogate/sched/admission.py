@@ -1,0 +1,353 @@
+"""L1 admission: per-tier queues, weight × aging across tiers, fair shares within a tier.
+
+Pure and sans-I/O: every method takes ``now`` (seconds on any monotonic clock) and ``slots``
+(the dispatch slots the pool can use right now, from the L2 picker), so the gateway (real
+clock) and the simulator (virtual clock) drive the very same decisions.
+
+How the next request is chosen (``next_dispatch``):
+
+* Each tier's head (earliest start tag, see below) scores ``weight × (1 + age / aging_s)``;
+  the highest score wins, so a lower tier's request climbs until it is served: Relax is never
+  starved.
+* A tier dispatches only while its own in-flight count is under ``capacity_share × slots`` and
+  the pool's total in-flight count is under ``max_utilization × slots``.  The second limit is
+  *priority holdback*: lower tiers stop short of full use so that headroom stays for Turbo, and
+  so priority acts whenever capacity is contended, not only once every replica is full.
+* A head that has aged to the score of a fresh top-tier request (``weight_top``) is treated
+  like one and may use the whole pool (its tier cap still holds, and is at least one slot).
+  Starvation is thus bounded by ``aging_s × (weight_top / weight - 1)`` of queue time.
+* Within a tier, tenants share by start-time fair queueing on tokens: a request's tag is
+  ``max(tier virtual time, tenant's previous finish tag)`` and the tenant's finish tag grows by
+  ``cost / tenant weight``; the smallest tag goes first.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from turbogate.sched.tiers import RANK, TIERS, Tier
+
+
+@dataclass(frozen=True, slots=True)
+class TierPolicy:
+    """How one tier is admitted and dispatched."""
+
+    weight: float = 1.0
+    capacity_share: float = 1.0
+    max_utilization: float = 1.0
+    queue_bound: int = 1024
+    queue_budget_s: float = 30.0
+    deadline_s: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class TenantPolicy:
+    """A tenant's weight for fair sharing and its cap on queued + running requests."""
+
+    weight: float = 1.0
+    max_in_flight: int | None = None
+
+
+class State(Enum):
+    QUEUED = 1
+    DISPATCHED = 2
+    DONE = 3
+
+
+@dataclass(slots=True, eq=False)
+class Ticket:
+    """One request inside L1.  ``payload`` is opaque to the core (the shell's own handle)."""
+
+    tenant: str
+    tier: Tier
+    arrival: float
+    cost: float = 1.0
+    payload: object = None
+    id: int = 0
+    vtag: float = 0.0
+    state: State = State.QUEUED
+    dispatched_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    ticket: Ticket
+
+
+@dataclass(frozen=True, slots=True)
+class Shed:
+    """A refusal: ``status`` 429 (over the tenant's share or limit) or 503 (the fleet cannot
+    take it), with a machine-readable ``reason`` and whole seconds for ``Retry-After``."""
+
+    status: int
+    reason: str
+    retry_after_s: int
+    message: str
+
+
+def _clamp_retry(seconds: float) -> int:
+    return int(min(60, max(1, math.ceil(seconds))))
+
+
+@dataclass(slots=True)
+class _TierQueue:
+    heap: list[tuple[float, int, Ticket]] = field(default_factory=list)
+    fifo: deque[Ticket] = field(default_factory=deque)
+    length: int = 0
+    in_flight: int = 0
+    vtime: float = 0.0
+    finish: dict[str, float] = field(default_factory=dict)
+    queued_by_tenant: dict[str, int] = field(default_factory=dict)
+
+    def head(self) -> Ticket | None:
+        heap = self.heap
+        while heap and heap[0][2].state is not State.QUEUED:
+            heapq.heappop(heap)
+        return heap[0][2] if heap else None
+
+    def oldest(self) -> Ticket | None:
+        fifo = self.fifo
+        while fifo and fifo[0].state is not State.QUEUED:
+            fifo.popleft()
+        return fifo[0] if fifo else None
+
+
+class Admission:
+    """L1 for one pool.  See the module docstring for the policy."""
+
+    def __init__(
+        self,
+        tiers: Mapping[Tier, TierPolicy],
+        tenants: Mapping[str, TenantPolicy] | None = None,
+        *,
+        aging_s: float = 10.0,
+        min_samples: int = 5,
+    ) -> None:
+        if aging_s <= 0:
+            raise ValueError("aging_s must be > 0")
+        self.policies: dict[Tier, TierPolicy] = {t: tiers.get(t, TierPolicy()) for t in TIERS}
+        self.tenants: dict[str, TenantPolicy] = dict(tenants or {})
+        self.aging_s = aging_s
+        self.holdback = True
+        self._queues: dict[Tier, _TierQueue] = {t: _TierQueue() for t in TIERS}
+        self._active: dict[str, int] = {}
+        self._seq = 0
+        self.in_flight = 0
+        self._service_ewma_s = 0.0
+        self._samples = 0
+        self._min_samples = min_samples
+        self._weight_top = max(p.weight for p in self.policies.values())
+
+    # ---- queries -------------------------------------------------------------------------
+    def queue_length(self, tier: Tier) -> int:
+        return self._queues[tier].length
+
+    def tier_in_flight(self, tier: Tier) -> int:
+        return self._queues[tier].in_flight
+
+    @property
+    def queued(self) -> int:
+        return sum(q.length for q in self._queues.values())
+
+    @property
+    def service_estimate_s(self) -> float | None:
+        """EWMA of dispatch-to-completion time, once enough requests have completed."""
+        return self._service_ewma_s if self._samples >= self._min_samples else None
+
+    def snapshot(self) -> dict[str, dict[str, float]]:
+        return {
+            t.value: {"queued": q.length, "in_flight": q.in_flight, "vtime": q.vtime}
+            for t, q in self._queues.items()
+        }
+
+    def _tenant(self, name: str) -> TenantPolicy:
+        return self.tenants.get(name) or TenantPolicy()
+
+    # ---- admission -----------------------------------------------------------------------
+    def submit(self, ticket: Ticket, now: float, slots: int) -> Admitted | Shed:
+        """Queue ``ticket`` or refuse it.  An admitted ticket waits for ``next_dispatch``."""
+        tier = ticket.tier
+        policy = self.policies[tier]
+        queue = self._queues[tier]
+        tenant = self._tenant(ticket.tenant)
+        if slots <= 0:
+            return Shed(503, "no_capacity", 2, "no replica of this model can take requests right now")
+        active = self._active.get(ticket.tenant, 0)
+        if tenant.max_in_flight is not None and active >= tenant.max_in_flight:
+            return Shed(429, "tenant_limit", self._retry_after(slots),
+                        f"tenant has {active} requests in flight, its limit is {tenant.max_in_flight}")
+        if queue.length >= policy.queue_bound:
+            mine = queue.queued_by_tenant.get(ticket.tenant, 0)
+            if mine > 0 and mine >= self._fair_queue_share(queue, ticket.tenant, policy.queue_bound):
+                return Shed(429, "tenant_share", self._retry_after(slots),
+                            f"the {tier.value} queue is full and this tenant holds {mine} of its "
+                            f"{policy.queue_bound} places, more than its share")
+            return Shed(503, "queue_full", self._retry_after(slots),
+                        f"the {tier.value} queue is full ({policy.queue_bound} waiting)")
+        predicted = self.predicted_wait_s(tier, slots)
+        if predicted is not None and predicted > policy.queue_budget_s:
+            return Shed(503, "queue_time_budget", _clamp_retry(predicted - policy.queue_budget_s),
+                        f"expected queue time {predicted:.1f}s exceeds the {tier.value} budget "
+                        f"of {policy.queue_budget_s:g}s")
+        self._seq += 1
+        ticket.id = self._seq
+        ticket.state = State.QUEUED
+        start = max(queue.vtime, queue.finish.get(ticket.tenant, 0.0))
+        ticket.vtag = start
+        queue.finish[ticket.tenant] = start + max(ticket.cost, 1e-9) / max(tenant.weight, 1e-9)
+        heapq.heappush(queue.heap, (start, ticket.id, ticket))
+        queue.fifo.append(ticket)
+        queue.length += 1
+        queue.queued_by_tenant[ticket.tenant] = queue.queued_by_tenant.get(ticket.tenant, 0) + 1
+        self._active[ticket.tenant] = active + 1
+        return Admitted(ticket)
+
+    def _fair_queue_share(self, queue: _TierQueue, tenant: str, bound: int) -> float:
+        weights = {name: self._tenant(name).weight for name, n in queue.queued_by_tenant.items() if n > 0}
+        weights.setdefault(tenant, self._tenant(tenant).weight)
+        return bound * weights[tenant] / sum(weights.values())
+
+    def predicted_wait_s(self, tier: Tier, slots: int) -> float | None:
+        """Queue time a new ``tier`` request should expect: the work queued at its rank or
+        above, drained ``slots`` at a time at the observed service time."""
+        service = self.service_estimate_s
+        if service is None or slots <= 0:
+            return None
+        rank = RANK[tier]
+        ahead = sum(self._queues[t].length for t in TIERS[: rank + 1])
+        return (ahead + max(0, self.in_flight - slots + 1)) * service / slots
+
+    def _retry_after(self, slots: int) -> int:
+        service = self.service_estimate_s
+        if service is None or slots <= 0:
+            return 1
+        return _clamp_retry(self.queued * service / slots)
+
+    # ---- dispatch ------------------------------------------------------------------------
+    def _limits_allow(self, tier: Tier, slots: int, promoted: bool) -> bool:
+        policy = self.policies[tier]
+        cap = max(1, math.floor(policy.capacity_share * slots))
+        if self._queues[tier].in_flight >= cap:
+            return False
+        if promoted or not self.holdback:
+            return True
+        return self.in_flight < policy.max_utilization * slots
+
+    def next_dispatch(self, now: float, slots: int) -> Ticket | None:
+        """The ticket to send upstream now, or ``None`` if none may go.  The caller must later
+        call ``on_complete`` (or ``requeue`` if no replica could take it)."""
+        if self.in_flight >= slots:
+            return None
+        best: Ticket | None = None
+        best_score = -1.0
+        for tier in TIERS:
+            queue = self._queues[tier]
+            if queue.length == 0:
+                continue
+            head = queue.head()
+            if head is None:
+                continue
+            policy = self.policies[tier]
+            age = max(0.0, now - head.arrival)
+            score = policy.weight * (1.0 + age / self.aging_s)
+            promoted = score >= self._weight_top
+            if score > best_score and self._limits_allow(tier, slots, promoted):
+                best, best_score = head, score
+        if best is None:
+            return None
+        self._take(best, now)
+        return best
+
+    def _take(self, ticket: Ticket, now: float) -> None:
+        queue = self._queues[ticket.tier]
+        ticket.state = State.DISPATCHED
+        ticket.dispatched_at = now
+        queue.length -= 1
+        queue.in_flight += 1
+        queue.vtime = max(queue.vtime, ticket.vtag)
+        self._dec_queued(queue, ticket.tenant)
+        self.in_flight += 1
+        if len(queue.finish) > 4096:  # forget tenants whose finish tag is already in the past
+            queue.finish = {k: v for k, v in queue.finish.items() if v > queue.vtime}
+
+    @staticmethod
+    def _dec_queued(queue: _TierQueue, tenant: str) -> None:
+        left = queue.queued_by_tenant.get(tenant, 0) - 1
+        if left > 0:
+            queue.queued_by_tenant[tenant] = left
+        else:
+            queue.queued_by_tenant.pop(tenant, None)
+
+    def _release_tenant(self, tenant: str) -> None:
+        left = self._active.get(tenant, 0) - 1
+        if left > 0:
+            self._active[tenant] = left
+        else:
+            self._active.pop(tenant, None)
+
+    def requeue(self, ticket: Ticket) -> None:
+        """Put a dispatched ticket back (no replica could take it); it keeps its place."""
+        if ticket.state is not State.DISPATCHED:
+            return
+        queue = self._queues[ticket.tier]
+        ticket.state = State.QUEUED
+        ticket.dispatched_at = None
+        queue.in_flight -= 1
+        self.in_flight -= 1
+        queue.length += 1
+        queue.queued_by_tenant[ticket.tenant] = queue.queued_by_tenant.get(ticket.tenant, 0) + 1
+        heapq.heappush(queue.heap, (ticket.vtag, ticket.id, ticket))
+        queue.fifo.appendleft(ticket)
+
+    def on_complete(self, ticket: Ticket, now: float, *, count_service: bool = True) -> None:
+        """A dispatched ticket finished (served, failed or cancelled): free its slot."""
+        if ticket.state is State.DISPATCHED:
+            queue = self._queues[ticket.tier]
+            queue.in_flight -= 1
+            self.in_flight -= 1
+            if count_service and ticket.dispatched_at is not None:
+                sample = max(0.0, now - ticket.dispatched_at)
+                self._samples += 1
+                alpha = 0.2 if self._samples > 1 else 1.0
+                self._service_ewma_s += alpha * (sample - self._service_ewma_s)
+            ticket.state = State.DONE
+            self._release_tenant(ticket.tenant)
+        elif ticket.state is State.QUEUED:
+            self.cancel(ticket)
+
+    def cancel(self, ticket: Ticket) -> bool:
+        """Withdraw a queued ticket (its client went away).  True if it was queued."""
+        if ticket.state is not State.QUEUED:
+            return False
+        queue = self._queues[ticket.tier]
+        ticket.state = State.DONE
+        queue.length -= 1
+        self._dec_queued(queue, ticket.tenant)
+        self._release_tenant(ticket.tenant)
+        return True
+
+    def timed_out(self, ticket: Ticket, now: float) -> Shed:
+        """Withdraw a ticket that waited past its tier's queue-time budget and say why."""
+        self.cancel(ticket)
+        budget = self.policies[ticket.tier].queue_budget_s
+        return Shed(503, "queue_timeout", 1,
+                    f"waited {now - ticket.arrival:.1f}s in the {ticket.tier.value} queue, over its budget "
+                    f"of {budget:g}s")
+
+    def expire(self, now: float) -> list[tuple[Ticket, Shed]]:
+        """Shed every queued ticket past its tier's queue-time budget (oldest first)."""
+        out: list[tuple[Ticket, Shed]] = []
+        for tier in TIERS:
+            queue = self._queues[tier]
+            budget = self.policies[tier].queue_budget_s
+            while True:
+                oldest = queue.oldest()
+                if oldest is None or now - oldest.arrival <= budget:
+                    break
+                out.append((oldest, self.timed_out(oldest, now)))
+        return out

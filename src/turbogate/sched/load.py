@@ -1,0 +1,69 @@
+"""Map the metric names of each engine kind onto one ``ReplicaLoad`` (pure).
+
+The shell parses ``/metrics`` text with prometheus_client's parser and sums each sample name
+over its label sets into a ``{name: value}`` mapping; this module only reads that mapping, so
+it needs no I/O and no Prometheus library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+ENGINE_KINDS: tuple[str, ...] = ("vllm", "sglang", "tgi", "llamacpp", "openai", "emulator")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLoad:
+    """What an engine says about itself.  ``None`` where its metrics do not say."""
+
+    running: float | None = None
+    waiting: float | None = None
+    kv_usage: float | None = None  # fraction 0..1
+
+
+# Per kind, candidate names in order of preference: (running, waiting, kv usage).
+_NAMES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
+    "vllm": (
+        ("vllm:num_requests_running",),
+        ("vllm:num_requests_waiting",),
+        ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    ),
+    "sglang": (("sglang:num_running_reqs",), ("sglang:num_queue_reqs",), ("sglang:token_usage",)),
+    "tgi": (("tgi_batch_current_size",), ("tgi_queue_size",), ()),
+    "llamacpp": (
+        ("llamacpp:requests_processing",),
+        ("llamacpp:requests_deferred",),
+        ("llamacpp:kv_cache_usage_ratio",),
+    ),
+}
+_NAMES["emulator"] = _NAMES["vllm"]
+
+
+def _first(samples: Mapping[str, float], names: tuple[str, ...]) -> float | None:
+    for name in names:
+        value = samples.get(name)
+        if value is not None:
+            return value
+    return None
+
+
+def _fraction(value: float | None) -> float | None:
+    # Some engine versions report usage in percent, most as a fraction; 1.0 is ambiguous and
+    # read as a fraction (full).
+    if value is None:
+        return None
+    return value / 100.0 if value > 1.0 else max(0.0, value)
+
+
+def load_from_samples(kind: str, samples: Mapping[str, float]) -> ReplicaLoad:
+    """The load that ``samples`` (sample name → value summed over labels) report for an engine
+    of ``kind``; an unknown or metric-less kind tries every known naming."""
+    candidates = [_NAMES[kind]] if kind in _NAMES else list(_NAMES.values())
+    for running_names, waiting_names, kv_names in candidates:
+        running = _first(samples, running_names)
+        waiting = _first(samples, waiting_names)
+        kv = _fraction(_first(samples, kv_names))
+        if running is not None or waiting is not None or kv is not None:
+            return ReplicaLoad(running=running, waiting=waiting, kv_usage=kv)
+    return ReplicaLoad()
