@@ -76,19 +76,31 @@ def sakasegawa_wait(rate: float, capacity: float, servers: int, ca2: float = 1.0
     rho = rate / capacity
     if rho >= 1.0:
         return math.inf
-    lq = rho ** math.sqrt(2.0 * (servers + 1)) / (1.0 - rho)
+    lq = float(rho ** math.sqrt(2.0 * (servers + 1))) / (1.0 - rho)
     return lq / rate * (ca2 + cs2) / 2.0
 
 
-def priority_waits(fifo_wait: float, rho: float, turbo_share: float) -> tuple[float, float]:
-    """(Turbo, Standard) mean waits from the FIFO wait by Cobham's non-preemptive priority formula."""
+def priority_waits(rate: float, capacity: float, servers: int, turbo_share: float) -> tuple[float, float]:
+    """(Turbo, Standard) mean waits when ``turbo_share`` of ``rate`` has non-preemptive priority.
+
+    Cobham's formula relative to the FIFO wait ``W``: ``W_turbo = W·(1−ρ)/(1−tρ)``,
+    ``W_standard = W/(1−tρ)``.  ``W·(1−ρ) = ρ^√(2(c+1)) / (2λ)`` stays finite at ρ = 1, so Turbo
+    keeps a finite wait at saturation (its own load ``tρ`` below 1) while Standard's grows without
+    bound; past saturation ``ρ`` is taken as 1 for that term (the excess is shed, not queued).
+    """
     if not 0.0 <= turbo_share <= 1.0:
         raise ValueError("turbo_share must be in [0, 1]")
-    if rho >= 1.0 or math.isinf(fifo_wait):
-        turbo = math.inf if turbo_share * rho >= 1.0 else fifo_wait
-        return turbo, math.inf
+    if servers < 1 or capacity <= 0:
+        raise ValueError("servers must be >= 1 and capacity > 0")
+    if rate <= 0:
+        return 0.0, 0.0
+    rho = rate / capacity
+    served = min(rate, capacity)
+    base = float(min(rho, 1.0) ** math.sqrt(2.0 * (servers + 1))) / served / 2.0
     rho_t = turbo_share * rho
-    return fifo_wait * (1.0 - rho) / (1.0 - rho_t), fifo_wait / (1.0 - rho_t)
+    turbo = base / (1.0 - rho_t) if rho_t < 1.0 else math.inf
+    standard = base / ((1.0 - rho) * (1.0 - rho_t)) if rho < 1.0 and rho_t < 1.0 else math.inf
+    return turbo, standard
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,8 +197,7 @@ class LatencyModel:
 
     def tier_ttft(self, rate: float, turbo_share: float) -> tuple[float, float]:
         """(Turbo, Standard) mean TTFT at ``rate`` when ``turbo_share`` of it has priority."""
-        rho = rate / self.saturation_rate
-        w_t, w_s = priority_waits(self.wait(rate), rho, turbo_share)
+        w_t, w_s = priority_waits(rate, self.saturation_rate, self.batch_cap, turbo_share)
         return self.ttft(rate, wait=w_t), self.ttft(rate, wait=w_s)
 
     def knee(self, knee_factor: float = DEFAULT_KNEE_FACTOR) -> float:

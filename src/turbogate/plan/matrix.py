@@ -120,8 +120,8 @@ def load_rule(x: float, knee: float, sat: float) -> Rule:
 
 def kv_rule(util: float, threshold: float) -> Rule:
     if util <= threshold:
-        return Rule("kv_utilization", TURBO_ON, f"KV cache {util:.0%} used at peak, under the {threshold:.0%} threshold",
-                    util, threshold)
+        return Rule("kv_utilization", TURBO_ON,
+                    f"KV cache {util:.0%} used at peak, under the {threshold:.0%} threshold", util, threshold)
     return Rule("kv_utilization", TURBO_CAPPED,
                 f"KV cache {util:.0%} used at peak, over the {threshold:.0%} threshold: Turbo bursts would wait "
                 "for blocks or preempt running sequences", util, threshold)
@@ -160,10 +160,7 @@ def decide(
     rules = (load_rule(x, knee, sat), kv_rule(util, inputs.kv_threshold), lora_rule(inputs.lora_hot_loading),
              http2_rule(inputs.http2_reuse))
     mode = worst([r.verdict for r in rules])
-    if mode == STANDARD_ONLY:
-        share = 0.0
-    else:
-        share = 1.0 if x <= knee else knee / x
+    share = 0.0 if mode == STANDARD_ONLY else 1.0 if x <= knee else knee / x
     needed = max(1, math.ceil(inputs.peak_rps / knee)) if knee > 0 else inputs.replicas
     return Decision(mode=mode, rules=rules, per_replica_rps=x, knee_rps=knee, saturation_rps=sat,
                     kv_utilization=util, turbo_cap_share=share, replicas_needed=needed, knee_source=knee_source)

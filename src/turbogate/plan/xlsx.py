@@ -204,7 +204,7 @@ _K_PER_IT = 6
 
 
 def _k_col(iteration: int, offset: int) -> str:
-    return get_column_letter(2 + iteration * _K_PER_IT + offset)
+    return str(get_column_letter(2 + iteration * _K_PER_IT + offset))
 
 
 def _fill(template: str, row: int, sheet: str = "") -> str:
@@ -247,7 +247,7 @@ def _knee_cells(row: int) -> list[str]:
 
 
 def knee_result_column() -> str:
-    return get_column_letter(2 + KNEE_ITERATIONS * _K_PER_IT)
+    return str(get_column_letter(2 + KNEE_ITERATIONS * _K_PER_IT))
 
 
 def _input_values(sc: Scenario) -> dict[str, object]:
@@ -284,7 +284,7 @@ def build_workbook(scenarios: Sequence[Scenario]) -> Workbook:
     for r, sc in enumerate(scenarios, start=2):
         values = _input_values(sc)
         for c, (name, _h) in enumerate(INPUT_COLUMNS, start=1):
-            inputs.cell(row=r, column=c, value=values[name])  # type: ignore[arg-type]
+            inputs.cell(row=r, column=c, value=values[name])
 
     hw = wb.create_sheet("hardware")
     for c, header in enumerate(HW_COLUMNS, start=1):
@@ -314,10 +314,7 @@ def build_workbook(scenarios: Sequence[Scenario]) -> Workbook:
     knee_col = knee_result_column()
     for r in range(2, last + 1):
         for c, (name, _h, template) in enumerate(_DERIVED, start=1):
-            if name == "knee":
-                formula = f"=knee!${knee_col}{r}"
-            else:
-                formula = "=" + _fill(template, r)
+            formula = f"=knee!${knee_col}{r}" if name == "knee" else "=" + _fill(template, r)
             matrix.cell(row=r, column=c, value=formula)
         matrix[f"{RECOMMENDATION_COLUMN}{r}"].font = bold
 
