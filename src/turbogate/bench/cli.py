@@ -1,19 +1,267 @@
-"""``turbogate bench`` / ``turbo-bench`` (placeholder until the bench lands)."""
+"""``turbogate bench`` / ``turbo-bench``: open-loop load, the knee, and reports; ``bench compare A B``."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import typer
+from rich.console import Console
+from rich.table import Table
 
-from turbogate.notlanded import not_landed
+from turbogate.bench.arrivals import ARRIVALS, Arrivals
+from turbogate.bench.collectors import parse_metrics_option
+from turbogate.bench.dataset import load_prompts
+from turbogate.bench.run import BenchConfig, BenchResult, knee_line, run_bench
+from turbogate.bench.runner import TIER_VIA
+from turbogate.bench.shapes import SHAPES, make_shape
+from turbogate.bench.workload import TierMix, TruncNormal, Workload
+from turbogate.results import SLO, CostConfig, KneeSettings, Summary, compare, load_run
 
-app = typer.Typer(help="Drive real load with QPS ramps and find the knee.")
+app = typer.Typer(
+    help="Drive open-loop load (constant, ramps, sweeps, --find-knee), find the knee, write a run folder + report.",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _bad(message: str) -> typer.BadParameter:
+    return typer.BadParameter(message)
+
+
+def parse_slo(spec: str | None) -> SLO:
+    """``ttft=0.5,tpot=0.05,e2e=10`` in seconds (``500ms`` also accepted)."""
+    if not spec:
+        return SLO()
+    vals: dict[str, float] = {}
+    for item in spec.split(","):
+        key, sep, raw = item.partition("=")
+        key = key.strip().lower()
+        if not sep or key not in ("ttft", "tpot", "e2e"):
+            raise ValueError(f"--slo: {item!r} must be ttft=S, tpot=S or e2e=S")
+        raw = raw.strip().lower()
+        try:
+            vals[key] = float(raw[:-2]) / 1000 if raw.endswith("ms") else float(raw.rstrip("s"))
+        except ValueError:
+            raise ValueError(f"--slo: {raw!r} for {key} is not a number of seconds") from None
+        if vals[key] <= 0:
+            raise ValueError(f"--slo: {key} must be > 0")
+    return SLO(ttft_s=vals.get("ttft"), tpot_s=vals.get("tpot"), e2e_s=vals.get("e2e"))
+
+
+def parse_cost(spec: str | None, fleet_cost_per_hour: float) -> CostConfig:
+    base = CostConfig(fleet_cost_per_hour=fleet_cost_per_hour)
+    if not spec:
+        return base
+    weights = dict(base.tier_weights)
+    for item in spec.split(","):
+        name, sep, raw = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            weights[name.strip().lower()] = float(raw)
+        except ValueError:
+            raise ValueError(f"--tier-cost: {item!r} must be TIER=WEIGHT (a number)") from None
+    return CostConfig(fleet_cost_per_hour=fleet_cost_per_hour, tier_weights=weights)
+
+
+def print_summary(summary: Summary, console: Console) -> None:
+    t = Table(title="Overall per tier")
+    for col in ("tier", "requests", "ok", "errors", "req/s", "out tok/s", "TTFT p50", "TTFT p95", "TPOT p50",
+                "E2E p95", "lag p99"):
+        t.add_column(col)
+
+    def ms(v: float | None) -> str:
+        return "–" if v is None else f"{v * 1000:.0f} ms"
+
+    for tier, g in summary.overall.items():
+        t.add_row(tier, str(g.requests), str(g.ok), f"{g.error_rate:.1%}", f"{g.achieved_rps:.2f}",
+                  f"{g.output_tokens_per_s:.0f}", ms(g.pct("ttft", "p50")), ms(g.pct("ttft", "p95")),
+                  ms(g.pct("tpot", "p50")), ms(g.pct("e2e", "p95")), ms(g.pct("lag", "p99")))
+    console.print(t)
+    kt = Table(title="Knee per tier (offered load, all tiers, req/s)")
+    for col in ("tier", "throughput (a)", "latency (b)", "goodput (c)", "used", "knee"):
+        kt.add_column(col)
+
+    def f(v: float | None) -> str:
+        return "–" if v is None else f"{v:.3g}"
+
+    for tier, k in summary.knees.items():
+        kt.add_row(tier, f(k.throughput), f(k.latency), f(k.goodput), k.used or "–", f(k.value))
+    console.print(kt)
+    print_roi(summary, console)
+    console.print(f"[bold]Recommendation:[/bold] {summary.recommendation}")
+
+
+def print_roi(summary: Summary, console: Console) -> None:
+    rt = Table(title="ROI by load band")
+    for col in ("band", "tier", "offered req/s", "achieved req/s", "p95 TTFT", "p95 E2E", "errors", "cost/1k req"):
+        rt.add_column(col)
+    for r in summary.roi:
+        rt.add_row(r.band, r.tier, f"{r.offered_min:.3g}–{r.offered_max:.3g}", f"{r.achieved_rps:.3g}",
+                   "–" if r.p95_ttft_s is None else f"{r.p95_ttft_s * 1000:.0f} ms",
+                   "–" if r.p95_e2e_s is None else f"{r.p95_e2e_s * 1000:.0f} ms", f"{r.error_rate:.1%}",
+                   "–" if r.cost_per_1k is None else f"{r.cost_per_1k:.4g}")
+    console.print(rt)
 
 
 @app.callback(invoke_without_command=True)
-def bench() -> None:
-    """Run a benchmark."""
-    not_landed("bench", "the load generator")
+def bench(
+    ctx: typer.Context,
+    host: str = typer.Option("http://127.0.0.1:8000", "--host", help="Target base URL (engine or gateway)."),
+    route: str = typer.Option("/v1/chat/completions", "--route", help="/v1/chat/completions or /v1/completions."),
+    model: str | None = typer.Option(None, "--model", help="Model name; default: the first of GET /v1/models."),
+    shape: str | None = typer.Option(None, "--shape", help=f"Load shape: {', '.join(SHAPES)}. Default: constant "
+                                     "with --qps, linear when --qps-start/--qps-end are given."),
+    qps: float | None = typer.Option(None, "--qps", help="Rate of the constant shape (req/s)."),
+    qps_start: float | None = typer.Option(None, "--qps-start", help="Start rate of a ramp / sweep / --find-knee."),
+    qps_end: float | None = typer.Option(None, "--qps-end", help="End rate of a ramp / sweep (cap of --find-knee)."),
+    steps: int = typer.Option(10, "--steps", min=1, help="Sweep steps, or slices of a ramp for per-step stats."),
+    duration: float = typer.Option(60.0, "--duration", help="Seconds of load."),
+    find_knee: bool = typer.Option(False, "--find-knee", help="Step the rate up until saturation, then bisect."),
+    step_duration: float = typer.Option(10.0, "--step-duration", help="Seconds per --find-knee probe."),
+    knee_growth: float = typer.Option(1.5, "--knee-growth", help="Rate multiplier between --find-knee probes."),
+    bisections: int = typer.Option(3, "--bisections", min=0, help="Bisection probes after the first saturation."),
+    arrivals: str = typer.Option("poisson", "--arrivals", help=f"Arrival process: {', '.join(ARRIVALS)}."),
+    burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape (1 = Poisson, < 1 burstier)."),
+    prompt_tokens: str = typer.Option("256:0:256:256", "--prompt-tokens", help="mean:std:min:max (truncated normal)."),
+    output_tokens: str = typer.Option("128:0:128:128", "--output-tokens", help="mean:std:min:max (truncated normal)."),
+    dataset: Path | None = typer.Option(None, "--dataset", help="JSONL (prompt/text/messages) or ShareGPT JSON."),
+    no_seed: bool = typer.Option(False, "--no-seed", help="Do not send a fresh random seed per request."),
+    tiers: str | None = typer.Option(None, "--tiers", help="Tier mix, e.g. turbo=0.2,standard=0.8."),
+    tier_via: str = typer.Option("both", "--tier-via", help="Ask the tier by body service_tier, header, or both."),
+    api_key: list[str] = typer.Option([], "--api-key", help="API key (repeat for several; picked at random)."),
+    ignore_eos: bool = typer.Option(True, "--ignore-eos/--no-ignore-eos", help="Send ignore_eos (exact lengths)."),
+    min_tokens: bool = typer.Option(False, "--min-tokens", help="Also send min_tokens = max_tokens."),
+    stream: bool = typer.Option(True, "--stream/--no-stream", help="Stream responses (needed for TTFT/ITL)."),
+    random_seed: int = typer.Option(0, "--random-seed", help="Seed of the schedule and the workload."),
+    max_concurrency: int | None = typer.Option(None, "--max-concurrency", min=1,
+                                               help="Cap on requests in flight; waits are recorded as queue time."),
+    timeout: float = typer.Option(600.0, "--timeout", help="Per-request timeout (s)."),
+    scrape: list[str] = typer.Option([], "--scrape", help="Prometheus URL to sample once a second (repeatable)."),
+    metrics: str | None = typer.Option(None, "--metrics", help="gpu-util,mem-fragmentation,p95-latency."),
+    slo: str | None = typer.Option(None, "--slo", help="Goodput SLOs, e.g. ttft=0.5,tpot=0.05,e2e=10 (seconds)."),
+    knee_method: str = typer.Option("throughput", "--knee-method", help="throughput, latency or goodput."),
+    knee_k: float = typer.Option(2.0, "--knee-k", help="Latency knee: p95 above k × its low-load value."),
+    knee_metric: str = typer.Option("e2e", "--knee-metric", help="Latency knee metric: ttft, tpot, itl, e2e."),
+    fleet_cost: float = typer.Option(1.0, "--fleet-cost-per-hour", help="Cost units per hour of the target fleet."),
+    tier_cost: str | None = typer.Option(None, "--tier-cost", help="Cost weight per tier, e.g. turbo=2,standard=1."),
+    out: Path | None = typer.Option(None, "--out", help="Run folder (default runs/bench-<timestamp>)."),
+    grace: float = typer.Option(30.0, "--grace", help="On Ctrl-C, seconds to wait for requests in flight."),
+    live: bool = typer.Option(True, "--live/--no-live", help="Live progress display."),
+    report: bool = typer.Option(True, "--report/--no-report", help="Write report.html."),
+    label: str = typer.Option("", "--label", help="Free text stored in summary.json."),
+) -> None:
+    """Run a benchmark (or `turbogate bench compare RUN_A RUN_B`)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    try:
+        cfg = build_config(
+            host=host, route=route, model=model, shape=shape, qps=qps, qps_start=qps_start, qps_end=qps_end,
+            steps=steps, duration=duration, find_knee=find_knee, step_duration=step_duration,
+            knee_growth=knee_growth, bisections=bisections, arrivals=arrivals, burstiness=burstiness,
+            prompt_tokens=prompt_tokens, output_tokens=output_tokens, dataset=dataset, no_seed=no_seed, tiers=tiers,
+            tier_via=tier_via, api_key=api_key, ignore_eos=ignore_eos, min_tokens=min_tokens, stream=stream,
+            random_seed=random_seed, max_concurrency=max_concurrency, timeout=timeout, scrape=scrape,
+            metrics=metrics, slo=slo, knee_method=knee_method, knee_k=knee_k, knee_metric=knee_metric,
+            fleet_cost=fleet_cost, tier_cost=tier_cost, out=out, grace=grace, live=live, report=report, label=label)
+    except ValueError as exc:
+        raise _bad(str(exc)) from None
+    console = Console(stderr=False, width=None if Console().is_terminal else 150)
+    try:
+        result = _run(cfg)
+    except RuntimeError as exc:
+        typer.echo(f"turbogate bench: {exc}", err=True)
+        raise typer.Exit(code=1) from None
+    print_summary(result.summary, console)
+    console.print(knee_line(result.summary))
+    console.print(f"run folder: {result.run_dir}" + (" (interrupted)" if result.summary.interrupted else ""))
+
+
+def _run(cfg: BenchConfig) -> BenchResult:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
+        return asyncio.run(run_bench(cfg))
+    return uvloop.run(run_bench(cfg))
+
+
+def build_config(*, host: str, route: str, model: str | None, shape: str | None, qps: float | None,
+                 qps_start: float | None, qps_end: float | None, steps: int, duration: float, find_knee: bool,
+                 step_duration: float, knee_growth: float, bisections: int, arrivals: str, burstiness: float,
+                 prompt_tokens: str, output_tokens: str, dataset: Path | None, no_seed: bool, tiers: str | None,
+                 tier_via: str, api_key: list[str], ignore_eos: bool, min_tokens: bool, stream: bool,
+                 random_seed: int, max_concurrency: int | None, timeout: float, scrape: list[str],
+                 metrics: str | None, slo: str | None, knee_method: str, knee_k: float, knee_metric: str,
+                 fleet_cost: float, tier_cost: str | None, out: Path | None, grace: float, live: bool, report: bool,
+                 label: str) -> BenchConfig:
+    """Validate the CLI options into a :class:`BenchConfig`; ValueError names the bad option."""
+    if not host.startswith(("http://", "https://")):
+        raise ValueError(f"--host must be a URL like http://127.0.0.1:8000, got {host!r}")
+    if not route.startswith("/"):
+        raise ValueError(f"--route must start with '/', got {route!r}")
+    if tier_via not in TIER_VIA:
+        raise ValueError(f"--tier-via must be one of {', '.join(TIER_VIA)}")
+    if shape is None:
+        shape = "linear" if (qps_start is not None or qps_end is not None) and qps is None else "constant"
+    if shape == "constant" and qps is None:
+        qps = qps_start if qps_start is not None else 1.0
+    if shape != "constant" and not find_knee and (qps_start is None or qps_end is None):
+        raise ValueError(f"--shape {shape} needs --qps-start and --qps-end")
+    if duration <= 0:
+        raise ValueError("--duration must be > 0")
+    if step_duration <= 0:
+        raise ValueError("--step-duration must be > 0")
+    if grace < 0 or timeout <= 0:
+        raise ValueError("--grace must be >= 0 and --timeout > 0")
+    if knee_metric not in ("ttft", "tpot", "itl", "e2e"):
+        raise ValueError("--knee-metric must be one of ttft, tpot, itl, e2e")
+    workload = Workload(
+        prompt_tokens=TruncNormal.parse(prompt_tokens, "--prompt-tokens"),
+        output_tokens=TruncNormal.parse(output_tokens, "--output-tokens"),
+        tiers=TierMix.parse(tiers), n_api_keys=len(api_key), per_request_seed=not no_seed,
+        dataset=load_prompts(dataset) if dataset is not None else ())
+    cfg = BenchConfig(
+        host=host, route=route, model=model, api_keys=tuple(api_key), stream=stream, ignore_eos=ignore_eos,
+        min_tokens=min_tokens, tier_via=tier_via, timeout_s=timeout, max_concurrency=max_concurrency, shape=shape,
+        qps=qps if qps is not None else 1.0, qps_start=qps_start if qps_start is not None else 1.0,
+        qps_end=qps_end if qps_end is not None else 0.0, steps=steps, duration_s=duration, find_knee=find_knee,
+        step_duration_s=step_duration, knee_growth=knee_growth, bisections=bisections,
+        arrivals=Arrivals(arrivals, burstiness), workload=workload, random_seed=random_seed, scrape=tuple(scrape),
+        metrics=tuple(parse_metrics_option(metrics)), slo=parse_slo(slo),
+        knee=KneeSettings(method=knee_method, k=knee_k, metric=knee_metric),
+        cost=parse_cost(tier_cost, fleet_cost), out=out, grace_s=grace, live=live, report=report, label=label)
+    if not find_knee:  # validate the rates now, before anything starts
+        make_shape(cfg.shape, start=cfg.qps if cfg.shape == "constant" else cfg.qps_start, end=cfg.qps_end,
+                   duration=cfg.duration_s, steps=cfg.steps)
+    return cfg
+
+
+@app.command("compare")
+def compare_cmd(
+    run_a: Path = typer.Argument(..., help="First run folder (A)."),
+    run_b: Path = typer.Argument(..., help="Second run folder (B)."),
+) -> None:
+    """Compare two run folders (bench or sim): knees and whole-run figures per tier, B against A."""
+    try:
+        a, b = load_run(run_a, with_requests=False, with_samples=False), load_run(run_b, with_requests=False,
+                                                                                   with_samples=False)
+    except (FileNotFoundError, ValueError) as exc:
+        typer.echo(f"turbogate bench compare: {exc}", err=True)
+        raise typer.Exit(code=2) from None
+    t = Table(title=f"A = {run_a} ({a.kind})   B = {run_b} ({b.kind})")
+    for col in ("tier", "metric", "A", "B", "B vs A"):
+        t.add_column(col)
+
+    def f(v: float | None) -> str:
+        return "–" if v is None else f"{v:.4g}"
+
+    for row in compare(a.summary, b.summary):
+        d = row.delta_pct
+        t.add_row(row.tier, row.metric, f(row.a), f(row.b), "–" if d is None else f"{d:+.1f} %")
+    Console().print(t)
 
 
 def turbo_bench_main() -> None:
-    app()
+    """The ``turbo-bench`` console script: the same options as ``turbogate bench``."""
+    app(prog_name="turbo-bench")

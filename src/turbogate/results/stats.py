@@ -3,9 +3,11 @@
 Attribution (documented in docs/results-schema.md):
 
 - latency, dispatch lag, error and shed rates: the requests *scheduled* in the step;
-- achieved throughput, token throughput and goodput: the requests *finishing* inside the step's
-  window, divided by the window's length — so an overloaded step shows what the target actually
-  completed, not what the client offered.
+- achieved throughput, token throughput and goodput: the successful requests *finishing* inside
+  the step's window, divided by the window's length — so an overloaded step shows what the target
+  actually completed, not what the client offered.  The completion window is the step's window
+  shifted by the run's *fill time* (median E2E at the lowest offered load), so the first step is
+  not charged for the pipeline filling up and the last one counts its own tail.
 """
 
 from __future__ import annotations
@@ -143,8 +145,8 @@ class GroupStats:
 
 
 def tier_key(r: RequestRecord) -> str:
-    """The tier a request is grouped under: the tier it asked for."""
-    return r.tier_asked or "none"
+    """The tier a request is grouped under: the tier it asked for (ALL when it asked none)."""
+    return r.tier_asked or ALL
 
 
 def _latency(records: Sequence[RequestRecord]) -> dict[str, Dist]:
@@ -209,14 +211,31 @@ class StepStats:
         return cls(step=Step.from_dict(d), tiers={str(k): GroupStats.from_dict(v) for k, v in d["tiers"].items()})
 
 
+def fill_time(records: Iterable[RequestRecord], steps: Sequence[Step]) -> float:
+    """Median E2E of the lowest-load step with successes: how long a request takes unloaded."""
+    recs = list(records)
+    for step in sorted(steps, key=lambda s: s.offered_rps):
+        e2e = [r.e2e_s for r in recs if r.step == step.index and r.ok and r.e2e_s is not None]
+        if e2e:
+            return float(np.median(e2e))
+    return 0.0
+
+
+def real_tiers(records: Iterable[RequestRecord]) -> list[str]:
+    """The tiers requests asked for (requests asking none are only in ALL)."""
+    return sorted({r.tier_asked for r in records if r.tier_asked is not None})
+
+
 def step_stats(records: Iterable[RequestRecord], steps: Sequence[Step], slo: SLO) -> list[StepStats]:
     """Per-step, per-tier statistics (plus the ALL aggregate) of a whole run."""
     recs = list(records)
-    tiers = sorted({tier_key(r) for r in recs})
+    tiers = real_tiers(recs)
+    shift = fill_time(recs, steps)
     out: list[StepStats] = []
     for step in steps:
         in_step = [r for r in recs if r.step == step.index]
-        finished = [r for r in recs if r.end_s is not None and step.start_s <= r.end_s < step.end_s]
+        lo, hi = step.start_s + shift, step.end_s + shift
+        finished = [r for r in recs if r.end_s is not None and lo <= r.end_s < hi]
         groups: dict[str, GroupStats] = {}
         total = len(in_step)
         for tier in tiers:
@@ -233,7 +252,7 @@ def overall_stats(records: Iterable[RequestRecord], duration_s: float, slo: SLO)
     """Whole-run statistics per tier (and ALL): throughput over the run's duration."""
     recs = list(records)
     out: dict[str, GroupStats] = {}
-    tiers = sorted({tier_key(r) for r in recs})
+    tiers = real_tiers(recs)
     for tier in [*tiers, ALL]:
         group = recs if tier == ALL else [r for r in recs if tier_key(r) == tier]
         offered = len(group) / duration_s if duration_s > 0 else 0.0

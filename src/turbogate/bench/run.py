@@ -1,0 +1,249 @@
+"""A whole benchmark: build the schedule, run it with collectors and a live display, write the run."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import signal
+import sys
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from turbogate.bench.arrivals import Arrivals, Scheduled, build_schedule
+from turbogate.bench.collectors import Collectors, Nvml
+from turbogate.bench.findknee import KneeSearch
+from turbogate.bench.live import LiveDisplay
+from turbogate.bench.runner import Runner, Target
+from turbogate.bench.shapes import Constant, make_shape, shape_steps
+from turbogate.bench.workload import Workload
+from turbogate.results import (
+    ALL,
+    SLO,
+    CostConfig,
+    KneeSettings,
+    RequestRecord,
+    Sample,
+    Step,
+    Summary,
+    group_stats,
+    summarize,
+    write_run,
+)
+
+
+@dataclass
+class BenchConfig:
+    host: str
+    route: str = "/v1/chat/completions"
+    model: str | None = None
+    api_keys: tuple[str, ...] = ()
+    stream: bool = True
+    ignore_eos: bool = True
+    min_tokens: bool = False
+    tier_via: str = "both"
+    timeout_s: float = 600.0
+    max_concurrency: int | None = None
+    shape: str = "constant"
+    qps: float = 1.0
+    qps_start: float = 1.0
+    qps_end: float = 10.0
+    steps: int = 10
+    duration_s: float = 60.0
+    find_knee: bool = False
+    step_duration_s: float = 10.0
+    knee_growth: float = 1.5
+    bisections: int = 3
+    arrivals: Arrivals = field(default_factory=Arrivals)
+    workload: Workload = field(default_factory=Workload)
+    random_seed: int = 0
+    scrape: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ()
+    slo: SLO = field(default_factory=SLO)
+    knee: KneeSettings = field(default_factory=KneeSettings)
+    cost: CostConfig = field(default_factory=CostConfig)
+    out: Path | None = None
+    grace_s: float = 30.0
+    live: bool = True
+    report: bool = True
+    label: str = ""
+
+    def describe(self) -> dict[str, Any]:
+        """The settings as JSON for summary.json (API keys counted, never written)."""
+        d: dict[str, Any] = {
+            "host": self.host, "route": self.route, "model": self.model, "api_keys": len(self.api_keys),
+            "stream": self.stream, "ignore_eos": self.ignore_eos, "min_tokens": self.min_tokens,
+            "tier_via": self.tier_via, "timeout_s": self.timeout_s, "max_concurrency": self.max_concurrency,
+            "shape": "find-knee" if self.find_knee else self.shape, "qps": self.qps, "qps_start": self.qps_start,
+            "qps_end": self.qps_end, "steps": self.steps, "duration_s": self.duration_s,
+            "step_duration_s": self.step_duration_s, "arrivals": self.arrivals.kind,
+            "burstiness": self.arrivals.burstiness, "random_seed": self.random_seed,
+            "prompt_tokens": asdict(self.workload.prompt_tokens), "output_tokens": asdict(self.workload.output_tokens),
+            "tiers": dict(self.workload.tiers.weights), "per_request_seed": self.workload.per_request_seed,
+            "dataset_prompts": len(self.workload.dataset), "scrape": list(self.scrape), "metrics": list(self.metrics),
+            "label": self.label,
+        }
+        return d
+
+
+async def discover_model(session: aiohttp.ClientSession, host: str) -> str:
+    url = host.rstrip("/") + "/v1/models"
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as r:
+            if r.status != 200:
+                raise RuntimeError(f"GET {url} answered HTTP {r.status}; pass --model")
+            data = await r.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise RuntimeError(f"cannot reach {url} ({type(exc).__name__}: {exc}); is the target up?") from None
+    models = data.get("data") if isinstance(data, dict) else None
+    if not models:
+        raise RuntimeError(f"{url} lists no models; pass --model")
+    return str(models[0]["id"])
+
+
+@dataclass
+class BenchResult:
+    run_dir: Path
+    summary: Summary
+    records: list[RequestRecord]
+    samples: list[Sample]
+    notices: list[str]
+
+
+def _saturated(g: Any, base_p95: float | None, knee: KneeSettings) -> bool:
+    if g.offered_rps > 0 and g.achieved_rps < knee.ratio * g.offered_rps:
+        return True
+    p95 = g.pct(knee.metric)
+    return base_p95 is not None and p95 is not None and p95 > knee.k * base_p95
+
+
+async def _find_knee(cfg: BenchConfig, runner: Runner, rng: random.Random, steps: list[Step],
+                     notes: list[str]) -> None:
+    search = KneeSearch(start=cfg.qps_start, growth=cfg.knee_growth, bisections=cfg.bisections,
+                        max_rate=max(cfg.qps_end, cfg.qps_start) if cfg.qps_end > cfg.qps_start else 1e6)
+    base_p95: float | None = None
+    while not runner.stop.is_set() and (rate := search.next_rate()) is not None:
+        start = runner.now() + 0.1
+        step = Step(len(steps), start, start + cfg.step_duration_s, rate)
+        steps.append(step)
+        shape = Constant(rate, cfg.step_duration_s)
+        local = [Step(0, 0.0, cfg.step_duration_s, rate)]
+        sched = build_schedule(shape, cfg.arrivals, cfg.workload, local, rng, offset=start, step_offset=step.index)
+        await runner.execute(sched, grace_s=cfg.grace_s)
+        in_step = [r for r in runner.records if r.step == step.index]
+        fin = [r for r in runner.records if r.end_s is not None and step.start_s <= r.end_s < step.end_s]
+        g = group_stats(in_step, fin, cfg.step_duration_s, rate, cfg.slo)
+        if base_p95 is None:
+            base_p95 = g.pct(cfg.knee.metric)
+        sat = _saturated(g, base_p95, cfg.knee)
+        search.observe(rate, sat)
+        print(f"find-knee: {rate:.3g} req/s offered → {g.achieved_rps:.3g} achieved, p95 {cfg.knee.metric} "
+              f"{(g.pct(cfg.knee.metric) or 0) * 1000:.0f} ms → {'saturated' if sat else 'ok'}", file=sys.stderr)
+    est = search.estimate()
+    notes.append(f"find-knee bracket {search.bracket()}, bisection estimate {est}")
+
+
+def _bench_series(runner: Runner, with_p95: bool) -> Any:
+    def series(t: float) -> list[Sample]:
+        st = runner.state
+        out = [Sample(t, "bench", "bench_offered_rps", st.offered_rps),
+               Sample(t, "bench", "bench_achieved_rps", st.achieved_rps(t)),
+               Sample(t, "bench", "bench_in_flight", float(st.in_flight))]
+        p95 = runner.p95_e2e() if with_p95 else None
+        if p95 is not None:
+            out.append(Sample(t, "bench", "bench_p95_e2e_s", p95))
+        return out
+
+    return series
+
+
+async def run_bench(cfg: BenchConfig, *, echo: Any = None) -> BenchResult:
+    """Run the benchmark ``cfg`` describes and write its run folder."""
+    say = echo or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    notices: list[str] = []
+    rng = random.Random(cfg.random_seed)
+    nvml: Nvml | None = None
+    if "gpu-util" in cfg.metrics:
+        nvml, msg = Nvml.open()
+        notices.append(msg)
+        say(msg)
+    scrape = list(cfg.scrape)
+    if "mem-fragmentation" in cfg.metrics:
+        scrape.append(cfg.host.rstrip("/") + "/metrics")
+    if not cfg.find_knee:
+        shape = make_shape(cfg.shape, start=cfg.qps if cfg.shape == "constant" else cfg.qps_start,
+                           end=cfg.qps_end, duration=cfg.duration_s, steps=cfg.steps)
+        steps = shape_steps(shape, cfg.steps)
+        schedule: list[Scheduled] = build_schedule(shape, cfg.arrivals, cfg.workload, steps, rng)
+    else:
+        steps, schedule = [], []
+    started_at = datetime.now(UTC)
+    out_dir = cfg.out or Path("runs") / f"bench-{started_at.strftime('%Y%m%d-%H%M%S')}"
+    notes: list[str] = []
+    async with aiohttp.ClientSession() as probe_session:
+        model = cfg.model or await discover_model(probe_session, cfg.host)
+    target = Target(base_url=cfg.host, route=cfg.route, model=model, api_keys=cfg.api_keys, stream=cfg.stream,
+                    ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens, tier_via=cfg.tier_via,
+                    timeout_s=cfg.timeout_s, max_concurrency=cfg.max_concurrency)
+    loop = asyncio.get_running_loop()
+    interrupts = 0
+    async with Runner(target) as runner:
+
+        def on_sigint() -> None:
+            nonlocal interrupts
+            interrupts += 1
+            runner.stop.set()
+            if interrupts == 1:
+                say(f"\nstopping: no new requests; waiting up to {cfg.grace_s:.0f}s for those in flight "
+                    "(Ctrl-C again to cancel them now)")
+            else:
+                runner.cancel_in_flight()
+
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGINT, on_sigint)
+        collectors = Collectors(runner.session, scrape, runner.now, nvml=nvml,
+                                bench_series=_bench_series(runner, "p95-latency" in cfg.metrics))
+        display = LiveDisplay(runner, None if cfg.find_knee else cfg.duration_s, enabled=cfg.live)
+        collectors.start()
+        display.start()
+        try:
+            if cfg.find_knee:
+                await _find_knee(cfg, runner, rng, steps, notes)
+            else:
+                await runner.execute(schedule, grace_s=cfg.grace_s)
+        finally:
+            await display.stop()
+            await collectors.stop()
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(signal.SIGINT)
+        duration = max(runner.now(), steps[-1].end_s if steps else 0.0)
+        records = sorted(runner.records, key=lambda r: r.id)
+        started_iso = datetime.fromtimestamp(runner.t0_wall, UTC).isoformat()
+    for url, err in collectors.errors.items():
+        notes.append(f"scrape {url}: {err}")
+    if "mem-fragmentation" in cfg.metrics and not any(
+            s.name in ("turbogate_emulator_kv_fragmentation", "vllm:kv_cache_fragmentation")
+            for s in collectors.samples):
+        msg = "mem-fragmentation: the target exposes no KV fragmentation gauge at /metrics"
+        notices.append(msg)
+        say(msg)
+    notes.extend(notices)
+    interrupted = runner.stop.is_set()
+    config = cfg.describe() | {"model": model}
+    summary = summarize(records, steps, kind="bench", started_at=started_iso, duration_s=duration, config=config,
+                        slo=cfg.slo, knee_settings=cfg.knee, cost=cfg.cost, interrupted=interrupted, notes=notes)
+    write_run(out_dir, records, collectors.samples, summary, report=cfg.report)
+    return BenchResult(out_dir, summary, records, collectors.samples, notices)
+
+
+def knee_line(summary: Summary) -> str:
+    parts = []
+    for tier, k in summary.knees.items():
+        label = "fleet" if tier == ALL else tier
+        parts.append(f"{label}: {'none in range' if k.value is None else f'{k.value:.3g} req/s ({k.used})'}")
+    return "knee — " + "; ".join(parts)
+

@@ -1,0 +1,226 @@
+"""The open-loop runner: sends each scheduled request at its absolute time, whatever came before.
+
+The schedule is computed before the first send; a single dispatcher sleeps to each absolute
+send time (no drift from accumulated sleeps) and starts a task per request.  How late a task
+actually started (dispatch lag) and how long it then waited for a ``--max-concurrency`` slot
+(client queue time) are recorded on every request, so a slow client never hides inside latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from turbogate.bench.arrivals import Scheduled
+from turbogate.bench.client import TIER_HEADER, Outcome, send_request
+from turbogate.bench.workload import request_body
+from turbogate.results.schema import RequestRecord
+
+TIER_VIA: tuple[str, ...] = ("body", "header", "both")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    base_url: str
+    route: str
+    model: str
+    api_keys: tuple[str, ...] = ()
+    stream: bool = True
+    ignore_eos: bool = True
+    min_tokens: bool = False
+    tier_via: str = "both"
+    timeout_s: float = 600.0
+    max_concurrency: int | None = None
+
+    @property
+    def url(self) -> str:
+        return self.base_url.rstrip("/") + self.route
+
+    @property
+    def chat(self) -> bool:
+        return "chat" in self.route
+
+
+@dataclass
+class LiveState:
+    """Counters the live display and the bench-side collector read."""
+
+    scheduled: int = 0
+    dispatched: int = 0
+    in_flight: int = 0
+    done: int = 0
+    errors: int = 0
+    offered_rps: float = 0.0
+    step: int = 0
+    finished_at: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=100_000))
+    recent_e2e: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=2000))
+    recent_lag: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=2000))
+
+    def achieved_rps(self, now: float, window: float = 5.0) -> float:
+        n = 0
+        for t in reversed(self.finished_at):
+            if t < now - window:
+                break
+            n += 1
+        return n / window
+
+
+def _percentile(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q / 100.0 * len(s)))]
+
+
+class Runner:
+    """Runs schedules against one target; times are seconds since :attr:`t0`."""
+
+    def __init__(self, target: Target, state: LiveState | None = None, lead_s: float = 0.2) -> None:
+        self.target = target
+        self.state = state or LiveState()
+        self.records: list[RequestRecord] = []
+        self.stop = asyncio.Event()
+        self.t0 = time.perf_counter() + lead_s
+        self.t0_wall = time.time() + lead_s
+        self._session: aiohttp.ClientSession | None = None
+        self._sem = asyncio.Semaphore(target.max_concurrency) if target.max_concurrency else None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._next_id = 0
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("use the Runner as 'async with Runner(...)'")
+        return self._session
+
+    def cancel_in_flight(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    async def __aenter__(self) -> Runner:
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, force_close=False)
+        timeout = aiohttp.ClientTimeout(total=self.target.timeout_s)
+        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def execute(self, schedule: Sequence[Scheduled], grace_s: float = 30.0) -> None:
+        """Dispatch ``schedule`` (absolute times), then wait for what is in flight.
+
+        When :attr:`stop` is set, sending stops at once; in-flight requests get ``grace_s`` to
+        finish and are then cancelled (and recorded as such); unsent ones are recorded as not sent.
+        """
+        self.state.scheduled += len(schedule)
+        i = 0
+        n = len(schedule)
+        while i < n and not self.stop.is_set():
+            item = schedule[i]
+            delay = item.t - self.now()
+            if delay > 0:
+                # Sleep to the absolute time; wake early on stop.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stop.wait(), delay) if delay > 0.05 else await asyncio.sleep(delay)
+                continue
+            self.state.step, self.state.offered_rps = item.step, item.offered_rps
+            task = asyncio.create_task(self._one(item, self._new_id()))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            i += 1
+        for item in schedule[i:]:
+            self.records.append(self._unsent(item, self._new_id()))
+        await self._drain(grace_s if self.stop.is_set() else None)
+
+    async def _drain(self, grace_s: float | None) -> None:
+        if not self._tasks:
+            return
+        _, pending = await asyncio.wait(set(self._tasks), timeout=grace_s)
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.wait(pending)
+
+    async def finish_in_flight(self, grace_s: float) -> None:
+        await self._drain(grace_s)
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id - 1
+
+    def _unsent(self, item: Scheduled, rid: int) -> RequestRecord:
+        return RequestRecord(
+            id=rid, step=item.step, offered_rps=item.offered_rps, scheduled_s=item.t, sent_s=None,
+            dispatch_lag_s=0.0, queue_s=0.0, end_s=None, tier_asked=item.spec.tier, tier_served=None, status=None,
+            ok=False, error="not sent: the run was stopped", ttft_s=None, itl_s=(), tpot_s=None, e2e_s=None,
+            prompt_tokens=None, output_tokens=None, api_key=item.spec.api_key)
+
+    async def _one(self, item: Scheduled, rid: int) -> None:
+        started = time.perf_counter()
+        st = self.state
+        st.dispatched += 1
+        st.in_flight += 1
+        tgt = self.target
+        spec = item.spec
+        out: Outcome | None = None
+        acquired = False
+        try:
+            if self._sem is not None:
+                await self._sem.acquire()
+                acquired = True
+            headers = {"Content-Type": "application/json"}
+            if tgt.api_keys and spec.api_key is not None:
+                headers["Authorization"] = f"Bearer {tgt.api_keys[spec.api_key]}"
+            if spec.tier is not None and tgt.tier_via in ("header", "both"):
+                headers[TIER_HEADER] = spec.tier
+            body = request_body(spec, model=tgt.model, chat=tgt.chat, stream=tgt.stream, ignore_eos=tgt.ignore_eos,
+                                min_tokens=tgt.min_tokens, tier_in_body=tgt.tier_via in ("body", "both"))
+            assert self._session is not None
+            out = await send_request(self._session, tgt.url, body, headers, tgt.stream)
+        except asyncio.CancelledError:
+            now = time.perf_counter()
+            out = Outcome(sent=started, end=now, error="cancelled: grace period over")
+        finally:
+            if acquired and self._sem is not None:
+                self._sem.release()
+            st.in_flight -= 1
+            if out is None:
+                now = time.perf_counter()
+                out = Outcome(sent=now, end=now, error="client error before send")
+            self.records.append(self._record(item, rid, started, out))
+            st.done += 1
+            if out.ok:
+                st.finished_at.append(out.end - self.t0)
+                if out.e2e is not None:
+                    st.recent_e2e.append(out.e2e)
+            else:
+                st.errors += 1
+            st.recent_lag.append(started - self.t0 - item.t)
+
+    def _record(self, item: Scheduled, rid: int, started: float, out: Outcome) -> RequestRecord:
+        t0 = self.t0
+        started_s = started - t0
+        sent_s = out.sent - t0
+        return RequestRecord(
+            id=rid, step=item.step, offered_rps=item.offered_rps, scheduled_s=item.t, sent_s=sent_s,
+            dispatch_lag_s=started_s - item.t, queue_s=max(0.0, sent_s - started_s), end_s=out.end - t0,
+            tier_asked=item.spec.tier, tier_served=out.tier_served, status=out.status, ok=out.ok, error=out.error,
+            ttft_s=out.ttft, itl_s=out.itl, tpot_s=out.tpot, e2e_s=out.e2e, prompt_tokens=out.prompt_tokens,
+            output_tokens=out.output_tokens, server_timing_ms=out.server_timing, api_key=item.spec.api_key,
+            replica=out.replica)
+
+    def p95_e2e(self) -> float | None:
+        return _percentile(self.state.recent_e2e, 95)
+
+    def p99_lag(self) -> float | None:
+        return _percentile(self.state.recent_lag, 99)
