@@ -33,6 +33,9 @@ def emulate(
         help="KV-cache blocks of 16 tokens (default: what the GPU memory leaves); small values make a replica "
              "that saturates and preempts."),
     dtype: str = typer.Option("bf16", "--dtype", help="Weight dtype: bf16, fp16, fp8, int8, int4."),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype",
+                                       help="KV-cache dtype: auto (bf16 under fp8/int weights, else the weight dtype), "
+                                            "bf16, fp8."),
     gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", min=0.05, max=1.0,
                                                  help="Fraction of GPU memory for weights + KV cache."),
     max_model_len: int | None = typer.Option(None, "--max-model-len", min=1,
@@ -63,7 +66,7 @@ def emulate(
     try:
         app = build_app(
             gpu=gpu, model=model, tp=tp, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-            policy=scheduling_policy.value, num_gpu_blocks=num_gpu_blocks, dtype=dtype,
+            policy=scheduling_policy.value, num_gpu_blocks=num_gpu_blocks, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
             gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
             served_model_names=served_model_name or [model], tokenizer=tokenizer, time_scale=time_scale, seed=seed,
             error_rate=error_rate, hang_rate=hang_rate, crash_after=crash_after, startup_delay=startup_delay,

@@ -16,12 +16,13 @@ log = logging.getLogger("turbogate.emulator")
 
 def build_app(*, gpu: str, model: str, tp: int = 1, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
               policy: Policy = "fcfs", num_gpu_blocks: int | None = None, dtype: str = "bf16",
-              gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
+              kv_cache_dtype: str = "auto", gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
               served_model_names: list[str] | None = None, tokenizer: str | None = None, time_scale: float = 1.0,
               seed: int = 0, error_rate: float = 0.0, hang_rate: float = 0.0, crash_after: int | None = None,
               startup_delay: float = 0.0) -> EmulatorApp:
     spec = resolve_model(model)
-    dep = deployment(get_gpu(gpu), spec, tp=tp, weight_dtype=dtype, gpu_mem_util=gpu_memory_utilization)
+    dep = deployment(get_gpu(gpu), spec, tp=tp, weight_dtype=dtype, kv_dtype=kv_cache_dtype,
+                     gpu_mem_util=gpu_memory_utilization)
     engine = Engine(dep, EngineConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                       policy=policy, num_gpu_blocks=num_gpu_blocks))
     kv_tokens = engine.max_tokens_per_request
