@@ -151,7 +151,7 @@ def synthetic_prompt(n_tokens: int, rng: random.Random) -> str:
     target = 4 * max(1, n_tokens)
     words: list[str] = []
     size = 0
-    while size < target:
+    while size <= target:  # size counts a space after each word
         w = rng.choice(_WORDS)
         words.append(w)
         size += len(w) + 1
