@@ -32,7 +32,7 @@ def test_capacity_report_matches_perf() -> None:
     assert r.decode[0].step_time_s == dep.decode_step_time(1, 640)
     assert r.decode[0].bound == "memory"
     assert r.compute_bound_batch is not None
-    assert r.decode[2].bound == ("compute" if 256 >= r.compute_bound_batch else "memory")
+    assert r.decode[2].bound == ("compute" if r.compute_bound_batch <= 256 else "memory")
     assert 0 < r.knee_rate < r.saturation_rate
     low, high = r.rates
     assert not low.point.saturated and high.point.saturated  # 17 req/s is past one A100's saturation
@@ -50,7 +50,7 @@ def test_capacity_rejects_bad_rates() -> None:
         capacity(dep, batch_sizes=(0,))
 
 
-# Hand model: μ = 20 req/s, knee ≈ 11.9 (where E2E doubles), c = 100, KV 256 tokens/seq of 51,200.
+# Hand model: μ = 20 req/s, knee ≈ 12.5 (where E2E doubles), c = 100, KV 256 tokens/seq of 51,200.
 HAND = LatencyModel(prompt_tokens=200, output_tokens=100, batch_cap=100, bound="max_num_seqs",
                     saturation_rate=20.0, s_idle=0.010, s_sat=0.050, ttft0=0.020, ttft_full=0.060,
                     kv_tokens_per_seq=256, kv_capacity_tokens=51_200)
@@ -68,7 +68,7 @@ def test_load_rule_bands() -> None:
     # two replicas halve the per-replica load: back to Turbo on; replicas for the peak at the knee
     two = decide(HAND, MatrixInputs(peak_rps=1.8 * knee, replicas=2))
     assert two.mode == TURBO_ON and two.per_replica_rps == pytest.approx(0.9 * knee)
-    assert std.replicas_needed == 2  # ceil(20 / 11.9)
+    assert std.replicas_needed == 2  # ceil(20 / 12.5)
 
 
 def test_kv_rule_threshold() -> None:

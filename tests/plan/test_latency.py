@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -126,6 +127,6 @@ def test_monotone_in_load() -> None:
     dep = deployment(get_gpu("L40S"), get_model("qwen2.5-7b"))
     lm = latency_model(dep, 1024, 128)
     rates = [lm.saturation_rate * f for f in (0.0, 0.2, 0.4, 0.6, 0.8, 0.95)]
-    for a, b in zip(rates, rates[1:], strict=False):
+    for a, b in itertools.pairwise(rates):
         assert lm.ttft(a) < lm.ttft(b)
         assert lm.tpot(a) < lm.tpot(b)
