@@ -175,3 +175,21 @@ def test_unknown_path_is_404(fast_emulator: Service) -> None:
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(fast_emulator.url + "/v1/nothing", timeout=5)
     assert info.value.code == 404
+
+
+def test_context_limit_follows_a_small_kv_cache(emulator_factory) -> None:  # type: ignore[no-untyped-def]
+    # 4 blocks of 16 tokens: max_model_len 64, served under another name.
+    svc = emulator_factory("--time-scale", "0", "--num-gpu-blocks", "4", "--served-model-name", "tiny")
+    client = openai.OpenAI(base_url=svc.url + "/v1", api_key="unused", max_retries=0)
+    assert client.models.list().data[0].model_extra["max_model_len"] == 64  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x" * 400}])
+    assert info.value.param == "messages" and "maximum context length is 64" in info.value.message
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x" * 40}], max_tokens=60)
+    assert info.value.param == "max_tokens"
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=2)
+    resp = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=40,
+                                          extra_body={"ignore_eos": True})
+    assert resp.usage is not None and resp.usage.completion_tokens == 40 and resp.model == "tiny"

@@ -116,6 +116,8 @@ class EmulatorApp:
                 raise _HttpError(405 if path in ("/health", "/metrics", "/v1/models") else 404,
                                  f"{method} {path} not found", "NotFoundError")
             elif path == "/health":
+                if self.runner is not None and self.runner.failure is not None:
+                    raise _HttpError(500, f"engine loop failed: {self.runner.failure!r}", "InternalServerError")
                 ready = time.monotonic() >= self._ready_at
                 await _send(send, 200 if ready else 503, b"" if ready else b'{"status":"starting"}')
             elif path == "/metrics":
@@ -194,6 +196,8 @@ class EmulatorApp:
             handle = runner.submit(Request(rid, gen.prompt_tokens, n_out, gen.priority, finish), gen.stream)
         except RequestTooLarge as exc:
             raise _HttpError(400, str(exc), "BadRequestError", "max_tokens") from None
+        except RuntimeError as exc:
+            raise _HttpError(500, str(exc), "InternalServerError") from None
         watcher = asyncio.ensure_future(receive())
         watcher.add_done_callback(lambda _t: runner.abort(rid))
         try:

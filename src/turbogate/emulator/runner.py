@@ -43,6 +43,7 @@ class EngineRunner:
         self._handles: dict[str, Handle] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self.failure: BaseException | None = None  # set if the engine loop crashed (a bug): /health says so
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="engine-loop")
@@ -57,6 +58,8 @@ class EngineRunner:
 
     def submit(self, req: Request, stream: bool) -> Handle:
         """Queue ``req``; raises engine errors (e.g. RequestTooLarge) unchanged."""
+        if self.failure is not None:
+            raise RuntimeError(f"engine loop failed: {self.failure!r}")
         now = time.perf_counter()  # uvloop's loop.time() has 1 ms resolution
         self.engine.add_request(req, now)
         handle = Handle(req.request_id, now, stream)
@@ -79,6 +82,18 @@ class EngineRunner:
             handle.queue.put_nowait(None)  # wakes a streaming reader; None = aborted
 
     async def _run(self) -> None:
+        try:
+            await self._loop()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("engine loop failed; failing all requests in flight")
+            self.failure = exc
+            for handle in list(self._handles.values()):
+                self._fail(handle)
+            self._handles.clear()
+
+    async def _loop(self) -> None:
         clock = time.perf_counter
         engine = self.engine
         scale = self.time_scale
