@@ -17,6 +17,8 @@ from turbogate.engine import Engine, Request, TokenEvent
 
 log = logging.getLogger("turbogate.emulator")
 
+MAX_CATCH_UP_S = 0.05  # behind schedule by more than this (CPU starved): re-anchor rather than burst
+
 
 class Aborted(Exception):
     """The request left the engine before finishing (client gone, or the engine stopped)."""
@@ -97,19 +99,25 @@ class EngineRunner:
         clock = time.perf_counter
         engine = self.engine
         scale = self.time_scale
+        # Steps are paced against a schedule, not against each wake-up: the event loop's timers
+        # fire late by up to a millisecond, and at ~7 ms a step that error would add up.
+        planned_end = clock()
         while True:
             if not engine.has_work():
                 self._wake.clear()
                 await self._wake.wait()
+                planned_end = clock()
                 continue
-            start = clock()
-            result = engine.step(start)
+            now = clock()
+            start = planned_end if now - planned_end < MAX_CATCH_UP_S else now
+            result = engine.step(now)
             for rid in result.scheduled_first:
                 handle = self._handles.get(rid)
                 if handle is not None:
-                    self.metrics.queue.observe(start - handle.arrival)
+                    self.metrics.queue.observe(now - handle.arrival)
             if scale > 0:
-                delay = start + result.duration * scale - clock()
+                planned_end = max(start + result.duration * scale, now)
+                delay = planned_end - clock()
                 if delay > 0:
                     await asyncio.sleep(delay)
                 self._deliver(result.events, clock())
