@@ -47,5 +47,5 @@ def build_app(*, gpu: str, model: str, tp: int = 1, max_num_seqs: int = 256, max
 def run_server(app: EmulatorApp, host: str, port: int, log_level: str = "warning") -> None:
     config = uvicorn.Config(app, host=host, port=port, loop="uvloop", http="httptools", lifespan="on",
                             access_log=False, log_level=log_level, timeout_graceful_shutdown=2,
-                            backlog=4096)
+                            backlog=4096, proxy_headers=False, server_header=False, date_header=False)
     uvicorn.Server(config).run()

@@ -206,7 +206,7 @@ class Engine:
             new = min(seq.num_tokens - seq.computed, budget)
             need = -(-(seq.computed + new) // block_size) - len(seq.blocks)
             self_preempted = False
-            while need > bm.num_free:
+            while need > 0 and need > bm.num_free:  # most decode steps need no new block
                 victim = self._preempt_victim()
                 j = running.index(victim)
                 del running[j]
