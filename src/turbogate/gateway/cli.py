@@ -42,7 +42,9 @@ def serve(
     bind_host = host or cfg.listen.host
     bind_port = cfg.listen.port if port is None else port
     common = {"host": bind_host, "port": bind_port, "log_level": log_level.lower(), "access_log": False,
-              "loop": "uvloop", "http": "httptools", "lifespan": "on", "timeout_keep_alive": 30}
+              "loop": "uvloop", "http": "httptools", "lifespan": "on", "timeout_keep_alive": 30,
+              # Lean hot path: no proxy-header middleware, no Server/Date header formatting.
+              "proxy_headers": False, "server_header": False, "date_header": False}
     if workers == 1:
         from turbogate.gateway.app import GatewayApp
 

@@ -1,0 +1,219 @@
+"""Gateway overhead, side by side in one run: the same requests straight to emulators and
+through one gateway worker, emulators at ``--time-scale 0`` (answers cost ~nothing).
+
+Prints ONE JSON object.  Latency is measured sequentially (one request at a time, direct and
+gateway interleaved so drift hits both); max rps with a closed-loop load of many concurrent
+connections from separate processes, so the client is not the bottleneck.
+Run: ``python benchmarks/gateway_overhead.py [--requests 1000] [--seconds 5]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import httpx
+
+from turbogate.config import hash_key
+from turbogate.procs import Service, start_emulator, start_gateway
+
+KEY = "sk-bench"
+MODEL = "llama-3.1-8b"
+BODY = {"model": MODEL, "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 4}
+STREAM_BODY = {**BODY, "stream": True}
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
+
+
+async def unary_latency(targets: dict[str, str], n: int) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {name: [] for name in targets}
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    payload = json.dumps(BODY).encode()
+    async with aiohttp.ClientSession() as session:
+        for i in range(n + 50):
+            for name, url in targets.items():
+                t0 = time.perf_counter()
+                async with session.post(url + "/v1/chat/completions", data=payload, headers=headers) as resp:
+                    await resp.read()
+                    assert resp.status == 200, resp.status
+                if i >= 50:  # warm-up
+                    out[name].append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+async def stream_ttft(targets: dict[str, str], n: int) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {name: [] for name in targets}
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    payload = json.dumps(STREAM_BODY).encode()
+    async with aiohttp.ClientSession() as session:
+        for i in range(n + 20):
+            for name, url in targets.items():
+                t0 = time.perf_counter()
+                async with session.post(url + "/v1/chat/completions", data=payload, headers=headers) as resp:
+                    first = await resp.content.readany()
+                    ttft = (time.perf_counter() - t0) * 1000
+                    assert resp.status == 200 and first.startswith(b"data:"), (resp.status, first[:80])
+                    await resp.read()
+                if i >= 20:
+                    out[name].append(ttft)
+    return out
+
+
+async def httpx_latency(url: str, n: int) -> list[float]:
+    """Client-library comparison: the same sequential calls with httpx instead of aiohttp."""
+    out: list[float] = []
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    payload = json.dumps(BODY).encode()
+    async with httpx.AsyncClient() as client:
+        for i in range(n + 50):
+            t0 = time.perf_counter()
+            resp = await client.post(url + "/v1/chat/completions", content=payload, headers=headers)
+            assert resp.status_code == 200
+            if i >= 50:
+                out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def _load_worker(url: str, concurrency: int, seconds: float, queue: mp.Queue) -> None:  # type: ignore[type-arg]
+    async def run() -> tuple[int, int]:
+        headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+        payload = json.dumps(BODY).encode()
+        ok = errors = 0
+        stop = time.perf_counter() + seconds
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            async def loop() -> None:
+                nonlocal ok, errors
+                while time.perf_counter() < stop:
+                    try:
+                        async with session.post(url + "/v1/chat/completions", data=payload, headers=headers) as r:
+                            await r.read()
+                            if r.status == 200:
+                                ok += 1
+                            else:
+                                errors += 1
+                    except aiohttp.ClientError:
+                        errors += 1
+            await asyncio.gather(*(loop() for _ in range(concurrency)))
+        return ok, errors
+
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    queue.put(asyncio.run(run()))
+
+
+def max_rps(url: str, procs: int, concurrency: int, seconds: float) -> tuple[float, int]:
+    ctx = mp.get_context("spawn")
+    queue: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
+    workers = [ctx.Process(target=_load_worker, args=(url, concurrency, seconds, queue)) for _ in range(procs)]
+    t0 = time.perf_counter()
+    for w in workers:
+        w.start()
+    results = [queue.get(timeout=seconds + 60) for _ in workers]
+    for w in workers:
+        w.join()
+    elapsed = time.perf_counter() - t0
+    ok = sum(r[0] for r in results)
+    errors = sum(r[1] for r in results)
+    # Count against the load window, not process start-up.
+    return ok / min(elapsed, seconds + 0.5), errors
+
+
+def write_config(path: Path, emulator_urls: list[str]) -> None:
+    replicas = "\n".join(
+        f'      - {{url: "{u}", engine: emulator, max_concurrency: 1024}}' for u in emulator_urls
+    )
+    path.write_text(
+        f"""tenants:
+  - name: bench
+    key_sha256: {hash_key(KEY)}
+    tiers: [turbo, standard, relax]
+tiers:
+  turbo: {{weight: 4}}
+  standard: {{weight: 2, capacity_share: 1.0, max_utilization: 1.0, queue_bound: 100000}}
+  relax: {{weight: 1}}
+pools:
+  - name: bench
+    models: [{MODEL}]
+    replicas:
+{replicas}
+"""
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=1000, help="sequential requests per target (latency)")
+    parser.add_argument("--stream-requests", type=int, default=300)
+    parser.add_argument("--seconds", type=float, default=5.0, help="duration of each max-rps load")
+    parser.add_argument("--load-procs", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=64, help="connections per load process")
+    parser.add_argument("--emulators", type=int, default=1)
+    args = parser.parse_args()
+
+    services: list[Service] = []
+    tmp = Path(tempfile.mkdtemp(prefix="tg-bench-"))
+    try:
+        emulators = [start_emulator("--time-scale", "0", "--max-num-seqs", "1024", log_dir=tmp)
+                     for _ in range(args.emulators)]
+        services += emulators
+        cfg = tmp / "gateway.yaml"
+        write_config(cfg, [e.url for e in emulators])
+        gateway = start_gateway(cfg, "--workers", "1", log_dir=tmp)
+        services.append(gateway)
+        direct = emulators[0].url
+        lat = asyncio.run(unary_latency({"direct": direct, "gateway": gateway.url}, args.requests))
+        ttft = asyncio.run(stream_ttft({"direct": direct, "gateway": gateway.url}, args.stream_requests))
+        hx = asyncio.run(httpx_latency(direct, min(args.requests, 500)))
+        direct_rps, direct_err = max_rps(direct, args.load_procs, args.concurrency, args.seconds)
+        gateway_rps, gateway_err = max_rps(gateway.url, args.load_procs, args.concurrency, args.seconds)
+        d50, d99 = pct(lat["direct"], 0.5), pct(lat["direct"], 0.99)
+        g50, g99 = pct(lat["gateway"], 0.5), pct(lat["gateway"], 0.99)
+        added = [g - d for g, d in zip(lat["gateway"], lat["direct"], strict=True)]
+        result = {
+            "direct_p50_ms": round(d50, 3),
+            "direct_p99_ms": round(d99, 3),
+            "gateway_p50_ms": round(g50, 3),
+            "gateway_p99_ms": round(g99, 3),
+            "added_p50_ms": round(g50 - d50, 3),
+            "added_p99_ms": round(g99 - d99, 3),
+            "added_pairwise_median_ms": round(statistics.median(added), 3),
+            "direct_max_rps": round(direct_rps, 1),
+            "gateway_max_rps": round(gateway_rps, 1),
+            "direct_load_errors": direct_err,
+            "gateway_load_errors": gateway_err,
+            "stream_direct_ttft_p50_ms": round(pct(ttft["direct"], 0.5), 3),
+            "stream_gateway_ttft_p50_ms": round(pct(ttft["gateway"], 0.5), 3),
+            "stream_added_ttft_p50_ms": round(pct(ttft["gateway"], 0.5) - pct(ttft["direct"], 0.5), 3),
+            "client_compare_direct_p50_ms": {"aiohttp": round(d50, 3), "httpx": round(pct(hx, 0.5), 3)},
+            "setup": {
+                "requests": args.requests, "stream_requests": args.stream_requests, "seconds": args.seconds,
+                "load_procs": args.load_procs, "concurrency": args.concurrency, "emulators": args.emulators,
+                "gateway_workers": 1, "server": "uvicorn+uvloop+httptools, raw ASGI", "upstream_client": "aiohttp",
+                "cpus": os.cpu_count(), "python": sys.version.split()[0],
+            },
+        }
+        print(json.dumps(result))
+    finally:
+        for svc in services:
+            svc.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,261 @@
+"""L1 admission: priority, holdback, caps, fairness, bounds and shedding (pure, no sockets)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from turbogate.sched import Admission, Admitted, Shed, TenantPolicy, Ticket, Tier, TierPolicy
+from turbogate.sched.admission import State
+
+POLICIES = {
+    Tier.TURBO: TierPolicy(weight=4, capacity_share=1.0, max_utilization=1.0, queue_bound=100, queue_budget_s=5),
+    Tier.STANDARD: TierPolicy(weight=2, capacity_share=1.0, max_utilization=0.8, queue_bound=100,
+                              queue_budget_s=30),
+    Tier.RELAX: TierPolicy(weight=1, capacity_share=0.5, max_utilization=0.6, queue_bound=100, queue_budget_s=600),
+}
+
+
+def submit(adm: Admission, tier: Tier, now: float, slots: int, tenant: str = "a", cost: float = 1.0) -> Ticket:
+    ticket = Ticket(tenant, tier, now, cost)
+    assert isinstance(adm.submit(ticket, now, slots), Admitted)
+    return ticket
+
+
+def drain(adm: Admission, now: float, slots: int) -> list[Ticket]:
+    out = []
+    while (t := adm.next_dispatch(now, slots)) is not None:
+        out.append(t)
+    return out
+
+
+def test_turbo_goes_before_older_standard_when_a_slot_frees() -> None:
+    adm = Admission(POLICIES, aging_s=10)
+    slots = 4
+    running = [submit(adm, Tier.TURBO, 0.0, slots) for _ in range(4)]
+    assert len(drain(adm, 0.0, slots)) == 4
+    standard = [submit(adm, Tier.STANDARD, 0.1, slots) for _ in range(3)]
+    turbo = submit(adm, Tier.TURBO, 0.5, slots)
+    adm.on_complete(running[0], 1.0)
+    assert adm.next_dispatch(1.0, slots) is turbo
+    assert all(t.state is State.QUEUED for t in standard)
+
+
+def test_holdback_keeps_headroom_for_turbo_before_saturation() -> None:
+    adm = Admission(POLICIES, aging_s=1000)
+    slots = 10
+    for _ in range(20):
+        submit(adm, Tier.STANDARD, 0.0, slots)
+    sent = drain(adm, 0.0, slots)
+    assert len(sent) == 8  # max_utilization 0.8: two slots stay free although 12 wait
+    turbo = [submit(adm, Tier.TURBO, 0.1, slots) for _ in range(2)]
+    assert drain(adm, 0.1, slots) == turbo
+
+
+def test_holdback_off_uses_every_slot() -> None:
+    adm = Admission(POLICIES, aging_s=1000)
+    adm.holdback = False
+    for _ in range(20):
+        submit(adm, Tier.STANDARD, 0.0, 10)
+    assert len(drain(adm, 0.0, 10)) == 10
+
+
+def test_capacity_share_caps_a_tier() -> None:
+    adm = Admission(POLICIES, aging_s=1000)
+    adm.holdback = False
+    for _ in range(20):
+        submit(adm, Tier.RELAX, 0.0, 10)
+    assert len(drain(adm, 0.0, 10)) == 5
+
+
+def test_aged_relax_is_promoted_past_holdback() -> None:
+    adm = Admission(POLICIES, aging_s=1.0)
+    slots = 10
+    relax = submit(adm, Tier.RELAX, 0.0, slots)
+    for _ in range(8):
+        submit(adm, Tier.STANDARD, 0.0, slots)
+    assert relax not in drain(adm, 0.0, slots)  # pool at 80 %: relax held back (limit 60 %)
+    # After aging_s × (4/1 - 1) = 3 s it scores like a fresh Turbo request and may go.
+    assert adm.next_dispatch(2.9, slots) is None
+    assert adm.next_dispatch(3.0, slots) is relax
+
+
+def test_tenants_share_a_tier_fairly_by_tokens() -> None:
+    adm = Admission(POLICIES, {"big": TenantPolicy(), "small": TenantPolicy()}, aging_s=1000)
+    slots = 1
+    for _ in range(50):
+        submit(adm, Tier.STANDARD, 0.0, slots, tenant="big", cost=100)
+    for _ in range(10):
+        submit(adm, Tier.STANDARD, 0.0, slots, tenant="small", cost=100)
+    order = []
+    for i in range(20):
+        t = adm.next_dispatch(float(i), slots)
+        assert t is not None
+        order.append(t.tenant)
+        adm.on_complete(t, float(i) + 0.5)
+    assert Counter(order) == {"big": 10, "small": 10}
+
+
+def test_tenant_weight_sets_its_share() -> None:
+    adm = Admission(POLICIES, {"a": TenantPolicy(weight=3), "b": TenantPolicy(weight=1)}, aging_s=1000)
+    for tenant in ("a", "b"):
+        for _ in range(40):
+            submit(adm, Tier.STANDARD, 0.0, 1, tenant=tenant, cost=10)
+    order = []
+    for i in range(40):
+        t = adm.next_dispatch(float(i), 1)
+        assert t is not None
+        order.append(t.tenant)
+        adm.on_complete(t, float(i))
+    assert Counter(order)["a"] == 30
+
+
+def test_full_queue_429_for_the_hog_503_for_others() -> None:
+    policies = {**POLICIES, Tier.STANDARD: TierPolicy(weight=2, queue_bound=4)}
+    adm = Admission(policies, aging_s=10)
+    for _ in range(4):
+        submit(adm, Tier.STANDARD, 0.0, 1, tenant="hog")
+    drain(adm, 0.0, 1)
+    submit(adm, Tier.STANDARD, 0.0, 1, tenant="hog")  # the drained one left a place
+    hog = adm.submit(Ticket("hog", Tier.STANDARD, 0.0), 0.0, 1)
+    other = adm.submit(Ticket("other", Tier.STANDARD, 0.0), 0.0, 1)
+    assert isinstance(hog, Shed) and (hog.status, hog.reason) == (429, "tenant_share")
+    assert isinstance(other, Shed) and (other.status, other.reason) == (503, "queue_full")
+    assert hog.retry_after_s >= 1 and other.retry_after_s >= 1
+
+
+def test_tenant_limit_and_no_capacity() -> None:
+    adm = Admission(POLICIES, {"a": TenantPolicy(max_in_flight=2)}, aging_s=10)
+    submit(adm, Tier.STANDARD, 0.0, 5)
+    submit(adm, Tier.STANDARD, 0.0, 5)
+    over = adm.submit(Ticket("a", Tier.STANDARD, 0.0), 0.0, 5)
+    assert isinstance(over, Shed) and over.status == 429 and over.reason == "tenant_limit"
+    none = adm.submit(Ticket("b", Tier.TURBO, 0.0), 0.0, 0)
+    assert isinstance(none, Shed) and none.status == 503 and none.reason == "no_capacity"
+
+
+def test_predicted_wait_over_budget_is_shed_503() -> None:
+    policies = {**POLICIES, Tier.STANDARD: TierPolicy(weight=2, queue_budget_s=2.0, max_utilization=1.0)}
+    adm = Admission(policies, aging_s=10, min_samples=1)
+    t = submit(adm, Tier.STANDARD, 0.0, 1)
+    assert adm.next_dispatch(0.0, 1) is t
+    adm.on_complete(t, 1.0)  # service time 1 s
+    for _ in range(3):  # the third still fits: 2 ahead × 1 s = the 2 s budget
+        submit(adm, Tier.STANDARD, 1.0, 1)
+    shed = adm.submit(Ticket("a", Tier.STANDARD, 1.0), 1.0, 1)
+    assert isinstance(shed, Shed) and (shed.status, shed.reason) == (503, "queue_time_budget")
+    # Turbo is not behind the Standard queue, so it is still taken.
+    assert isinstance(adm.submit(Ticket("a", Tier.TURBO, 1.0), 1.0, 1), Admitted)
+
+
+def test_expire_and_cancel_free_their_places() -> None:
+    adm = Admission(POLICIES, aging_s=10)
+    old = submit(adm, Tier.TURBO, 0.0, 0 + 1)
+    newer = submit(adm, Tier.TURBO, 4.0, 1)
+    gone = submit(adm, Tier.TURBO, 4.5, 1)
+    assert adm.cancel(gone) and not adm.cancel(gone)
+    expired = adm.expire(5.5)
+    assert [t for t, _ in expired] == [old]
+    assert expired[0][1].status == 503 and expired[0][1].reason == "queue_timeout"
+    assert adm.queue_length(Tier.TURBO) == 1
+    assert adm.next_dispatch(5.5, 1) is newer
+
+
+def test_requeue_keeps_place() -> None:
+    adm = Admission(POLICIES, aging_s=10)
+    a = submit(adm, Tier.STANDARD, 0.0, 5)
+    b = submit(adm, Tier.STANDARD, 0.1, 5)
+    assert adm.next_dispatch(0.2, 5) is a
+    adm.requeue(a)
+    assert adm.in_flight == 0
+    assert adm.next_dispatch(0.3, 5) is a
+    assert adm.next_dispatch(0.3, 5) is b
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    weights=st.tuples(st.integers(2, 20), st.integers(1, 10)),
+    aging=st.floats(0.5, 5.0),
+    slots=st.integers(1, 8),
+    service=st.floats(0.05, 1.0),
+)
+def test_relax_is_never_starved_under_a_turbo_and_standard_flood(
+    weights: tuple[int, int], aging: float, slots: int, service: float
+) -> None:
+    # Higher tiers' queue-time budgets bound how old their heads get (older ones are shed), so a
+    # Relax request's score, growing with its age, overtakes them within a computable time.
+    w_top = weights[0] + weights[1] + 1
+    budgets = {Tier.TURBO: 1.0, Tier.STANDARD: 2.0}
+    policies = {
+        Tier.TURBO: TierPolicy(weight=w_top, queue_bound=50, queue_budget_s=budgets[Tier.TURBO]),
+        Tier.STANDARD: TierPolicy(weight=weights[0], max_utilization=0.9, queue_bound=50,
+                                  queue_budget_s=budgets[Tier.STANDARD]),
+        Tier.RELAX: TierPolicy(weight=1, capacity_share=0.2, max_utilization=0.5, queue_bound=10, queue_budget_s=1e9),
+    }
+    adm = Admission(policies, aging_s=aging)
+    relax = submit(adm, Tier.RELAX, 0.0, slots)
+    top_score = max(policies[t].weight * (1 + b / aging) for t, b in budgets.items())
+    step = service / 4
+    bound = aging * (top_score - 1) + service + step
+    running: list[tuple[float, Ticket]] = []
+    now = 0.0
+    while now <= bound + step:
+        adm.expire(now)
+        for _ in range(slots):  # more new work every step than the pool can take
+            for tier in (Tier.TURBO, Tier.STANDARD):
+                adm.submit(Ticket("flood", tier, now), now, slots)
+        for done_at, t in list(running):
+            if done_at <= now:
+                adm.on_complete(t, now)
+                running.remove((done_at, t))
+        while (t := adm.next_dispatch(now, slots)) is not None:
+            running.append((now + service, t))
+        assert adm.in_flight <= slots
+        if relax.state is not State.QUEUED:
+            return
+        now += step
+    pytest.fail(f"relax still queued after {now:.2f}s (bound {bound:.2f}s)")
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["submit", "dispatch", "complete", "cancel", "expire"]),
+                          st.sampled_from(list(Tier)), st.sampled_from(["a", "b", "c"])), max_size=120),
+       st.integers(1, 6))
+def test_nothing_is_lost_and_counts_stay_consistent(ops: list[tuple[str, Tier, str]], slots: int) -> None:
+    policies = {t: TierPolicy(weight=w, queue_bound=5, queue_budget_s=3.0, max_utilization=u)
+                for t, w, u in [(Tier.TURBO, 4, 1.0), (Tier.STANDARD, 2, 0.7), (Tier.RELAX, 1, 0.5)]}
+    adm = Admission(policies, {"c": TenantPolicy(max_in_flight=3)}, aging_s=1.0)
+    admitted: list[Ticket] = []
+    shed = 0
+    expired = 0
+    submitted = 0
+    for i, (op, tier, tenant) in enumerate(ops):
+        now = i * 0.25
+        if op == "submit":
+            submitted += 1
+            r = adm.submit(Ticket(tenant, tier, now), now, slots)
+            if isinstance(r, Admitted):
+                admitted.append(r.ticket)
+            else:
+                assert r.status in (429, 503) and r.retry_after_s >= 1
+                shed += 1
+        elif op == "dispatch":
+            adm.next_dispatch(now, slots)
+        elif op == "complete":
+            live = [t for t in admitted if t.state is State.DISPATCHED]
+            if live:
+                adm.on_complete(live[0], now)
+        elif op == "cancel":
+            queued = [t for t in admitted if t.state is State.QUEUED]
+            if queued:
+                assert adm.cancel(queued[-1])
+        else:
+            expired += len(adm.expire(now))
+        assert adm.in_flight <= slots
+        assert adm.in_flight == sum(t.state is State.DISPATCHED for t in admitted)
+        for t in Tier:
+            assert adm.queue_length(t) == sum(x.state is State.QUEUED and x.tier is t for x in admitted)
+    assert submitted == shed + len(admitted)  # every request was either taken or refused with a reason

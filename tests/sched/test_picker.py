@@ -1,0 +1,167 @@
+"""L2 replica choice: bands, steering, staleness, ejection and re-probe, scale-out (pure)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from turbogate.sched import Band, Health, Picker, PickerConfig, Replica, ReplicaLoad
+
+CFG = PickerConfig(stale_after_s=2.0, eject_after_failures=2, probe_backoff_s=1.0, probe_backoff_max_s=4.0,
+                   scale_out_after_s=10.0, default_service_s=1.0)
+
+
+def fleet(n: int = 2, cap: int = 8) -> tuple[Picker, list[Replica]]:
+    picker = Picker(CFG)
+    return picker, [picker.add(Replica(id=f"r{i}", pool="p", max_concurrency=cap)) for i in range(n)]
+
+
+def test_bands_follow_kv_and_expected_queue() -> None:
+    picker, (r, _) = fleet()
+    cases = [
+        (ReplicaLoad(running=2, waiting=0, kv_usage=0.3), Band.LIGHT),
+        (ReplicaLoad(running=2, waiting=0, kv_usage=0.7), Band.BUSY),
+        (ReplicaLoad(running=2, waiting=0, kv_usage=0.9), Band.SATURATED),
+        # waiting 1 × 1 s service / 4 running = 250 ms expected queue: busy
+        (ReplicaLoad(running=4, waiting=1, kv_usage=0.1), Band.BUSY),
+        # waiting 4 × 1 s / 4 = 1 s: saturated
+        (ReplicaLoad(running=4, waiting=4, kv_usage=0.1), Band.SATURATED),
+    ]
+    for load, band in cases:
+        picker.on_metrics(r, load, 10.0)
+        assert picker.band(r, 10.5) is band, load
+
+
+def test_stale_or_missing_metrics_count_as_saturated() -> None:
+    picker, (r, _) = fleet()
+    assert picker.band(r, 0.0) is Band.SATURATED
+    picker.on_metrics(r, ReplicaLoad(running=0, waiting=0, kv_usage=0.0), 1.0)
+    assert picker.band(r, 2.9) is Band.LIGHT
+    assert picker.band(r, 3.1) is Band.SATURATED
+
+
+def test_steers_away_from_saturated_while_others_exist() -> None:
+    picker, (a, b) = fleet()
+    picker.on_metrics(a, ReplicaLoad(running=8, waiting=20, kv_usage=0.95), 0.0)
+    picker.on_metrics(b, ReplicaLoad(running=6, waiting=0, kv_usage=0.5), 0.0)
+    chosen = [picker.pick("p", 0.1) for _ in range(20)]
+    assert set(chosen) == {b}
+    picker.on_metrics(b, ReplicaLoad(running=8, waiting=20, kv_usage=0.99), 0.2)
+    assert picker.pick("p", 0.3) in (a, b)  # all saturated: still served, not refused
+
+
+def test_busy_replica_gets_lower_weight_than_light() -> None:
+    picker, (a, b) = fleet()
+    picker.on_metrics(a, ReplicaLoad(running=2, waiting=0, kv_usage=0.7), 0.0)  # busy, ratio .25 × 2
+    picker.on_metrics(b, ReplicaLoad(running=3, waiting=0, kv_usage=0.2), 0.0)  # light, ratio .375
+    assert picker.pick("p", 0.1) is b
+
+
+def test_own_in_flight_spreads_load_and_caps_concurrency() -> None:
+    picker, reps = fleet(2, cap=2)
+    for r in reps:
+        picker.on_metrics(r, ReplicaLoad(running=0, waiting=0, kv_usage=0.0), 0.0)
+    taken = []
+    for _ in range(4):
+        r = picker.pick("p", 0.1)
+        assert r is not None
+        picker.on_dispatch(r)
+        taken.append(r.id)
+    assert sorted(taken) == ["r0", "r0", "r1", "r1"]
+    assert picker.pick("p", 0.1) is None
+    picker.on_success(reps[0], 0.5)
+    assert picker.pick("p", 0.2) is reps[0]
+
+
+def test_exclude_for_retry() -> None:
+    picker, (a, b) = fleet()
+    for r in (a, b):
+        picker.on_metrics(r, ReplicaLoad(running=0, waiting=0, kv_usage=0.0), 0.0)
+    assert picker.pick("p", 0.1, exclude={"r0"}) is b
+    assert picker.pick("p", 0.1, exclude={"r0", "r1"}) is None
+
+
+def test_hard_failure_ejects_then_probe_brings_back() -> None:
+    picker, (a, b) = fleet()
+    picker.on_dispatch(a)
+    picker.on_failure(a, 5.0, hard=True)
+    assert a.health is Health.EJECTED and a.in_flight == 0
+    assert picker.slots("p", 5.0) == picker.replica_slots(b, 5.0)
+    for _ in range(5):
+        assert picker.pick("p", 5.1) is b
+    assert picker.due_probes(5.5) == []
+    assert picker.due_probes(6.0) == [a]
+    assert picker.due_probes(6.1) == []  # not handed out twice while its probe runs
+    picker.on_probe(a, False, 6.2)
+    assert a.backoff_s == 2.0 and picker.due_probes(7.0) == []
+    assert picker.due_probes(8.2) == [a]
+    picker.on_probe(a, True, 8.3)
+    assert a.health is Health.HEALTHY
+    picker.on_metrics(a, ReplicaLoad(running=0, waiting=0, kv_usage=0.0), 8.4)
+    picker.on_metrics(b, ReplicaLoad(running=5, waiting=0, kv_usage=0.4), 8.4)
+    assert picker.pick("p", 8.5) is a
+
+
+def test_soft_failures_eject_after_threshold() -> None:
+    picker, (a, _) = fleet()
+    picker.on_failure(a, 0.0, hard=False, dispatched=False)
+    assert a.health is Health.HEALTHY
+    picker.on_failure(a, 0.1, hard=False, dispatched=False)
+    assert a.health is Health.EJECTED
+
+
+def test_probe_backoff_is_capped() -> None:
+    picker, (a, _) = fleet()
+    picker.on_failure(a, 0.0, hard=True)
+    now = 0.0
+    for _ in range(6):
+        now += 10
+        assert picker.due_probes(now) == [a]
+        picker.on_probe(a, False, now)
+    assert a.backoff_s == CFG.probe_backoff_max_s
+
+
+def test_slots_shrink_for_other_clients_load_and_saturation() -> None:
+    picker, (a, _) = fleet(cap=8)
+    picker.on_metrics(a, ReplicaLoad(running=5, waiting=0, kv_usage=0.2), 0.0)
+    assert picker.replica_slots(a, 0.1) == 3  # 5 requests the gateway did not send
+    picker.on_dispatch(a)
+    picker.on_dispatch(a)
+    picker.on_metrics(a, ReplicaLoad(running=3, waiting=0, kv_usage=0.95), 0.2)
+    assert picker.replica_slots(a, 0.3) == 2  # saturated KV: keeps only what it has
+    picker.on_metrics(a, ReplicaLoad(running=8, waiting=8, kv_usage=0.95), 0.2)
+    assert picker.replica_slots(a, 0.3) == 1  # others alone overfill it: one slot, never zero
+    assert picker.replica_slots(a, 10.0) == 4  # stale: half
+
+
+def test_scale_out_desired_only_after_a_saturated_spell() -> None:
+    picker, (a, b) = fleet()
+    hot = ReplicaLoad(running=8, waiting=10, kv_usage=0.95)
+    picker.on_metrics(a, hot, 0.0)
+    picker.on_metrics(b, ReplicaLoad(running=0, waiting=0, kv_usage=0.1), 0.0)
+    assert not picker.scale_out_desired("p", 0.5)
+    picker.on_metrics(b, hot, 1.0)
+    assert not picker.scale_out_desired("p", 1.0)
+    for t in range(2, 11):
+        picker.on_metrics(a, hot, float(t))
+        picker.on_metrics(b, hot, float(t))
+        assert not picker.scale_out_desired("p", float(t))
+    picker.on_metrics(a, hot, 11.0)
+    picker.on_metrics(b, hot, 11.0)
+    assert picker.scale_out_desired("p", 11.0)
+    picker.on_metrics(b, ReplicaLoad(running=1, waiting=0, kv_usage=0.2), 11.5)
+    assert not picker.scale_out_desired("p", 11.5)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 1), st.integers(0, 20), st.integers(0, 20)), min_size=2, max_size=6))
+def test_never_picks_saturated_when_a_lighter_replica_has_room(loads: list[tuple[float, int, int]]) -> None:
+    picker = Picker(CFG)
+    reps = [picker.add(Replica(id=f"r{i}", pool="p", max_concurrency=16)) for i in range(len(loads))]
+    for r, (kv, running, waiting) in zip(reps, loads, strict=True):
+        picker.on_metrics(r, ReplicaLoad(running=running, waiting=waiting, kv_usage=kv), 0.0)
+    chosen = picker.pick("p", 0.1)
+    assert chosen is not None
+    bands = [picker.band(r, 0.1) for r in reps]
+    if any(b is not Band.SATURATED for b in bands):
+        assert picker.band(chosen, 0.1) is not Band.SATURATED
