@@ -246,6 +246,10 @@ def capacity_cmd(
 # ---- roi ---------------------------------------------------------------------------------------------
 
 
+def _slo(met: bool, unset: bool) -> str:
+    return "none" if unset else ("met" if met else "missed")
+
+
 def _roi_table(r: RoiReport) -> Table:
     t = Table(title=f"ROI of enabling Turbo (fleet cost {r.inputs.fleet_cost_per_hour:.2f} USD/h, Standard price "
                     f"{r.price_per_mtok:.4f} USD/1M tok, Turbo ×{r.inputs.turbo_multiplier:g}, "
@@ -258,7 +262,7 @@ def _roi_table(r: RoiReport) -> Table:
         for k, tc in enumerate(row.turbo_on):
             t.add_row(row.band if k == 0 else "", f"{row.load_rps:.2f}" if k == 0 else "", tc.tier,
                       f"{tc.served_rps:.2f}", f"{tc.shed_rate:.0%}", f"{tc.attempts_per_request:.2f}",
-                      _ms(tc.ttft_s), "met" if tc.slo_met else "missed",
+                      _ms(tc.ttft_s), _slo(tc.slo_met, tc.tier == "standard" and r.inputs.standard_slo_ttft_s is None),
                       "—" if tc.cost_per_mtok is None else f"{tc.cost_per_mtok:.4f}",
                       "—" if tc.cost_per_1k_requests is None else f"{tc.cost_per_1k_requests:.4f}",
                       ("—" if off.cost_per_mtok is None else f"{off.cost_per_mtok:.4f}") if k == 0 else "",
