@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from turbogate.perf import deployment, get_gpu, get_model
 from turbogate.plan.latency import LatencyModel, latency_model
@@ -143,3 +145,17 @@ def test_memory_reuse_raises_capacity() -> None:
     assert reused.batch_cap == base.batch_cap  # reused tokens still hold their KV blocks
     with pytest.raises(ValueError, match="memory_reuse"):
         RoiInputs(price_per_gpu_hour=1.0, memory_reuse=1.0)
+
+
+@given(rate=st.floats(0.0, 100.0), capacity=st.floats(0.1, 50.0), decay=st.floats(0.0, 1.0),
+       retries=st.integers(0, 6))
+@settings(max_examples=80, deadline=None)
+def test_retry_fixed_point_properties(rate: float, capacity: float, decay: float, retries: int) -> None:
+    out = retry_fixed_point(rate, capacity, decay, retries)
+    assert 1.0 <= out.attempts_per_request <= retries + 1 + 1e-9
+    # a tier serves what reaches it, up to its capacity, never more
+    assert out.served_rate == pytest.approx(min(out.attempt_rate, capacity), rel=1e-6, abs=1e-9)
+    assert out.served_rate <= rate * out.attempts_per_request + 1e-9
+    # and p is the shed share at the attempt rate it causes (the fixed point holds)
+    expected_p = max(0.0, 1.0 - capacity / out.attempt_rate) if out.attempt_rate > 0 else 0.0
+    assert out.fail_probability == pytest.approx(expected_p, abs=1e-6)
