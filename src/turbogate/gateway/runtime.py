@@ -129,6 +129,7 @@ def build_runtime(config: GatewayConfig) -> Runtime:
     )
     pools: dict[str, PoolRt] = {}
     by_model: dict[str, PoolRt] = {}
+    tenant_counts: dict[str, int] = {}  # shared: a tenant's max_in_flight spans every pool
     for p in config.pools:
         replicas: dict[str, ReplicaRt] = {}
         for i, r in enumerate(p.replicas):
@@ -138,7 +139,7 @@ def build_runtime(config: GatewayConfig) -> Runtime:
             state = picker.add(Replica(id=rid, pool=p.name, max_concurrency=r.max_concurrency,
                                        scraped=r.engine != "openai"))
             replicas[rid] = ReplicaRt(state, r.url, r.engine, r.url + r.metrics_path, r.url + r.health_path)
-        admission = Admission(policies, tenant_policies, aging_s=config.aging_s)
+        admission = Admission(policies, tenant_policies, aging_s=config.aging_s, tenant_counts=tenant_counts)
         pool = PoolRt(p.name, tuple(p.models), admission, replicas, p.scheduling_policy == "priority")
         pools[p.name] = pool
         for m in p.models:

@@ -127,7 +127,10 @@ class Admission:
         *,
         aging_s: float = 10.0,
         min_samples: int = 5,
+        tenant_counts: dict[str, int] | None = None,
     ) -> None:
+        """``tenant_counts`` may be one dict shared by the admissions of several pools, so a
+        tenant's ``max_in_flight`` holds across them."""
         if aging_s <= 0:
             raise ValueError("aging_s must be > 0")
         self.policies: dict[Tier, TierPolicy] = {t: tiers.get(t, TierPolicy()) for t in TIERS}
@@ -135,7 +138,7 @@ class Admission:
         self.aging_s = aging_s
         self.holdback = True
         self._queues: dict[Tier, _TierQueue] = {t: _TierQueue() for t in TIERS}
-        self._active: dict[str, int] = {}
+        self._active: dict[str, int] = tenant_counts if tenant_counts is not None else {}
         self._seq = 0
         self.in_flight = 0
         self._service_ewma_s = 0.0
