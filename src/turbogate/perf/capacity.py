@@ -51,7 +51,9 @@ def saturation(
     tokens_per_step = prefill_per_step + batch
     # When the token budget cannot hold a step's share, the same work spreads over more steps.
     spread = max(1.0, tokens_per_step / max_num_batched_tokens)
-    step = dep.step_time(round(prefill_per_step / spread), batch, context)
+    # The step's prefill belongs to batch / output_tokens new requests (at least one).
+    prefill_seqs = max(1, round(batch / output_tokens / spread))
+    step = dep.step_time(round(prefill_per_step / spread), batch, context, prefill_seqs=prefill_seqs)
     round_time = step * spread
     rate = batch / (output_tokens * round_time)
     return Saturation(

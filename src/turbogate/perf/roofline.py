@@ -169,28 +169,33 @@ class Deployment:
         return dense + m.n_expert_params * wb * touched
 
     def step_time(self, prefill_tokens: int, decode_seqs: int, decode_context_tokens: int,
-                  prefill_context_tokens: int = 0) -> float:
+                  prefill_context_tokens: int = 0, prefill_seqs: int | None = None) -> float:
         """Seconds for one engine step.
 
-        prefill_tokens: prompt tokens computed this step (a chunk, possibly of several requests).
+        prefill_tokens: prompt tokens computed this step (chunks of one or more requests).
         decode_seqs: sequences producing one token this step.
         decode_context_tokens: total tokens already in the KV cache of those sequences.
-        prefill_context_tokens: tokens already cached before the prefill chunk (chunked prefill
+        prefill_context_tokens: tokens already cached before the prefill chunks (chunked prefill
             attends to them), summed over chunks.
+        prefill_seqs: how many requests the prefill tokens belong to (default 1); attention and
+            per-sequence host overhead are per request, not per token.
         """
         tokens = prefill_tokens + decode_seqs
         if tokens <= 0:
             return 0.0
         m = self.model
         flops = 2.0 * m.n_active_params * tokens
-        # Causal prefill attends on average to half the chunk plus what was cached before it.
-        flops += self._attention_flops(prefill_tokens, prefill_tokens / 2.0 + prefill_context_tokens)
+        n_prefill = max(1, prefill_seqs or 1) if prefill_tokens > 0 else 0
+        # Causal prefill attends on average to half its own chunk plus what was cached before it.
+        if n_prefill:
+            per_chunk_ctx = (prefill_tokens / 2.0 + prefill_context_tokens) / n_prefill
+            flops += self._attention_flops(prefill_tokens, per_chunk_ctx)
         flops += self._attention_flops(decode_seqs, decode_context_tokens / max(decode_seqs, 1))
         compute_s = flops / self._flops
         kv_read = self.kv_bytes_per_token * (decode_context_tokens + prefill_context_tokens)
         kv_write = self.kv_bytes_per_token * tokens
         memory_s = (self._weights_read_bytes(tokens) + kv_read + kv_write) / self._bandwidth
-        overhead = self.factors.step_overhead_s + self.factors.per_seq_overhead_s * tokens
+        overhead = self.factors.step_overhead_s + self.factors.per_seq_overhead_s * (decode_seqs + n_prefill)
         if self.tp > 1:
             overhead += self.factors.tp_allreduce_s * 2 * m.n_layers
         return max(compute_s, memory_s) + overhead

@@ -78,7 +78,7 @@ INPUT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("mfu", "mfu"),
     ("bw_eff", "bandwidth efficiency"),
     ("step_oh", "step overhead (s)"),
-    ("seq_oh", "per-token overhead (s)"),
+    ("seq_oh", "per-sequence overhead (s)"),
     ("reserve", "activation reserve (bytes/GPU)"),
     ("allreduce", "TP all-reduce per layer (s)"),
 )
@@ -118,17 +118,18 @@ def _d(name: str, header: str, template: str) -> None:
     _DERIVED.append((name, header, template))
 
 
-def _step(pt: str, ds: str, dctx: str, pctx: str) -> str:
-    """perf.Deployment.step_time as a formula over matrix cells."""
+def _step(pt: str, ds: str, dctx: str, pctx: str, nps: str = "1") -> str:
+    """perf.Deployment.step_time as a formula over matrix cells (``nps``: prefill requests)."""
     tokens = f"(({pt})+({ds}))"
+    n_prefill = f"IF(({pt})>0,MAX(1,{nps}),0)"
     attn = "4*{i:n_layers}*{i:n_heads}*{i:head_dim}"
-    flops = (f"(2*{{m:n_active}}*{tokens}+{attn}*({pt})*(({pt})/2+({pctx}))"
+    flops = (f"(2*{{m:n_active}}*{tokens}+{attn}*({pt})*((({pt})/2+({pctx}))/MAX(1,{nps}))"
              f"+{attn}*({ds})*(({dctx})/MAX({ds},1)))")
     wread = (f"IF({{i:n_experts}}>1,({{m:n_params}}-{{m:n_expert_params}})*{{m:wbytes}}"
              f"+{{m:n_expert_params}}*{{m:wbytes}}*(1-(1-{{i:experts_per_token}}/{{i:n_experts}})^MAX({tokens},1)),"
              f"{{m:n_params}}*{{m:wbytes}})")
     mem = f"(({wread})+{{m:kvb}}*(({dctx})+({pctx}))+{{m:kvb}}*{tokens})"
-    overhead = f"({{i:step_oh}}+{{i:seq_oh}}*{tokens}+IF({{i:tp}}>1,{{i:allreduce}}*2*{{i:n_layers}},0))"
+    overhead = f"({{i:step_oh}}+{{i:seq_oh}}*(({ds})+{n_prefill})+IF({{i:tp}}>1,{{i:allreduce}}*2*{{i:n_layers}},0))"
     return f"IF({tokens}<=0,0,MAX({flops}/{{m:flops}},{mem}/{{m:bw}})+{overhead})"
 
 
@@ -167,7 +168,8 @@ _d("spread", "token-budget spread",
    "MAX(1,({m:sat_prefill}+{m:c})/{i:max_batched})")
 _d("s_sat", "step at saturation (s)",
    "(" + _step(_banker_round("{m:sat_prefill}/{m:spread}"), "{m:c}",
-               "INT({m:c}*({i:prompt_tokens}+{i:max_tokens}/2))", "0") + ")*{m:spread}")
+               "INT({m:c}*({i:prompt_tokens}+{i:max_tokens}/2))", "0",
+               "MAX(1," + _banker_round("{m:c}/{i:max_tokens}/{m:spread}") + ")") + ")*{m:spread}")
 _d("mu", "saturation rate (req/s)", "{m:c}/({i:max_tokens}*{m:s_sat})")
 _d("s_idle", "lone decode step (s)", _step("0", "1", "INT({i:prompt_tokens}+{i:max_tokens}/2)", "0"))
 _d("chunks", "prefill chunks", "MAX(1,ROUNDUP({i:prompt_tokens}/{i:max_batched},0))")
