@@ -65,6 +65,7 @@ class Replica:
     ejections: int = 0
     served: int = 0
     service_s: float | None = None
+    foreign: float = 0.0  # engine load not sent by this gateway, as of the last scrape
 
 
 @dataclass(slots=True)
@@ -132,10 +133,8 @@ class Picker:
         cap = replica.max_concurrency
         if replica.scraped and (replica.load is None or now - replica.load_at > self.config.stale_after_s):
             return max(1, cap // 2)
-        load = replica.load
-        if load is not None:
-            others = (load.running or 0.0) + (load.waiting or 0.0) - replica.in_flight
-            cap = max(1, cap - max(0, math.ceil(others)))
+        if replica.load is not None:
+            cap = max(1, cap - math.ceil(replica.foreign))
         if self.band(replica, now) is Band.SATURATED:
             cap = min(cap, max(1, replica.in_flight))
         return cap
@@ -199,6 +198,9 @@ class Picker:
     def on_metrics(self, replica: Replica, load: ReplicaLoad, now: float) -> None:
         replica.load = load
         replica.load_at = now
+        # Compare with our in-flight count *now*, at scrape time: later our count moves on while
+        # the scraped one stands still, and the difference would look like someone else's load.
+        replica.foreign = max(0.0, (load.running or 0.0) + (load.waiting or 0.0) - replica.in_flight)
 
     # ---- health ----------------------------------------------------------------------------
     def due_probes(self, now: float) -> list[Replica]:
