@@ -1,0 +1,87 @@
+"""Config validation, the example file, the schema file, and the serve CLI's refusal of bad configs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from turbogate.config import hash_key, json_schema, load_config, parse_config
+from turbogate.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def minimal(**overrides: Any) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "tenants": [{"name": "a", "key_sha256": hash_key("k")}],
+        "pools": [{"name": "p", "models": ["m"], "replicas": [{"url": "http://127.0.0.1:9/v1/"}]}],
+    }
+    cfg.update(overrides)
+    return cfg
+
+
+def test_minimal_config_gets_defaults() -> None:
+    cfg = parse_config(minimal())
+    assert set(cfg.tiers) == {"turbo", "standard", "relax"}
+    assert cfg.tiers["standard"].max_utilization < 1.0  # holdback on by default
+    assert cfg.pools[0].replicas[0].url == "http://127.0.0.1:9"  # /v1 and slash stripped
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"tiers": {"turbo": {"weight": 0}}}, "tiers.turbo.weight: must be > 0"),
+        ({"tiers": {"gold": {"weight": 1}}}, "tiers.gold"),
+        ({"tenants": [{"name": "a", "key_sha256": "not-a-hash"}]}, "tenants.0.key_sha256.0"),
+        ({"tenants": [{"name": "a", "key_sha256": hash_key("k"), "tiers": ["relax"], "default_tier": "standard"}]},
+         "default_tier"),
+        ({"pools": [{"name": "p", "models": ["m"], "replicas": [{"url": "ftp://x"}]}]}, "pools.0.replicas.0.url"),
+        ({"pools": [{"name": "p", "models": ["m"], "replicas": [{"url": "http://x", "engine": "magic"}]}]},
+         "pools.0.replicas.0.engine"),
+        ({"tenants": []}, "tenants"),
+        ({"listen": {"port": 70000}}, "listen.port"),
+        ({"surprise": 1}, "surprise"),
+    ],
+)
+def test_bad_config_names_the_field(overrides: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(minimal(**overrides))
+    assert field in str(info.value)
+
+
+def test_duplicate_model_across_pools_is_refused() -> None:
+    pools = [{"name": n, "models": ["m"], "replicas": [{"url": "http://x"}]} for n in ("p", "q")]
+    with pytest.raises(ConfigError, match="two pools"):
+        parse_config(minimal(pools=pools))
+
+
+def test_example_config_loads() -> None:
+    cfg = load_config(ROOT / "examples" / "gateway.yaml")
+    assert cfg.pools[0].scheduling_policy == "priority"
+
+
+def test_schema_file_is_current() -> None:
+    on_disk = json.loads((ROOT / "schemas" / "gateway.schema.json").read_text())
+    assert on_disk == json_schema(), "regenerate with: python -m turbogate.config schemas/gateway.schema.json"
+
+
+def test_serve_refuses_a_bad_config_with_the_field_named(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(minimal(tiers={"turbo": {"weight": -1}})))
+    proc = subprocess.run([sys.executable, "-m", "turbogate", "serve", "--config", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "tiers.turbo.weight: must be > 0" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_hash_key_helper() -> None:
+    proc = subprocess.run([sys.executable, "-m", "turbogate", "serve", "--hash-key", "sk-x"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == hash_key("sk-x")
