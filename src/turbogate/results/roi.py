@@ -117,28 +117,38 @@ def roi_table(steps: Sequence[StepStats], knees: Mapping[str, Knee], cost: CostC
     return rows
 
 
+def _s(v: float | None) -> str:
+    if v is None:
+        return "–"
+    return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.1f} s"
+
+
 def recommendation(rows: Sequence[RoiRow], knees: Mapping[str, Knee], turbo: str = "turbo",
-                   standard: str = "standard") -> str:
-    """One line: where Turbo pays off and what to do above that load."""
+                   standard: str = "standard", degrade_k: float = 2.0) -> str:
+    """One line: where Turbo pays off (it buys latency under contention) and when it stops."""
     knee = knees.get(ALL)
     by = {(r.band, r.tier): r for r in rows}
+    top = max((r.offered_max for r in rows), default=0.0)
     if knee is None or knee.value is None:
-        top = max((r.offered_max for r in rows), default=0.0)
-        return (f"No knee up to {top:.3g} req/s: the fleet keeps up over the whole range tested; "
-                "ramp higher to find where Turbo stops paying off.")
+        return (f"No knee up to {top:.3g} req/s: the fleet keeps up over the whole range tested, so Turbo buys "
+                "little here; ramp higher to find where it starts (and stops) paying off.")
     k = knee.value
-    around_t, around_s = by.get(("around", turbo)), by.get(("around", standard))
-    above_t, above_s = by.get(("above", turbo)), by.get(("above", standard))
-    if around_t is None or around_s is None:
-        return (f"Fleet knee at ~{k:.3g} req/s ({knee.used}); run a Turbo/Standard mix "
-                "(--tiers turbo=0.2,standard=0.8) to compare the tiers.")
-    gain = (around_s.p95_e2e_s / around_t.p95_e2e_s
-            if around_t.p95_e2e_s and around_s.p95_e2e_s else None)
-    msg = f"Fleet knee at ~{k:.3g} req/s ({knee.used})"
-    if gain is not None:
-        msg += f"; around it Turbo's p95 E2E is {gain:.2g}× better than Standard's"
-    if above_t is not None and above_s is not None and above_t.p95_e2e_s and around_t.p95_e2e_s:
-        growth = above_t.p95_e2e_s / around_t.p95_e2e_s
-        msg += f"; above it Turbo's own p95 grows {growth:.2g}×"
-    msg += f" — grant Turbo up to ~{k:.3g} req/s and stop (knee guard) or add replicas beyond."
+    msg = f"Fleet knee ≈ {k:.3g} req/s ({knee.used})."
+    below_t, below_s = by.get(("below", turbo)), by.get(("below", standard))
+    hot_t = by.get(("above", turbo)) or by.get(("around", turbo))
+    hot_s = by.get(("above", standard)) or by.get(("around", standard))
+    if hot_t is None or hot_s is None:
+        return msg + " Run a Turbo/Standard mix (--tiers turbo=0.2,standard=0.8) to compare the tiers."
+    if below_t is not None and below_s is not None:
+        msg += f" Below it Turbo buys little (p95 TTFT {_s(below_t.p95_ttft_s)} vs {_s(below_s.p95_ttft_s)})."
+    gain = (hot_s.p95_ttft_s / hot_t.p95_ttft_s) if hot_s.p95_ttft_s and hot_t.p95_ttft_s else None
+    msg += (f" Past it Turbo holds p95 TTFT at {_s(hot_t.p95_ttft_s)} while Standard's reaches "
+            f"{_s(hot_s.p95_ttft_s)}" + (f" ({gain:.3g}× better)" if gain else "") + ".")
+    if below_t is not None and below_t.p95_ttft_s and hot_t.p95_ttft_s and \
+            hot_t.p95_ttft_s > degrade_k * below_t.p95_ttft_s:
+        msg += (f" Turbo itself degrades above the knee: grant Turbo up to ≈ {k:.3g} req/s (knee guard) "
+                "and add replicas beyond.")
+    else:
+        msg += (f" Turbo keeps paying off up to {top:.3g} req/s tested; sell it above ≈ {k:.3g} req/s, "
+                "where Standard queues.")
     return msg
