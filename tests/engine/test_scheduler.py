@@ -48,13 +48,23 @@ def test_decode_and_prefill_share_a_step() -> None:
     # "a" decodes one token, "b" gets the rest of the budget as a prefill chunk.
     assert second.decode_seqs == 1 and second.prefill_tokens == 63
     assert second.scheduled_first == ["b"]
+    assert second.duration == pytest.approx(DEP.step_time(63, 1, 10, 0, prefill_seqs=1))
+
+
+def test_prefill_chunks_of_several_requests_are_timed_per_request() -> None:
+    eng = engine()
+    eng.add_request(Request("a", 300, 2), 0.0)
+    eng.add_request(Request("b", 500, 2), 0.0)
+    step = eng.step(0.0)
+    assert step.prefill_tokens == 800
+    assert step.duration == pytest.approx(DEP.step_time(800, 0, 0, 0, prefill_seqs=2))
 
 
 def test_step_duration_comes_from_the_perf_model() -> None:
     eng = engine()
     eng.add_request(Request("a", 100, 3), 0.0)
     prefill = eng.step(0.0)
-    assert prefill.duration == pytest.approx(DEP.step_time(100, 0, 0, 0))
+    assert prefill.duration == pytest.approx(DEP.step_time(100, 0, 0, 0, prefill_seqs=1))
     decode = eng.step(prefill.duration)
     assert decode.duration == pytest.approx(DEP.step_time(0, 1, 100, 0))
 

@@ -256,7 +256,7 @@ class Engine:
                     scheduled_first.append(seq.req.request_id)
 
         # 3. Time the step.
-        prefill = decode = decode_ctx = prefill_ctx = 0
+        prefill = prefill_seqs = decode = decode_ctx = prefill_ctx = 0
         for seq in scheduled:
             new = seq.scheduled_new
             if new == 1 and seq.output > 0 and seq.num_tokens - seq.computed == 1:
@@ -264,8 +264,10 @@ class Engine:
                 decode_ctx += seq.computed
             else:
                 prefill += new
+                prefill_seqs += 1
                 prefill_ctx += seq.computed
-        duration = self.deployment.step_time(prefill, decode, decode_ctx, prefill_ctx) if scheduled else 0.0
+        duration = (self.deployment.step_time(prefill, decode, decode_ctx, prefill_ctx, prefill_seqs=prefill_seqs)
+                    if scheduled else 0.0)
 
         # 4. Apply it: advance computed tokens, sample where a sequence caught up, finish.
         events: list[TokenEvent] = []
