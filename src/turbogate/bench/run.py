@@ -90,10 +90,11 @@ class BenchConfig:
         return d
 
 
-async def discover_model(session: aiohttp.ClientSession, host: str) -> str:
+async def discover_model(session: aiohttp.ClientSession, host: str, api_key: str | None = None) -> str:
     url = host.rstrip("/") + "/v1/models"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as r:
+        async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as r:
             if r.status != 200:
                 raise RuntimeError(f"GET {url} answered HTTP {r.status}; pass --model")
             data = await r.json(content_type=None)
@@ -185,7 +186,7 @@ async def run_bench(cfg: BenchConfig, *, echo: Any = None) -> BenchResult:
     out_dir = cfg.out or Path("runs") / f"bench-{started_at.strftime('%Y%m%d-%H%M%S')}"
     notes: list[str] = []
     async with aiohttp.ClientSession() as probe_session:
-        model = cfg.model or await discover_model(probe_session, cfg.host)
+        model = cfg.model or await discover_model(probe_session, cfg.host, cfg.api_keys[0] if cfg.api_keys else None)
     target = Target(base_url=cfg.host, route=cfg.route, model=model, api_keys=cfg.api_keys, stream=cfg.stream,
                     ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens, tier_via=cfg.tier_via,
                     timeout_s=cfg.timeout_s, max_concurrency=cfg.max_concurrency)
