@@ -1,7 +1,7 @@
 """The gateway as a raw ASGI app (no framework on the hot path; chosen by measured overhead).
 
 Per request: auth → parse and validate → tier → L1 ``submit`` (maybe queue) → L2 ``pick`` →
-upstream (aiohttp keep-alive pool per replica) → tag the answer with the tier served.
+upstream (lean keep-alive pool per replica, gateway/upstream.py) → tag the answer with the tier served.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import logging
 import os
 import time
 
-import aiohttp
 import orjson
 
 from turbogate.config import GatewayConfig, load_config
@@ -35,6 +34,7 @@ from turbogate.gateway.metrics import GatewayMetrics
 from turbogate.gateway.runtime import PoolRt, ReplicaRt, Runtime, TenantRt, build_runtime, pump
 from turbogate.gateway.scrape import health_loop, scrape_all, scrape_loop
 from turbogate.gateway.sse import SSERewriter, tag_json_body
+from turbogate.gateway.upstream import UpstreamError, UpstreamPool
 from turbogate.sched import Admitted, Shed, Ticket, Tier, parse_tier
 from turbogate.sched.admission import State
 
@@ -43,10 +43,7 @@ log = logging.getLogger("turbogate.gateway")
 #: vLLM's ``priority`` field: lower is served first.
 PRIORITY = {Tier.TURBO: 0, Tier.STANDARD: 1, Tier.RELAX: 2}
 _TIER_HEADERS = {t: (b"x-turbogate-tier", t.value.encode()) for t in Tier}
-_UPSTREAM_HEADERS = {"Content-Type": "application/json"}
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
-_RETRYABLE = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError,
-              ConnectionError)
 _ENDPOINTS = {
     "/v1/chat/completions": ("chat", "/v1/chat/completions"),
     "/v1/completions": ("completions", "/v1/completions"),
@@ -128,12 +125,9 @@ class GatewayApp:
         if self._started:
             return
         self._started = True
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.config.limits.upstream_connect_timeout_s)
         for pool in self.rt.pools.values():
             for r in pool.replicas.values():
-                connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, ttl_dns_cache=300)
-                r.session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False,
-                                                  skip_auto_headers=("User-Agent",))
+                r.client = UpstreamPool(r.url, self.config.limits.upstream_connect_timeout_s)
         with contextlib.suppress(Exception):  # a replica down at start is ejected, not fatal
             await asyncio.wait_for(scrape_all(self.rt), self.config.scrape.timeout_s + 0.5)
         loop = asyncio.get_running_loop()
@@ -144,8 +138,8 @@ class GatewayApp:
             task.cancel()
         for pool in self.rt.pools.values():
             for r in pool.replicas.values():
-                if isinstance(r.session, aiohttp.ClientSession):
-                    await r.session.close()
+                if r.client is not None:
+                    r.client.close()
 
     # ---- edge ------------------------------------------------------------------------------
     def _tenant(self, scope: Scope) -> TenantRt | None:
@@ -326,15 +320,19 @@ class GatewayApp:
             picker.on_dispatch(replica_state)
             start = time.perf_counter()
             l2 = start - t_l2
-            remaining = deadline - start
             try:
-                if stream:
-                    return await self._stream(send, pool, replica, served, body, path, l1, l2, start, remaining)
-                return await self._unary(send, pool, replica, served, body, path, l1, l2, start, remaining)
-            except _RETRYABLE as exc:
-                picker.on_failure(replica_state, time.perf_counter(), hard=True)
+                async with asyncio.timeout(deadline - start) as timer:
+                    if stream:
+                        return await self._stream(send, pool, replica, served, body, path, l1, l2, start, timer)
+                    return await self._unary(send, pool, replica, served, body, path, l1, l2, start)
+            except UpstreamError as exc:
+                picker.on_failure(replica_state, time.perf_counter(), hard=exc.before_response)
+                if not exc.before_response:  # bytes had come: no retry (a broken stream never gets here)
+                    await send_error(send, 502, f"the engine connection broke mid-answer: {exc}",
+                                     code="upstream_error", headers=[_TIER_HEADERS[served]])
+                    return 502, False
                 tried.append(replica_state.id)
-                log.info("upstream %s failed before any byte: %s", replica_state.id, type(exc).__name__)
+                log.info("upstream %s failed before any byte: %s", replica_state.id, exc)
                 if attempt == 0:
                     self.metrics.retries.labels(pool.name).inc()
                     continue
@@ -346,35 +344,29 @@ class GatewayApp:
                 await send_error(send, 504, f"the {served.value} tier deadline passed before the engine answered",
                                  code="deadline_exceeded", headers=[_TIER_HEADERS[served]])
                 return 504, False
-            except _Answered as done:
-                return done.status, done.ok
             except BaseException:
                 picker.on_release(replica_state)
                 raise
         return 502, False  # not reached
 
     async def _unary(self, send: Send, pool: PoolRt, replica: ReplicaRt, served: Tier, body: bytes, path: str,
-                     l1: float, l2: float, start: float, remaining: float) -> tuple[int, bool]:
-        session = replica.session
-        assert isinstance(session, aiohttp.ClientSession)
-        async with asyncio.timeout(remaining):
-            async with session.post(replica.url + path, data=body, headers=_UPSTREAM_HEADERS) as resp:
-                try:
-                    data = await resp.read()
-                except (aiohttp.ClientError, ConnectionError) as exc:  # bytes had come: no retry
-                    self.rt.picker.on_failure(replica.state, time.perf_counter(), hard=False)
-                    await send_error(send, 502, f"the engine connection broke mid-answer ({type(exc).__name__})",
-                                     code="upstream_error", headers=[_TIER_HEADERS[served]])
-                    raise _Answered(502, False) from None
-                status = resp.status
-                ctype = resp.headers.get("Content-Type", "application/json")
+                     l1: float, l2: float, start: float) -> tuple[int, bool]:
+        client = replica.client
+        assert client is not None
+        resp = await client.request(b"POST", path, body)
+        try:
+            data = await resp.read()
+        finally:
+            resp.release()  # reused if complete; dropped (cancelling the engine's work) if not
+        status = resp.status
         end = time.perf_counter()
         self._account(replica, status, end - start)
         self.metrics.observe_upstream(pool.name, served.value, end - start)
-        if status == 200 and ctype.startswith("application/json"):
+        ctype = resp.content_type
+        if status == 200 and ctype.startswith(b"application/json"):
             data = tag_json_body(data, served.value)
         await send({"type": "http.response.start", "status": status, "headers": [
-            (b"content-type", ctype.encode()), (b"content-length", str(len(data)).encode()), _TIER_HEADERS[served],
+            (b"content-type", ctype), (b"content-length", str(len(data)).encode()), _TIER_HEADERS[served],
             _timing(l1=l1, l2=l2, upstream=end - start)]})
         await send({"type": "http.response.body", "body": data})
         return status, status < 500
@@ -386,28 +378,26 @@ class GatewayApp:
             self.rt.picker.on_success(replica.state, seconds)
 
     async def _stream(self, send: Send, pool: PoolRt, replica: ReplicaRt, served: Tier, body: bytes, path: str,
-                      l1: float, l2: float, start: float, remaining: float) -> tuple[int, bool]:
-        session = replica.session
-        assert isinstance(session, aiohttp.ClientSession)
+                      l1: float, l2: float, start: float, timer: asyncio.Timeout) -> tuple[int, bool]:
+        client = replica.client
+        assert client is not None
         tier_header = _TIER_HEADERS[served]
-        async with asyncio.timeout(remaining) as first_byte, session.post(
-            replica.url + path, data=body, headers=_UPSTREAM_HEADERS
-        ) as resp:
+        resp = await client.request(b"POST", path, body)
+        try:
             if resp.status != 200:
                 data = await resp.read()
                 end = time.perf_counter()
                 self._account(replica, resp.status, end - start)
-                ctype = resp.headers.get("Content-Type", "application/json").encode()
                 await send({"type": "http.response.start", "status": resp.status, "headers": [
-                    (b"content-type", ctype), (b"content-length", str(len(data)).encode()), tier_header,
+                    (b"content-type", resp.content_type), (b"content-length", str(len(data)).encode()), tier_header,
                     _timing(l1=l1, l2=l2, upstream=end - start)]})
                 await send({"type": "http.response.body", "body": data})
-                raise _Answered(resp.status, resp.status < 500)
+                return resp.status, resp.status < 500
             try:
-                first = await resp.content.readany()
-            except (aiohttp.ClientError, ConnectionError) as exc:
-                raise aiohttp.ServerDisconnectedError(str(exc)) from None
-            first_byte.reschedule(None)  # the deadline covers the first token; the rest may take its time
+                first = await resp.next_chunk()
+            except UpstreamError as exc:  # nothing reached the client yet: as if it failed before any byte
+                raise UpstreamError(str(exc), True) from None
+            timer.reschedule(None)  # the deadline covers the first token; the rest may take its time
             ttft = time.perf_counter() - start
             self.metrics.observe_ttft(pool.name, served.value, ttft)
             # Headers wait for the first chunk, so Server-Timing can carry ttft; total upstream
@@ -415,34 +405,25 @@ class GatewayApp:
             await send({"type": "http.response.start", "status": 200,
                         "headers": [*_SSE_HEADERS, tier_header, _timing(l1=l1, l2=l2, ttft=ttft)]})
             rewriter = SSERewriter(served.value)
-            out = rewriter.feed(first)
-            if out:
-                await send({"type": "http.response.body", "body": out, "more_body": True})
+            chunk = first
             try:
-                while True:
-                    chunk = await resp.content.readany()
-                    if not chunk:
-                        break
+                while chunk:
                     out = rewriter.feed(chunk)
                     if out:
                         await send({"type": "http.response.body", "body": out, "more_body": True})
-            except (aiohttp.ClientError, ConnectionError) as exc:
+                    chunk = await resp.next_chunk()
+            except UpstreamError as exc:
                 self.rt.picker.on_failure(replica.state, time.perf_counter(), hard=False)
-                err = error_body(502, f"the engine stream broke ({type(exc).__name__})", code="upstream_error")
+                err = error_body(502, f"the engine stream broke: {exc}", code="upstream_error")
                 await send({"type": "http.response.body", "body": rewriter.flush() + b"data: " + err + b"\n\n"})
-                raise _Answered(502, False) from None
+                return 502, False
+        finally:
+            resp.release()
         end = time.perf_counter()
         self._account(replica, 200, end - start)
         self.metrics.observe_upstream(pool.name, served.value, end - start)
         await send({"type": "http.response.body", "body": rewriter.flush()})
         return 200, True
-
-
-class _Answered(Exception):  # control flow: a response was already sent
-    def __init__(self, status: int, ok: bool) -> None:
-        super().__init__(status)
-        self.status = status
-        self.ok = ok
 
 
 def create_app(config: GatewayConfig) -> GatewayApp:

@@ -13,6 +13,7 @@ import hmac
 from dataclasses import dataclass, field
 
 from turbogate.config import GatewayConfig
+from turbogate.gateway.upstream import UpstreamPool
 from turbogate.sched import (
     TIERS,
     Admission,
@@ -42,9 +43,9 @@ class ReplicaRt:
     state: Replica
     url: str
     engine: str
-    metrics_url: str
-    health_url: str
-    session: object = None  # aiohttp.ClientSession, set at startup
+    metrics_path: str
+    health_path: str
+    client: UpstreamPool | None = None  # keep-alive pool, set at startup
 
 
 @dataclass(slots=True, eq=False)
@@ -138,7 +139,7 @@ def build_runtime(config: GatewayConfig) -> Runtime:
                 rid = f"{rid}#{i}"
             state = picker.add(Replica(id=rid, pool=p.name, max_concurrency=r.max_concurrency,
                                        scraped=r.engine != "openai"))
-            replicas[rid] = ReplicaRt(state, r.url, r.engine, r.url + r.metrics_path, r.url + r.health_path)
+            replicas[rid] = ReplicaRt(state, r.url, r.engine, r.metrics_path, r.health_path)
         admission = Admission(policies, tenant_policies, aging_s=config.aging_s, tenant_counts=tenant_counts)
         pool = PoolRt(p.name, tuple(p.models), admission, replicas, p.scheduling_policy == "priority")
         pools[p.name] = pool

@@ -7,10 +7,10 @@ import contextlib
 import logging
 import time
 
-import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from turbogate.gateway.runtime import ReplicaRt, Runtime, pump
+from turbogate.gateway.upstream import UpstreamError
 from turbogate.sched import Health, load_from_samples
 
 log = logging.getLogger("turbogate.gateway")
@@ -25,26 +25,34 @@ def samples_from_text(text: str) -> dict[str, float]:
     return out
 
 
-def _session(r: ReplicaRt) -> aiohttp.ClientSession:
-    assert isinstance(r.session, aiohttp.ClientSession)
-    return r.session
+async def _get(r: ReplicaRt, path: str, timeout_s: float) -> tuple[int, bytes]:
+    assert r.client is not None
+    async with asyncio.timeout(timeout_s):
+        resp = await r.client.request(b"GET", path)
+        try:
+            return resp.status, await resp.read()
+        finally:
+            resp.release()
 
 
 async def scrape_once(rt: Runtime, r: ReplicaRt) -> bool:
-    timeout = aiohttp.ClientTimeout(total=rt.config.scrape.timeout_s)
     picker = rt.picker
     try:
-        async with _session(r).get(r.metrics_url, timeout=timeout) as resp:
-            text = await resp.text()
-            if resp.status != 200:
-                picker.on_failure(r.state, time.perf_counter(), hard=False, dispatched=False)
-                return False
-        load = load_from_samples(r.engine, samples_from_text(text))
-    except (aiohttp.ClientConnectionError, ConnectionError) as exc:
+        status, raw = await _get(r, r.metrics_path, rt.config.scrape.timeout_s)
+        if status != 200:
+            picker.on_failure(r.state, time.perf_counter(), hard=False, dispatched=False)
+            return False
+        load = load_from_samples(r.engine, samples_from_text(raw.decode("utf-8", "replace")))
+    except UpstreamError as exc:
         log.info("scrape of %s failed: %s", r.state.id, type(exc).__name__)
         picker.on_failure(r.state, time.perf_counter(), hard=True, dispatched=False)
         return False
-    except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+    except TimeoutError:
+        # A slow /metrics under load says "busy", not "dead": the load goes stale (counted as
+        # saturated) but the replica is not ejected for it.
+        log.info("scrape of %s timed out", r.state.id)
+        return False
+    except ValueError as exc:
         log.info("scrape of %s failed: %s", r.state.id, type(exc).__name__)
         picker.on_failure(r.state, time.perf_counter(), hard=False, dispatched=False)
         return False
@@ -54,13 +62,11 @@ async def scrape_once(rt: Runtime, r: ReplicaRt) -> bool:
 
 
 async def probe_once(rt: Runtime, r: ReplicaRt) -> bool:
-    timeout = aiohttp.ClientTimeout(total=rt.config.scrape.timeout_s)
     try:
-        async with _session(r).get(r.health_url, timeout=timeout) as resp:
-            await resp.read()
-            return resp.status == 200
-    except (aiohttp.ClientError, TimeoutError, ConnectionError):
+        status, _ = await _get(r, r.health_path, rt.config.scrape.timeout_s)
+    except (UpstreamError, TimeoutError):
         return False
+    return status == 200
 
 
 def _refresh(rt: Runtime) -> None:
