@@ -53,8 +53,12 @@ def _devtools_port(user_dir: Path, proc: subprocess.Popen[bytes], timeout: float
 def _page_ws(port: int, timeout: float) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=2) as resp:
-            targets = json.loads(resp.read())
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=5) as resp:
+                targets = json.loads(resp.read())
+        except OSError:  # the port file can appear a moment before the endpoint answers
+            time.sleep(0.1)
+            continue
         pages = [t for t in targets if t.get("type") == "page" and t.get("webSocketDebuggerUrl")]
         if pages:
             return str(pages[0]["webSocketDebuggerUrl"])

@@ -79,7 +79,7 @@ def _has_output(chunk: dict[str, Any]) -> bool:
     return bool(c.get("text"))
 
 
-def _error_message(body: bytes) -> str:
+def error_message(body: bytes) -> str:
     try:
         data = orjson.loads(body)
         err = data.get("error") if isinstance(data, dict) else None
@@ -103,18 +103,13 @@ async def send_request(session: aiohttp.ClientSession, url: str, body: dict[str,
             out.tier_served = normalize_tier(resp.headers.get(TIER_HEADER))
             out.replica = resp.headers.get("X-Turbogate-Replica")
             if resp.status != 200:
-                out.error = f"HTTP {resp.status}: {_error_message(await resp.read())}"
+                out.error = f"HTTP {resp.status}: {error_message(await resp.read())}"
                 return out
             if stream:
                 await _read_stream(resp, out)
             else:
-                data = orjson.loads(await resp.read())
-                now = time.perf_counter()
-                out.ttft = out.e2e = now - sent
-                _take_usage(data, out)
-                if out.tier_served is None:
-                    out.tier_served = normalize_tier(data.get("service_tier"))
-                out.ok = out.error is None
+                raw = await resp.read()
+                finish_plain(raw, time.perf_counter(), out)
     except (TimeoutError, aiohttp.ClientError, orjson.JSONDecodeError, ConnectionError) as exc:
         out.error = f"{type(exc).__name__}: {exc}"[:300] or type(exc).__name__
     finally:
@@ -131,42 +126,71 @@ def _take_usage(data: dict[str, Any], out: Outcome) -> None:
             out.output_tokens = int(usage["completion_tokens"])
 
 
-async def _read_stream(resp: aiohttp.ClientResponse, out: Outcome) -> None:
-    chunks: list[tuple[float, bool]] = []
-    done = False
-    buf = b""
-    # Read whatever arrived and split it into SSE lines ourselves: far cheaper than readline().
-    async for data in resp.content.iter_any():
-        now = time.perf_counter()
-        buf += data
-        *lines, buf = buf.split(b"\n")
+class SSEReader:
+    """Consumes a streamed body as it arrives (any split) and fills an :class:`Outcome`."""
+
+    __slots__ = ("_buf", "chunks", "done", "out")
+
+    def __init__(self, out: Outcome) -> None:
+        self.out = out
+        self.chunks: list[tuple[float, bool]] = []
+        self.done = False
+        self._buf = b""
+
+    def feed(self, data: bytes, now: float) -> bool:
+        """Take bytes received at ``now``; True once the stream is over ([DONE] or an error event)."""
+        out = self.out
+        buf = self._buf + data
+        *lines, self._buf = buf.split(b"\n")
         for line in lines:
             if not line.startswith(b"data:"):
                 continue
             payload = line[5:].strip()
             if payload == b"[DONE]":
-                done = True
-                break
+                self.done = True
+                return True
             chunk = orjson.loads(payload)
             if not isinstance(chunk, dict):
                 continue
             if "error" in chunk:
                 err = chunk["error"]
                 out.error = "stream error: " + str(err.get("message") if isinstance(err, dict) else err)[:300]
-                chunks.append((now, False))
-                done = True
-                break
-            chunks.append((now, _has_output(chunk)))
+                self.chunks.append((now, False))
+                self.done = True
+                return True
+            self.chunks.append((now, _has_output(chunk)))
             _take_usage(chunk, out)
             if out.tier_served is None and chunk.get("service_tier"):
                 out.tier_served = normalize_tier(str(chunk["service_tier"]))
-        if done:
-            break
-    timing = stream_timing(out.sent, chunks)
-    out.ttft, out.itl, out.e2e = timing.ttft_s, timing.itl_s, timing.e2e_s
-    out.tpot = tpot(out.e2e, out.ttft, out.output_tokens)
-    if out.error is None and not done:
-        out.error = "stream ended without [DONE]"
-    if out.error is None and out.ttft is None:
-        out.error = "stream carried no output chunk"
+        return False
+
+    def finish(self) -> None:
+        out = self.out
+        timing = stream_timing(out.sent, self.chunks)
+        out.ttft, out.itl, out.e2e = timing.ttft_s, timing.itl_s, timing.e2e_s
+        out.tpot = tpot(out.e2e, out.ttft, out.output_tokens)
+        if out.error is None and not self.done:
+            out.error = "stream ended without [DONE]"
+        if out.error is None and out.ttft is None:
+            out.error = "stream carried no output chunk"
+        out.ok = out.error is None
+
+
+def finish_plain(body: bytes, now: float, out: Outcome) -> None:
+    """A non-streamed answer: TTFT = E2E (there is no earlier byte to time)."""
+    data = orjson.loads(body)
+    out.ttft = out.e2e = now - out.sent
+    if isinstance(data, dict):
+        _take_usage(data, out)
+        if out.tier_served is None:
+            out.tier_served = normalize_tier(data.get("service_tier"))
     out.ok = out.error is None
+
+
+async def _read_stream(resp: aiohttp.ClientResponse, out: Outcome) -> None:
+    reader = SSEReader(out)
+    # Read whatever arrived and split it into SSE lines ourselves: far cheaper than readline().
+    async for data in resp.content.iter_any():
+        if reader.feed(data, time.perf_counter()):
+            break
+    reader.finish()

@@ -11,14 +11,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import gc
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
+import orjson
 
 from turbogate.bench.arrivals import Scheduled
 from turbogate.bench.client import TIER_HEADER, Outcome, send_request
+from turbogate.bench.http11 import Http11Pool
 from turbogate.bench.workload import request_body
 from turbogate.results.schema import RequestRecord
 
@@ -37,6 +40,11 @@ class Target:
     tier_via: str = "both"
     timeout_s: float = 600.0
     max_concurrency: int | None = None
+    client: str = "auto"  # "lean" (own HTTP/1.1, http:// only), "aiohttp", or "auto" (lean when possible)
+
+    @property
+    def use_lean(self) -> bool:
+        return self.client == "lean" or (self.client == "auto" and self.base_url.startswith("http://"))
 
     @property
     def url(self) -> str:
@@ -89,6 +97,7 @@ class Runner:
         self.t0 = time.perf_counter() + lead_s
         self.t0_wall = time.time() + lead_s
         self._session: aiohttp.ClientSession | None = None
+        self._lean = Http11Pool(target.base_url) if target.use_lean else None
         self._sem = asyncio.Semaphore(target.max_concurrency) if target.max_concurrency else None
         self._tasks: set[asyncio.Task[None]] = set()
         self._next_id = 0
@@ -113,6 +122,8 @@ class Runner:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._lean is not None:
+            self._lean.close()
         if self._session is not None:
             await self._session.close()
 
@@ -123,6 +134,18 @@ class Runner:
         finish and are then cancelled (and recorded as such); unsent ones are recorded as not sent.
         """
         self.state.scheduled += len(schedule)
+        # Nothing built so far (the schedule included) needs the cyclic GC again: freeze it, and let
+        # young collections run less often, so GC pauses do not show up as dispatch lag.
+        gc.freeze()
+        old_threshold = gc.get_threshold()
+        gc.set_threshold(50_000, 20, 100)
+        try:
+            await self._dispatch(schedule, grace_s)
+        finally:
+            gc.set_threshold(*old_threshold)
+            gc.unfreeze()
+
+    async def _dispatch(self, schedule: Sequence[Scheduled], grace_s: float) -> None:
         i = 0
         n = len(schedule)
         while i < n and not self.stop.is_set():
@@ -185,11 +208,16 @@ class Runner:
                 headers[TIER_HEADER] = spec.tier
             body = request_body(spec, model=tgt.model, chat=tgt.chat, stream=tgt.stream, ignore_eos=tgt.ignore_eos,
                                 min_tokens=tgt.min_tokens, tier_in_body=tgt.tier_via in ("body", "both"))
-            assert self._session is not None
-            out = await send_request(self._session, tgt.url, body, headers, tgt.stream)
+            if self._lean is not None:
+                out = await self._lean.post(tgt.route, orjson.dumps(body), headers, tgt.stream, tgt.timeout_s)
+            else:
+                out = await send_request(self.session, tgt.url, body, headers, tgt.stream)
         except asyncio.CancelledError:
             now = time.perf_counter()
             out = Outcome(sent=started, end=now, error="cancelled: grace period over")
+        except Exception as exc:  # a client bug must cost one record, not the run
+            now = time.perf_counter()
+            out = Outcome(sent=started, end=now, error=f"client error: {type(exc).__name__}: {exc}"[:300])
         finally:
             if acquired and self._sem is not None:
                 self._sem.release()
