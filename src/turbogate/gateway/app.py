@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import time
 
@@ -38,6 +39,8 @@ from turbogate.gateway.upstream import UpstreamError, UpstreamPool
 from turbogate.sched import Admitted, Shed, Ticket, Tier, parse_tier
 from turbogate.sched.admission import State
 
+_QUEUED = State.QUEUED
+
 log = logging.getLogger("turbogate.gateway")
 
 #: vLLM's ``priority`` field: lower is served first.
@@ -52,8 +55,49 @@ _ENDPOINTS = {
 _REQUIRED = {"chat": "messages", "completions": "prompt", "embeddings": "input"}
 
 
-def _timing(**parts: float) -> tuple[bytes, bytes]:
-    return (b"server-timing", ", ".join(f"{k};dur={v * 1000:.3f}" for k, v in parts.items()).encode())
+def _timing(l1: float, l2: float, upstream: float) -> tuple[bytes, bytes]:
+    return (b"server-timing", b"l1;dur=%.3f, l2;dur=%.3f, upstream;dur=%.3f" % (l1 * 1e3, l2 * 1e3, upstream * 1e3))
+
+
+def _stream_timing(l1: float, l2: float, ttft: float) -> tuple[bytes, bytes]:
+    return (b"server-timing", b"l1;dur=%.3f, l2;dur=%.3f, ttft;dur=%.3f" % (l1 * 1e3, l2 * 1e3, ttft * 1e3))
+
+
+class _Flight:
+    """A request between admission and its answer.
+
+    One sweeper task (``GatewayApp._sweep``) serves all of them instead of two helpers per
+    request: it cancels those past their tier deadline (→ 504), and starts a disconnect watcher
+    only for requests still running after ``_WATCH_AFTER_S`` (queued ones get it at once).  A
+    timer and a watcher task per request were the largest share of the gateway's own CPU per
+    request, and a quick request is over before either matters.
+    """
+
+    __slots__ = ("born", "deadline", "finished", "gone", "receive", "task", "timed_out", "watcher")
+
+    def __init__(self, task: asyncio.Task[object], receive: Receive, born: float, deadline: float) -> None:
+        self.task = task
+        self.receive = receive
+        self.born = born
+        self.deadline = deadline
+        self.timed_out = False
+        self.finished = False
+        self.gone = False
+        self.watcher: asyncio.Task[None] | None = None
+
+    def watch(self) -> None:
+        if self.watcher is None:
+            self.watcher = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        message = await self.receive()
+        if message["type"] == "http.disconnect" and not self.finished:
+            self.gone = True  # the client left: cancel upstream and free the slot
+            self.task.cancel()
+
+
+_WATCH_AFTER_S = 0.05
+_SWEEP_S = 0.02
 
 
 class GatewayApp:
@@ -66,6 +110,7 @@ class GatewayApp:
                   for p in self.rt.pools.values() for m in p.models]
         self._models_body = orjson.dumps({"object": "list", "data": models})
         self._started = False
+        self._flights: set[_Flight] = set()
 
     # ---- ASGI entry ------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -131,7 +176,21 @@ class GatewayApp:
         with contextlib.suppress(Exception):  # a replica down at start is ejected, not fatal
             await asyncio.wait_for(scrape_all(self.rt), self.config.scrape.timeout_s + 0.5)
         loop = asyncio.get_running_loop()
-        self.rt.tasks = [loop.create_task(scrape_loop(self.rt)), loop.create_task(health_loop(self.rt))]
+        self.rt.tasks = [loop.create_task(scrape_loop(self.rt)), loop.create_task(health_loop(self.rt)),
+                         loop.create_task(self._sweep())]
+
+    async def _sweep(self) -> None:
+        """Deadlines and disconnect watchers for every request in flight (see ``_Flight``)."""
+        while True:
+            await asyncio.sleep(_SWEEP_S)
+            now = time.perf_counter()
+            watch_before = now - _WATCH_AFTER_S
+            for flight in list(self._flights):
+                if flight.deadline < now and not flight.timed_out:
+                    flight.timed_out = True
+                    flight.task.cancel()
+                elif flight.watcher is None and flight.born < watch_before:
+                    flight.watch()
 
     async def shutdown(self) -> None:
         for task in self.rt.tasks:
@@ -241,61 +300,58 @@ class GatewayApp:
         admission = pool.admission
         now = time.perf_counter()
         ticket = Ticket(tenant.name, served, now, cost)
-        decision = admission.submit(ticket, now, rt.picker.slots(pool.name, now))
+        slots = rt.picker.slots(pool.name, now)
+        decision = admission.submit(ticket, now, slots)
         if not isinstance(decision, Admitted):
             await self._shed(send, tenant, asked, served, decision)
             return
-        pump(pool, rt.picker, now)
+        pump(pool, rt.picker, now, slots)
         status = 499
         task = asyncio.current_task()
-        finished = False
-        gone = False
-
-        async def watch() -> None:  # cancel everything if the client goes away
-            nonlocal gone
-            message = await receive()
-            if message["type"] == "http.disconnect" and not finished and task is not None:
-                gone = True
-                task.cancel()
+        assert task is not None
+        flight = _Flight(task, receive, now, math.inf)
+        self._flights.add(flight)
+        orig_send = send
 
         async def tracked_send(message: Message) -> None:
-            nonlocal finished
             if message["type"] == "http.response.body" and not message.get("more_body", False):
-                finished = True  # from here a disconnect is the normal end, not the client leaving
-            await send(message)
+                flight.finished = True  # from here a disconnect is the normal end, not the client leaving
+            await orig_send(message)
 
-        watcher = asyncio.get_running_loop().create_task(watch())
         policy = rt.policies[served]
         ok = False
         try:
-            if ticket.state is State.QUEUED:
+            if ticket.state is _QUEUED:
+                flight.watch()  # a queued request may wait long: notice at once if its client leaves
                 waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
                 ticket.payload = waiter
                 limit = min(policy.queue_budget_s, policy.deadline_s) - (time.perf_counter() - arrival)
                 try:
                     await asyncio.wait_for(waiter, max(limit, 0.0))
                 except TimeoutError:
-                    if ticket.state is State.QUEUED:
+                    if ticket.state is _QUEUED:
                         shed = admission.timed_out(ticket, time.perf_counter())
-                        finished = True
                         status = shed.status
                         await self._shed(tracked_send, tenant, asked, served, shed)
                         return
             l1 = time.perf_counter() - arrival
-            metrics.observe_queue(served.value, l1)
-            deadline = arrival + policy.deadline_s
-            status, ok = await self._upstream(tracked_send, pool, served, body, stream, upstream_path, l1, deadline)
+            metrics.observe_queue(served, l1)
+            flight.deadline = arrival + policy.deadline_s
+            status, ok = await self._upstream(tracked_send, pool, served, body, stream, upstream_path, l1, flight)
         except asyncio.CancelledError:
-            if not gone:
+            if not flight.gone:
                 raise
+            task.uncancel()
             status = 499
         finally:
-            finished = True
-            watcher.cancel()
+            flight.finished = True
+            self._flights.discard(flight)
+            if flight.watcher is not None:
+                flight.watcher.cancel()
             end = time.perf_counter()
             admission.on_complete(ticket, end, count_service=ok)
             pump(pool, rt.picker, end)
-            metrics.count(tenant.label, asked.value, served.value, status)
+            metrics.count(tenant.label, asked, served, status)
 
     async def _shed(self, send: Send, tenant: TenantRt, asked: Tier, served: Tier, shed: Shed) -> None:
         self.metrics.shed.labels(shed.reason, served.value).inc()
@@ -304,7 +360,7 @@ class GatewayApp:
                          headers=[(b"retry-after", str(shed.retry_after_s).encode()), _TIER_HEADERS[served]])
 
     async def _upstream(self, send: Send, pool: PoolRt, served: Tier, body: bytes, stream: bool, path: str,
-                        l1: float, deadline: float) -> tuple[int, bool]:
+                        l1: float, flight: _Flight) -> tuple[int, bool]:
         """Send the request to a replica (retrying once elsewhere if it failed before any byte);
         returns (HTTP status sent to the client, whether the replica answered)."""
         picker = self.rt.picker
@@ -321,10 +377,9 @@ class GatewayApp:
             start = time.perf_counter()
             l2 = start - t_l2
             try:
-                async with asyncio.timeout(deadline - start) as timer:
-                    if stream:
-                        return await self._stream(send, pool, replica, served, body, path, l1, l2, start, timer)
-                    return await self._unary(send, pool, replica, served, body, path, l1, l2, start)
+                if stream:
+                    return await self._stream(send, pool, replica, served, body, path, l1, l2, start, flight)
+                return await self._unary(send, pool, replica, served, body, path, l1, l2, start, flight)
             except UpstreamError as exc:
                 picker.on_failure(replica_state, time.perf_counter(), hard=exc.before_response)
                 if not exc.before_response:  # bytes had come: no retry (a broken stream never gets here)
@@ -339,8 +394,11 @@ class GatewayApp:
                 await send_error(send, 502, "the engine replicas could not be reached", code="upstream_unavailable",
                                  headers=[_TIER_HEADERS[served]])
                 return 502, False
-            except TimeoutError:
+            except asyncio.CancelledError:
                 picker.on_release(replica_state)
+                if not flight.timed_out:
+                    raise
+                flight.task.uncancel()
                 await send_error(send, 504, f"the {served.value} tier deadline passed before the engine answered",
                                  code="deadline_exceeded", headers=[_TIER_HEADERS[served]])
                 return 504, False
@@ -350,7 +408,7 @@ class GatewayApp:
         return 502, False  # not reached
 
     async def _unary(self, send: Send, pool: PoolRt, replica: ReplicaRt, served: Tier, body: bytes, path: str,
-                     l1: float, l2: float, start: float) -> tuple[int, bool]:
+                     l1: float, l2: float, start: float, flight: _Flight) -> tuple[int, bool]:
         client = replica.client
         assert client is not None
         resp = await client.request(b"POST", path, body)
@@ -358,16 +416,17 @@ class GatewayApp:
             data = await resp.read()
         finally:
             resp.release()  # reused if complete; dropped (cancelling the engine's work) if not
+        flight.deadline = math.inf  # answered in time; from here on only the client can stop us
         status = resp.status
         end = time.perf_counter()
         self._account(replica, status, end - start)
-        self.metrics.observe_upstream(pool.name, served.value, end - start)
+        self.metrics.observe_upstream(pool.name, served, end - start)
         ctype = resp.content_type
         if status == 200 and ctype.startswith(b"application/json"):
-            data = tag_json_body(data, served.value)
+            data = tag_json_body(data, served)
         await send({"type": "http.response.start", "status": status, "headers": [
             (b"content-type", ctype), (b"content-length", str(len(data)).encode()), _TIER_HEADERS[served],
-            _timing(l1=l1, l2=l2, upstream=end - start)]})
+            _timing(l1, l2, end - start)]})
         await send({"type": "http.response.body", "body": data})
         return status, status < 500
 
@@ -378,7 +437,7 @@ class GatewayApp:
             self.rt.picker.on_success(replica.state, seconds)
 
     async def _stream(self, send: Send, pool: PoolRt, replica: ReplicaRt, served: Tier, body: bytes, path: str,
-                      l1: float, l2: float, start: float, timer: asyncio.Timeout) -> tuple[int, bool]:
+                      l1: float, l2: float, start: float, flight: _Flight) -> tuple[int, bool]:
         client = replica.client
         assert client is not None
         tier_header = _TIER_HEADERS[served]
@@ -386,24 +445,25 @@ class GatewayApp:
         try:
             if resp.status != 200:
                 data = await resp.read()
+                flight.deadline = math.inf
                 end = time.perf_counter()
                 self._account(replica, resp.status, end - start)
                 await send({"type": "http.response.start", "status": resp.status, "headers": [
                     (b"content-type", resp.content_type), (b"content-length", str(len(data)).encode()), tier_header,
-                    _timing(l1=l1, l2=l2, upstream=end - start)]})
+                    _timing(l1, l2, end - start)]})
                 await send({"type": "http.response.body", "body": data})
                 return resp.status, resp.status < 500
             try:
                 first = await resp.next_chunk()
             except UpstreamError as exc:  # nothing reached the client yet: as if it failed before any byte
                 raise UpstreamError(str(exc), True) from None
-            timer.reschedule(None)  # the deadline covers the first token; the rest may take its time
+            flight.deadline = math.inf  # the deadline covers the first token; the rest may take its time
             ttft = time.perf_counter() - start
-            self.metrics.observe_ttft(pool.name, served.value, ttft)
+            self.metrics.observe_ttft(pool.name, served, ttft)
             # Headers wait for the first chunk, so Server-Timing can carry ttft; total upstream
             # time of a stream is not known at header time (see docs/gateway.md).
             await send({"type": "http.response.start", "status": 200,
-                        "headers": [*_SSE_HEADERS, tier_header, _timing(l1=l1, l2=l2, ttft=ttft)]})
+                        "headers": [*_SSE_HEADERS, tier_header, _stream_timing(l1, l2, ttft)]})
             rewriter = SSERewriter(served.value)
             chunk = first
             try:
@@ -421,7 +481,7 @@ class GatewayApp:
             resp.release()
         end = time.perf_counter()
         self._account(replica, 200, end - start)
-        self.metrics.observe_upstream(pool.name, served.value, end - start)
+        self.metrics.observe_upstream(pool.name, served, end - start)
         await send({"type": "http.response.body", "body": rewriter.flush()})
         return 200, True
 

@@ -161,12 +161,13 @@ def build_runtime(config: GatewayConfig) -> Runtime:
     return rt
 
 
-def pump(pool: PoolRt, picker: Picker, now: float) -> None:
+def pump(pool: PoolRt, picker: Picker, now: float, slots: int | None = None) -> None:
     """Dispatch every queued ticket L1 lets go now, waking the handler that waits on each."""
     admission = pool.admission
     if admission.queued == 0:
         return
-    slots = picker.slots(pool.name, now)
+    if slots is None:
+        slots = picker.slots(pool.name, now)
     while True:
         ticket = admission.next_dispatch(now, slots)
         if ticket is None:

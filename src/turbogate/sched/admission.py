@@ -59,6 +59,10 @@ class State(Enum):
     DONE = 3
 
 
+# Module constants: enum attribute access goes through a descriptor, and this is the hot path.
+_QUEUED, _DISPATCHED, _DONE = State.QUEUED, State.DISPATCHED, State.DONE
+
+
 @dataclass(slots=True, eq=False)
 class Ticket:
     """One request inside L1.  ``payload`` is opaque to the core (the shell's own handle)."""
@@ -106,13 +110,13 @@ class _TierQueue:
 
     def head(self) -> Ticket | None:
         heap = self.heap
-        while heap and heap[0][2].state is not State.QUEUED:
+        while heap and heap[0][2].state is not _QUEUED:
             heapq.heappop(heap)
         return heap[0][2] if heap else None
 
     def oldest(self) -> Ticket | None:
         fifo = self.fifo
-        while fifo and fifo[0].state is not State.QUEUED:
+        while fifo and fifo[0].state is not _QUEUED:
             fifo.popleft()
         return fifo[0] if fifo else None
 
@@ -141,6 +145,7 @@ class Admission:
         self._active: dict[str, int] = tenant_counts if tenant_counts is not None else {}
         self._seq = 0
         self.in_flight = 0
+        self._queued = 0
         self._service_ewma_s = 0.0
         self._samples = 0
         self._min_samples = min_samples
@@ -155,7 +160,7 @@ class Admission:
 
     @property
     def queued(self) -> int:
-        return sum(q.length for q in self._queues.values())
+        return self._queued
 
     @property
     def service_estimate_s(self) -> float | None:
@@ -199,13 +204,14 @@ class Admission:
                         f"of {policy.queue_budget_s:g}s")
         self._seq += 1
         ticket.id = self._seq
-        ticket.state = State.QUEUED
+        ticket.state = _QUEUED
         start = max(queue.vtime, queue.finish.get(ticket.tenant, 0.0))
         ticket.vtag = start
         queue.finish[ticket.tenant] = start + max(ticket.cost, 1e-9) / max(tenant.weight, 1e-9)
         heapq.heappush(queue.heap, (start, ticket.id, ticket))
         queue.fifo.append(ticket)
         queue.length += 1
+        self._queued += 1
         queue.queued_by_tenant[ticket.tenant] = queue.queued_by_tenant.get(ticket.tenant, 0) + 1
         self._active[ticket.tenant] = active + 1
         return Admitted(ticket)
@@ -268,9 +274,10 @@ class Admission:
 
     def _take(self, ticket: Ticket, now: float) -> None:
         queue = self._queues[ticket.tier]
-        ticket.state = State.DISPATCHED
+        ticket.state = _DISPATCHED
         ticket.dispatched_at = now
         queue.length -= 1
+        self._queued -= 1
         queue.in_flight += 1
         queue.vtime = max(queue.vtime, ticket.vtag)
         self._dec_queued(queue, ticket.tenant)
@@ -295,21 +302,22 @@ class Admission:
 
     def requeue(self, ticket: Ticket) -> None:
         """Put a dispatched ticket back (no replica could take it); it keeps its place."""
-        if ticket.state is not State.DISPATCHED:
+        if ticket.state is not _DISPATCHED:
             return
         queue = self._queues[ticket.tier]
-        ticket.state = State.QUEUED
+        ticket.state = _QUEUED
         ticket.dispatched_at = None
         queue.in_flight -= 1
         self.in_flight -= 1
         queue.length += 1
+        self._queued += 1
         queue.queued_by_tenant[ticket.tenant] = queue.queued_by_tenant.get(ticket.tenant, 0) + 1
         heapq.heappush(queue.heap, (ticket.vtag, ticket.id, ticket))
         queue.fifo.appendleft(ticket)
 
     def on_complete(self, ticket: Ticket, now: float, *, count_service: bool = True) -> None:
         """A dispatched ticket finished (served, failed or cancelled): free its slot."""
-        if ticket.state is State.DISPATCHED:
+        if ticket.state is _DISPATCHED:
             queue = self._queues[ticket.tier]
             queue.in_flight -= 1
             self.in_flight -= 1
@@ -318,18 +326,19 @@ class Admission:
                 self._samples += 1
                 alpha = 0.2 if self._samples > 1 else 1.0
                 self._service_ewma_s += alpha * (sample - self._service_ewma_s)
-            ticket.state = State.DONE
+            ticket.state = _DONE
             self._release_tenant(ticket.tenant)
-        elif ticket.state is State.QUEUED:
+        elif ticket.state is _QUEUED:
             self.cancel(ticket)
 
     def cancel(self, ticket: Ticket) -> bool:
         """Withdraw a queued ticket (its client went away).  True if it was queued."""
-        if ticket.state is not State.QUEUED:
+        if ticket.state is not _QUEUED:
             return False
         queue = self._queues[ticket.tier]
-        ticket.state = State.DONE
+        ticket.state = _DONE
         queue.length -= 1
+        self._queued -= 1
         self._dec_queued(queue, ticket.tenant)
         self._release_tenant(ticket.tenant)
         return True
