@@ -86,6 +86,25 @@ async def httpx_latency(url: str, n: int) -> list[float]:
     return out
 
 
+async def lean_latency(url: str, n: int) -> list[float]:
+    """The same sequential calls with the gateway's own upstream client (turbogate.gateway.upstream)."""
+    from turbogate.gateway.upstream import UpstreamPool
+
+    out: list[float] = []
+    client = UpstreamPool(url)
+    payload = json.dumps(BODY).encode()
+    for i in range(n + 50):
+        t0 = time.perf_counter()
+        resp = await client.request(b"POST", "/v1/chat/completions", payload)
+        await resp.read()
+        resp.release()
+        assert resp.status == 200
+        if i >= 50:
+            out.append((time.perf_counter() - t0) * 1000)
+    client.close()
+    return out
+
+
 def _load_worker(url: str, concurrency: int, seconds: float, queue: mp.Queue) -> None:  # type: ignore[type-arg]
     async def run() -> tuple[int, int]:
         headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
@@ -118,21 +137,31 @@ def _load_worker(url: str, concurrency: int, seconds: float, queue: mp.Queue) ->
     queue.put(asyncio.run(run()))
 
 
-def max_rps(url: str, procs: int, concurrency: int, seconds: float) -> tuple[float, int]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def max_rps(url: str, procs: int, concurrency: int, seconds: float, pid: int | None = None) -> tuple[float, int, float]:
+    """Completed requests per second under a closed loop; with ``pid``, also that process's CPU
+    microseconds per request (what one dedicated core could sustain is 1e6 / that)."""
     ctx = mp.get_context("spawn")
     queue: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
     workers = [ctx.Process(target=_load_worker, args=(url, concurrency, seconds, queue)) for _ in range(procs)]
     t0 = time.perf_counter()
+    cpu0 = cpu_seconds(pid) if pid else 0.0
     for w in workers:
         w.start()
     results = [queue.get(timeout=seconds + 60) for _ in workers]
+    cpu = cpu_seconds(pid) - cpu0 if pid else 0.0
     for w in workers:
         w.join()
     elapsed = time.perf_counter() - t0
     ok = sum(r[0] for r in results)
     errors = sum(r[1] for r in results)
     # Count against the load window, not process start-up.
-    return ok / min(elapsed, seconds + 0.5), errors
+    return ok / min(elapsed, seconds + 0.5), errors, (cpu * 1e6 / ok if ok else 0.0)
 
 
 def write_config(path: Path, emulator_urls: list[str]) -> None:
@@ -181,8 +210,11 @@ def main() -> None:
         lat = asyncio.run(unary_latency({"direct": direct, "gateway": gateway.url}, args.requests))
         ttft = asyncio.run(stream_ttft({"direct": direct, "gateway": gateway.url}, args.stream_requests))
         hx = asyncio.run(httpx_latency(direct, min(args.requests, 500)))
-        direct_rps, direct_err = max_rps(direct, args.load_procs, args.concurrency, args.seconds)
-        gateway_rps, gateway_err = max_rps(gateway.url, args.load_procs, args.concurrency, args.seconds)
+        lean = asyncio.run(lean_latency(direct, min(args.requests, 500)))
+        direct_rps, direct_err, emu_cpu = max_rps(direct, args.load_procs, args.concurrency, args.seconds,
+                                                  emulators[0].process.pid)
+        gateway_rps, gateway_err, gw_cpu = max_rps(gateway.url, args.load_procs, args.concurrency, args.seconds,
+                                                   gateway.process.pid)
         d50, d99 = pct(lat["direct"], 0.5), pct(lat["direct"], 0.99)
         g50, g99 = pct(lat["gateway"], 0.5), pct(lat["gateway"], 0.99)
         added = [g - d for g, d in zip(lat["gateway"], lat["direct"], strict=True)]
@@ -196,16 +228,22 @@ def main() -> None:
             "added_pairwise_median_ms": round(statistics.median(added), 3),
             "direct_max_rps": round(direct_rps, 1),
             "gateway_max_rps": round(gateway_rps, 1),
+            "gateway_cpu_us_per_request": round(gw_cpu, 1),
+            "gateway_one_core_rps_estimate": round(1e6 / gw_cpu, 1) if gw_cpu else None,
+            "emulator_cpu_us_per_request": round(emu_cpu, 1),
             "direct_load_errors": direct_err,
             "gateway_load_errors": gateway_err,
             "stream_direct_ttft_p50_ms": round(pct(ttft["direct"], 0.5), 3),
             "stream_gateway_ttft_p50_ms": round(pct(ttft["gateway"], 0.5), 3),
             "stream_added_ttft_p50_ms": round(pct(ttft["gateway"], 0.5) - pct(ttft["direct"], 0.5), 3),
-            "client_compare_direct_p50_ms": {"aiohttp": round(d50, 3), "httpx": round(pct(hx, 0.5), 3)},
+            "client_compare_direct_p50_ms": {"aiohttp": round(d50, 3), "httpx": round(pct(hx, 0.5), 3),
+                                             "turbogate_lean": round(pct(lean, 0.5), 3)},
             "setup": {
                 "requests": args.requests, "stream_requests": args.stream_requests, "seconds": args.seconds,
                 "load_procs": args.load_procs, "concurrency": args.concurrency, "emulators": args.emulators,
-                "gateway_workers": 1, "server": "uvicorn+uvloop+httptools, raw ASGI", "upstream_client": "aiohttp",
+                "gateway_workers": 1, "server": "uvicorn+uvloop+httptools, raw ASGI",
+                "upstream_client": "turbogate.gateway.upstream (httptools)",
+                "load_client": "aiohttp",
                 "cpus": os.cpu_count(), "python": sys.version.split()[0],
             },
         }

@@ -12,12 +12,20 @@ from prometheus_client.parser import text_string_to_metric_families
 from turbogate.gateway.runtime import ReplicaRt, Runtime, pump
 from turbogate.gateway.upstream import UpstreamError
 from turbogate.sched import Health, load_from_samples
+from turbogate.sched.load import METRIC_NAMES
 
 log = logging.getLogger("turbogate.gateway")
 
 
-def samples_from_text(text: str) -> dict[str, float]:
-    """Sample name → value summed over label sets, from Prometheus text exposition."""
+_WANTED = tuple(sorted(METRIC_NAMES))
+
+
+def samples_from_text(text: str, wanted: tuple[str, ...] = _WANTED) -> dict[str, float]:
+    """Sample name → value summed over label sets, from Prometheus text exposition.  Only
+    lines that start with a ``wanted`` name reach the parser: engines expose hundreds of
+    histogram lines L2 never reads, and parsing them cost milliseconds per scrape."""
+    if wanted:
+        text = "\n".join(line for line in text.splitlines() if line.startswith(wanted)) + "\n"
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

@@ -39,6 +39,9 @@ _NAMES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
 }
 _NAMES["emulator"] = _NAMES["vllm"]
 
+#: Every sample name any kind is read from (lets the shell skip the rest of a scrape cheaply).
+METRIC_NAMES: frozenset[str] = frozenset(n for triple in _NAMES.values() for group in triple for n in group)
+
 
 def _first(samples: Mapping[str, float], names: tuple[str, ...]) -> float | None:
     for name in names:
