@@ -258,4 +258,5 @@ def test_nothing_is_lost_and_counts_stay_consistent(ops: list[tuple[str, Tier, s
         assert adm.in_flight == sum(t.state is State.DISPATCHED for t in admitted)
         for t in Tier:
             assert adm.queue_length(t) == sum(x.state is State.QUEUED and x.tier is t for x in admitted)
+        assert adm.queued == sum(x.state is State.QUEUED for x in admitted)
     assert submitted == shed + len(admitted)  # every request was either taken or refused with a reason

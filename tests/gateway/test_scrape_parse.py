@@ -1,0 +1,45 @@
+"""Engine /metrics text → ReplicaLoad through prometheus_client's parser (pure, no sockets)."""
+
+from __future__ import annotations
+
+from turbogate.gateway.scrape import samples_from_text
+from turbogate.sched import load_from_samples
+
+VLLM = """# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 3.0
+vllm:num_requests_running{engine="1",model_name="m"} 2.0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m"} 4.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.42
+# TYPE vllm:e2e_request_latency_seconds histogram
+vllm:e2e_request_latency_seconds_bucket{le="0.3",model_name="m"} 1.0
+vllm:e2e_request_latency_seconds_bucket{le="+Inf",model_name="m"} 2.0
+vllm:e2e_request_latency_seconds_count{model_name="m"} 2.0
+vllm:e2e_request_latency_seconds_sum{model_name="m"} 0.5
+"""
+
+SGLANG = """# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{model_name="q"} 7
+sglang:num_queue_reqs{model_name="q"} 1
+sglang:token_usage{model_name="q"} 0.9
+"""
+
+
+def test_vllm_text_sums_label_sets() -> None:
+    load = load_from_samples("vllm", samples_from_text(VLLM))
+    assert (load.running, load.waiting, load.kv_usage) == (5.0, 4.0, 0.42)
+
+
+def test_unwanted_lines_are_skipped_but_wanted_ones_kept() -> None:
+    samples = samples_from_text(VLLM)
+    assert "vllm:e2e_request_latency_seconds_count" not in samples
+    full = samples_from_text(VLLM, wanted=())
+    assert full["vllm:e2e_request_latency_seconds_count"] == 2.0
+    assert full["vllm:num_requests_running"] == samples["vllm:num_requests_running"]
+
+
+def test_sglang_text() -> None:
+    load = load_from_samples("sglang", samples_from_text(SGLANG))
+    assert (load.running, load.waiting, load.kv_usage) == (7.0, 1.0, 0.9)
