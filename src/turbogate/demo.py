@@ -50,7 +50,7 @@ def gateway_yaml(urls: list[str]) -> str:
 
 
 def demo(
-    duration: float = typer.Option(80.0, "--duration", min=10.0, max=600.0,
+    duration: float = typer.Option(60.0, "--duration", min=10.0, max=600.0,
                                    help="Seconds of ramp (the default keeps the demo under 90 s)."),
     out: Path | None = typer.Option(None, "--out", help="Run folder (default runs/demo-<timestamp>)."),
     time_scale: float = typer.Option(0.5, "--time-scale", min=0.01, max=1.0,
@@ -87,7 +87,7 @@ def demo(
                               output_tokens=TruncNormal(OUTPUT, 0, OUTPUT, OUTPUT),
                               tiers=TierMix.parse(f"turbo={turbo_share},standard={1 - turbo_share}"), n_api_keys=1),
             random_seed=1, scrape=(gw.url + "/metrics", *(s.url + "/metrics" for s in services[:2])),
-            metrics=("p95-latency",), knee=KneeSettings(method="throughput"), out=run_dir, grace_s=15.0,
+            metrics=("p95-latency",), knee=KneeSettings(method="throughput"), out=run_dir, grace_s=10.0, drain_s=10.0,
             live=live, timeout_s=120.0,
             label=f"turbogate demo: 2 replicas, capacity {cap:.1f} req/s (perf model)")
         result = _run(cfg)

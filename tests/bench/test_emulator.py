@@ -215,3 +215,25 @@ def test_compare_two_runs_cli(fast_emulator: Service, tmp_path: Path) -> None:
     assert "knee req/s" in res.output and "achieved req/s" in res.output
     res = CliRunner().invoke(app, ["compare", str(runs[0]), str(tmp_path / "nope")])
     assert res.exit_code == 2 and "not a run folder" in res.output
+
+
+def test_find_knee_steps_up_then_bisects_to_the_capacity(
+        emulator_factory: Callable[..., Service], tmp_path: Path) -> None:
+    gpu, model, seqs, scale, out_tokens = "L4", "llama-3.1-8b", 16, 0.2, 32
+    emu = emulator_factory("--time-scale", str(scale), "--gpu", gpu, "--model", model, "--max-num-seqs", str(seqs))
+    expected = saturation(deployment(get_gpu(gpu), get_model(model)), 138, out_tokens,
+                          max_num_seqs=seqs).request_rate / scale
+    out = tmp_path / "fk"
+    res = CliRunner().invoke(app, [
+        "--host", emu.url, "--find-knee", "--qps-start", f"{0.6 * expected:.3f}", "--knee-growth", "1.5",
+        "--bisections", "1", "--step-duration", "2.5", "--arrivals", "constant", "--prompt-tokens", "128",
+        "--output-tokens", str(out_tokens), "--no-live", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    probes = [line for line in res.output.splitlines() if line.startswith("find-knee:")]
+    assert "ok" in probes[0] and any("saturated" in p for p in probes)
+    run = load_run(out)
+    rates = [s.step.offered_rps for s in run.summary.steps]
+    assert rates[1] == pytest.approx(1.5 * rates[0], rel=1e-3)  # stepped up by the growth factor
+    assert rates[-1] < max(rates)  # then bisected back down
+    knee = run.summary.knees["all"].value
+    assert knee is not None and abs(knee - expected) / expected <= 0.15, (knee, expected)

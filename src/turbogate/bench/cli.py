@@ -148,6 +148,9 @@ def bench(
     tier_cost: str | None = typer.Option(None, "--tier-cost", help="Cost weight per tier, e.g. turbo=2,standard=1."),
     out: Path | None = typer.Option(None, "--out", help="Run folder (default runs/bench-<timestamp>)."),
     grace: float = typer.Option(30.0, "--grace", help="On Ctrl-C, seconds to wait for requests in flight."),
+    drain: float | None = typer.Option(None, "--drain", min=0.0,
+                                       help="After the last send, seconds to wait for requests in flight "
+                                            "(default: each one's --timeout); the rest are cancelled."),
     live: bool = typer.Option(True, "--live/--no-live", help="Live progress display."),
     report: bool = typer.Option(True, "--report/--no-report", help="Write report.html."),
     label: str = typer.Option("", "--label", help="Free text stored in summary.json."),
@@ -164,7 +167,8 @@ def bench(
             tier_via=tier_via, api_key=api_key, ignore_eos=ignore_eos, min_tokens=min_tokens, stream=stream,
             random_seed=random_seed, max_concurrency=max_concurrency, timeout=timeout, scrape=scrape,
             metrics=metrics, slo=slo, knee_method=knee_method, knee_k=knee_k, knee_metric=knee_metric,
-            fleet_cost=fleet_cost, tier_cost=tier_cost, out=out, grace=grace, live=live, report=report, label=label)
+            fleet_cost=fleet_cost, tier_cost=tier_cost, out=out, grace=grace, drain=drain, live=live, report=report,
+            label=label)
     except ValueError as exc:
         raise _bad(str(exc)) from None
     console = Console(stderr=False, width=None if Console().is_terminal else 150)
@@ -194,7 +198,7 @@ def build_config(*, host: str, route: str, model: str | None, shape: str | None,
                  random_seed: int, max_concurrency: int | None, timeout: float, scrape: list[str],
                  metrics: str | None, slo: str | None, knee_method: str, knee_k: float, knee_metric: str,
                  fleet_cost: float, tier_cost: str | None, out: Path | None, grace: float, live: bool, report: bool,
-                 label: str) -> BenchConfig:
+                 label: str, drain: float | None = None) -> BenchConfig:
     """Validate the CLI options into a :class:`BenchConfig`; ValueError names the bad option."""
     if not host.startswith(("http://", "https://")):
         raise ValueError(f"--host must be a URL like http://127.0.0.1:8000, got {host!r}")
@@ -230,7 +234,8 @@ def build_config(*, host: str, route: str, model: str | None, shape: str | None,
         arrivals=Arrivals(arrivals, burstiness), workload=workload, random_seed=random_seed, scrape=tuple(scrape),
         metrics=tuple(parse_metrics_option(metrics)), slo=parse_slo(slo),
         knee=KneeSettings(method=knee_method, k=knee_k, metric=knee_metric),
-        cost=parse_cost(tier_cost, fleet_cost), out=out, grace_s=grace, live=live, report=report, label=label)
+        cost=parse_cost(tier_cost, fleet_cost), out=out, grace_s=grace, drain_s=drain, live=live, report=report,
+        label=label)
     if not find_knee:  # validate the rates now, before anything starts
         make_shape(cfg.shape, start=cfg.qps if cfg.shape == "constant" else cfg.qps_start, end=cfg.qps_end,
                    duration=cfg.duration_s, steps=cfg.steps)

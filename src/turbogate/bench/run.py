@@ -34,6 +34,7 @@ from turbogate.results import (
     summarize,
     write_run,
 )
+from turbogate.results.stats import fill_time
 
 
 @dataclass
@@ -68,6 +69,7 @@ class BenchConfig:
     cost: CostConfig = field(default_factory=CostConfig)
     out: Path | None = None
     grace_s: float = 30.0
+    drain_s: float | None = None  # after the schedule: wait this long for in-flight (None: their timeout)
     live: bool = True
     report: bool = True
     label: str = ""
@@ -77,7 +79,8 @@ class BenchConfig:
         d: dict[str, Any] = {
             "host": self.host, "route": self.route, "model": self.model, "api_keys": len(self.api_keys),
             "stream": self.stream, "ignore_eos": self.ignore_eos, "min_tokens": self.min_tokens,
-            "tier_via": self.tier_via, "timeout_s": self.timeout_s, "max_concurrency": self.max_concurrency,
+            "tier_via": self.tier_via, "timeout_s": self.timeout_s, "drain_s": self.drain_s,
+            "max_concurrency": self.max_concurrency,
             "shape": "find-knee" if self.find_knee else self.shape, "qps": self.qps, "qps_start": self.qps_start,
             "qps_end": self.qps_end, "steps": self.steps, "duration_s": self.duration_s,
             "step_duration_s": self.step_duration_s, "arrivals": self.arrivals.kind,
@@ -134,9 +137,11 @@ async def _find_knee(cfg: BenchConfig, runner: Runner, rng: random.Random, steps
         shape = Constant(rate, cfg.step_duration_s)
         local = [Step(0, 0.0, cfg.step_duration_s, rate)]
         sched = build_schedule(shape, cfg.arrivals, cfg.workload, local, rng, offset=start, step_offset=step.index)
-        await runner.execute(sched, grace_s=cfg.grace_s)
+        await runner.execute(sched, grace_s=cfg.grace_s, drain_s=cfg.drain_s)
         in_step = [r for r in runner.records if r.step == step.index]
-        fin = [r for r in runner.records if r.end_s is not None and step.start_s <= r.end_s < step.end_s]
+        # The probe started from an idle target: count completions in its window shifted by its fill time.
+        fill = fill_time(in_step, [step])
+        fin = [r for r in in_step if r.end_s is not None and step.start_s + fill <= r.end_s < step.end_s + fill]
         g = group_stats(in_step, fin, cfg.step_duration_s, rate, cfg.slo)
         if base_p95 is None:
             base_p95 = g.pct(cfg.knee.metric)
@@ -215,7 +220,7 @@ async def run_bench(cfg: BenchConfig, *, echo: Any = None) -> BenchResult:
             if cfg.find_knee:
                 await _find_knee(cfg, runner, rng, steps, notes)
             else:
-                await runner.execute(schedule, grace_s=cfg.grace_s)
+                await runner.execute(schedule, grace_s=cfg.grace_s, drain_s=cfg.drain_s)
         finally:
             await display.stop()
             await collectors.stop()

@@ -127,11 +127,12 @@ class Runner:
         if self._session is not None:
             await self._session.close()
 
-    async def execute(self, schedule: Sequence[Scheduled], grace_s: float = 30.0) -> None:
+    async def execute(self, schedule: Sequence[Scheduled], grace_s: float = 30.0, drain_s: float | None = None) -> None:
         """Dispatch ``schedule`` (absolute times), then wait for what is in flight.
 
         When :attr:`stop` is set, sending stops at once; in-flight requests get ``grace_s`` to
         finish and are then cancelled (and recorded as such); unsent ones are recorded as not sent.
+        After a complete schedule, in-flight requests get ``drain_s`` (None: until their timeout).
         """
         self.state.scheduled += len(schedule)
         # Nothing built so far (the schedule included) needs the cyclic GC again: freeze it, and let
@@ -140,12 +141,12 @@ class Runner:
         old_threshold = gc.get_threshold()
         gc.set_threshold(50_000, 20, 100)
         try:
-            await self._dispatch(schedule, grace_s)
+            await self._dispatch(schedule, grace_s, drain_s)
         finally:
             gc.set_threshold(*old_threshold)
             gc.unfreeze()
 
-    async def _dispatch(self, schedule: Sequence[Scheduled], grace_s: float) -> None:
+    async def _dispatch(self, schedule: Sequence[Scheduled], grace_s: float, drain_s: float | None) -> None:
         i = 0
         n = len(schedule)
         while i < n and not self.stop.is_set():
@@ -163,7 +164,7 @@ class Runner:
             i += 1
         for item in schedule[i:]:
             self.records.append(self._unsent(item, self._new_id()))
-        await self._drain(grace_s if self.stop.is_set() else None)
+        await self._drain(grace_s if self.stop.is_set() else drain_s)
 
     async def _drain(self, grace_s: float | None) -> None:
         if not self._tasks:
@@ -173,9 +174,6 @@ class Runner:
             t.cancel()
         if pending:
             await asyncio.wait(pending)
-
-    async def finish_in_flight(self, grace_s: float) -> None:
-        await self._drain(grace_s)
 
     def _new_id(self) -> int:
         self._next_id += 1
@@ -214,7 +212,7 @@ class Runner:
                 out = await send_request(self.session, tgt.url, body, headers, tgt.stream)
         except asyncio.CancelledError:
             now = time.perf_counter()
-            out = Outcome(sent=started, end=now, error="cancelled: grace period over")
+            out = Outcome(sent=started, end=now, error="cancelled: still in flight when the grace/drain time ran out")
         except Exception as exc:  # a client bug must cost one record, not the run
             now = time.perf_counter()
             out = Outcome(sent=started, end=now, error=f"client error: {type(exc).__name__}: {exc}"[:300])
