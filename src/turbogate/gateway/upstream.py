@@ -175,7 +175,7 @@ class Response:
 class UpstreamPool:
     """Keep-alive connections to one replica (``base_url`` like ``http://10.0.0.5:8000``)."""
 
-    def __init__(self, base_url: str, connect_timeout_s: float = 2.0) -> None:
+    def __init__(self, base_url: str, connect_timeout_s: float = 2.0, headers: dict[str, str] | None = None) -> None:
         parts = urlsplit(base_url)
         if parts.scheme != "http":
             raise ValueError(f"only http:// engines are supported by the lean client, not {base_url}")
@@ -183,6 +183,8 @@ class UpstreamPool:
         self.port = parts.port or 80
         self.prefix = parts.path.rstrip("/")
         self._host_header = f"{self.host}:{self.port}".encode()
+        # Extra headers sent with every request (e.g. an engine's API key), formatted once.
+        self._extra = b"".join(f"{k}: {v}\r\n".encode() for k, v in (headers or {}).items())
         self.connect_timeout_s = connect_timeout_s
         self._idle: collections.deque[_Conn] = collections.deque()
 
@@ -208,8 +210,8 @@ class UpstreamPool:
                       content_type: bytes = b"application/json") -> Response:
         """Send a request and wait for the response headers."""
         conn = await self._connect()
-        head = b"%s %s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n" % (
-            method, (self.prefix + path).encode(), self._host_header, content_type, len(body))
+        head = b"%s %s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n" % (
+            method, (self.prefix + path).encode(), self._host_header, content_type, len(body), self._extra)
         assert conn.transport is not None
         conn.transport.write(head + body if len(body) < 65536 else head)
         if len(body) >= 65536:
