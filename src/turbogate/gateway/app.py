@@ -128,7 +128,12 @@ class GatewayApp:
             if method != "POST":
                 await send_error(send, 405, f"{path} takes POST", code="method_not_allowed")
                 return
-            await self._proxy(scope, receive, send, endpoint[0], endpoint[1])
+            try:
+                await self._proxy(scope, receive, send, endpoint[0], endpoint[1])
+            except Exception:  # a bug, not bad input: answer in the OpenAI shape, keep the server up
+                log.exception("internal error on %s", path)  # the scope's headers (keys) are not logged
+                with contextlib.suppress(Exception):  # fails harmlessly if the answer had started
+                    await send_error(send, 500, "internal gateway error", code="internal_error")
         elif path == "/health":
             await send_bytes(send, 200, b'{"status":"ok"}')
         elif path == "/ready":
