@@ -59,7 +59,7 @@ def demo(
     live: bool = typer.Option(True, "--live/--no-live", help="Live progress display."),
 ) -> None:
     """Emulated fleet + gateway + a short Turbo-vs-Standard ramp + report."""
-    console = Console()
+    console = Console(width=None if Console().is_terminal else 150)
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     run_dir = out or Path("runs") / f"demo-{stamp}"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -103,7 +103,8 @@ def demo(
 
     s = result.summary
     console.print(knee_line(s))
-    console.print(f"(perf model capacity of the fleet: {cap:.1f} req/s)")
+    console.print(f"(the engines' capacity per the perf model is {cap:.1f} req/s; the gateway keeps Standard below "
+                  "full use to hold headroom for Turbo, so the fleet's knee sits below it)")
     print_roi(s, console)
     console.print(f"[bold]Recommendation:[/bold] {s.recommendation}")
     console.print(f"report: {result.run_dir / 'report.html'}" + ("  (interrupted)" if s.interrupted else ""))
