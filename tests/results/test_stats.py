@@ -148,3 +148,19 @@ def test_compare_two_runs() -> None:
     knee = rows[(ALL, "knee req/s")]
     assert knee.a is not None and knee.b is not None and knee.b > knee.a
     assert knee.delta_pct == pytest.approx((knee.b - knee.a) / knee.a * 100)
+
+
+def test_one_load_level_has_no_knee() -> None:
+    records, steps, _ = saturating_run(capacity=10.0, rates=(20,))
+    s = summarize(records, steps, kind="bench", started_at="x", duration_s=10.0, config={})
+    k = s.knees[ALL]
+    assert k.value is None and k.throughput is None and "two load steps" in k.note
+    assert s.recommendation.startswith("One load level only")
+
+
+def test_offered_is_what_was_scheduled_in_the_step() -> None:
+    records, steps, _ = saturating_run()
+    s = summarize(records, steps, kind="bench", started_at="x", duration_s=70.0, config={})
+    for st in s.steps:
+        n = sum(1 for r in records if r.step == st.step.index and r.tier_asked == "turbo")
+        assert st.tiers["turbo"].offered_rps == pytest.approx(n / st.step.duration_s)

@@ -142,7 +142,7 @@ async def _find_knee(cfg: BenchConfig, runner: Runner, rng: random.Random, steps
         # The probe started from an idle target: count completions in its window shifted by its fill time.
         fill = fill_time(in_step, [step])
         fin = [r for r in in_step if r.end_s is not None and step.start_s + fill <= r.end_s < step.end_s + fill]
-        g = group_stats(in_step, fin, cfg.step_duration_s, rate, cfg.slo)
+        g = group_stats(in_step, fin, cfg.step_duration_s, len(in_step) / cfg.step_duration_s, cfg.slo)
         if base_p95 is None:
             base_p95 = g.pct(cfg.knee.metric)
         sat = _saturated(g, base_p95, cfg.knee)

@@ -142,12 +142,21 @@ def detect_knee(steps: Sequence[StepStats], tier: str, settings: KneeSettings | 
         if found[method] is not None:
             used = method
             break
+    if len(pts) < 2:
+        # One load level is a point, not a curve: there is nothing to find a knee on.
+        found = {"throughput": None, "goodput": None, "latency": None}
+        lat = None
+        used = None
     if not pts:
         note = "no traffic for this tier"
+    elif len(pts) < 2:
+        note = "a knee needs at least two load steps (use a ramp, --shape steps or --find-knee)"
     elif used is None:
         note = f"no knee up to {pts[-1][0]:.3g} req/s offered: the target kept up over the whole range"
     elif used != s.method:
         note = f"{s.method} method found no knee in range; using {used}"
+    elif found[used] == pts[0][0]:
+        note = "saturated already at the lowest load tested: the knee is at or below it"
     else:
         note = ""
     return Knee(tier=tier, throughput=found["throughput"], latency=lat, goodput=found["goodput"], used=used,

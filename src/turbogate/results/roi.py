@@ -129,6 +129,9 @@ def recommendation(rows: Sequence[RoiRow], knees: Mapping[str, Knee], turbo: str
     knee = knees.get(ALL)
     by = {(r.band, r.tier): r for r in rows}
     top = max((r.offered_max for r in rows), default=0.0)
+    levels = {r.offered_min for r in rows} | {r.offered_max for r in rows}
+    if knee is not None and knee.value is None and len(levels) < 2:
+        return f"One load level only — {knee.note}."
     if knee is None or knee.value is None:
         return (f"No knee up to {top:.3g} req/s: the fleet keeps up over the whole range tested, so Turbo buys "
                 "little here; ramp higher to find where it starts (and stops) paying off.")

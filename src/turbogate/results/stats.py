@@ -107,7 +107,7 @@ class GroupStats:
     shed: int  # 429 / 503
     error_rate: float
     shed_rate: float
-    offered_rps: float  # this tier's share of the step's offered load
+    offered_rps: float  # requests of this tier scheduled in the step per second (realized, not nominal)
     achieved_rps: float  # successful completions inside the window per second
     goodput_rps: float  # completions inside the window meeting every SLO per second
     input_tokens_per_s: float
@@ -237,13 +237,13 @@ def step_stats(records: Iterable[RequestRecord], steps: Sequence[Step], slo: SLO
         lo, hi = step.start_s + shift, step.end_s + shift
         finished = [r for r in recs if r.end_s is not None and lo <= r.end_s < hi]
         groups: dict[str, GroupStats] = {}
-        total = len(in_step)
+        width = max(step.duration_s, 1e-9)
+        # Offered = what was actually scheduled in the step (Poisson counts vary around the nominal rate).
         for tier in tiers:
             sched = [r for r in in_step if tier_key(r) == tier]
-            share = len(sched) / total if total else 0.0
             fin = [r for r in finished if tier_key(r) == tier]
-            groups[tier] = group_stats(sched, fin, step.duration_s, step.offered_rps * share, slo)
-        groups[ALL] = group_stats(in_step, finished, step.duration_s, step.offered_rps, slo)
+            groups[tier] = group_stats(sched, fin, step.duration_s, len(sched) / width, slo)
+        groups[ALL] = group_stats(in_step, finished, step.duration_s, len(in_step) / width, slo)
         out.append(StepStats(step=step, tiers=groups))
     return out
 
