@@ -89,6 +89,9 @@ class Replica(_Model):
     metrics_path: str = "/metrics"
     health_path: str = "/health"
     name: str | None = None
+    api_key_env: str | None = Field(
+        None, description="name of an environment variable holding the engine's API key (sent as a bearer token)"
+    )
 
     @field_validator("url")
     @classmethod

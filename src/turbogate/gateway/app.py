@@ -16,6 +16,7 @@ import time
 import orjson
 
 from turbogate.config import GatewayConfig, load_config
+from turbogate.errors import ConfigError
 from turbogate.gateway import admin
 from turbogate.gateway.http import (
     JSON_CT,
@@ -177,7 +178,13 @@ class GatewayApp:
         self._started = True
         for pool in self.rt.pools.values():
             for r in pool.replicas.values():
-                r.client = UpstreamPool(r.url, self.config.limits.upstream_connect_timeout_s)
+                headers = None
+                if r.api_key_env:
+                    key = os.environ.get(r.api_key_env)
+                    if not key:
+                        raise ConfigError(f"replica {r.state.id}: environment variable {r.api_key_env} is not set")
+                    headers = {"Authorization": f"Bearer {key}"}
+                r.client = UpstreamPool(r.url, self.config.limits.upstream_connect_timeout_s, headers)
         with contextlib.suppress(Exception):  # a replica down at start is ejected, not fatal
             await asyncio.wait_for(scrape_all(self.rt), self.config.scrape.timeout_s + 0.5)
         loop = asyncio.get_running_loop()

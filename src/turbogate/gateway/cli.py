@@ -36,6 +36,11 @@ def serve(
     except ConfigError as exc:
         typer.echo(f"error: bad config: {exc}", err=True)
         raise typer.Exit(2) from None
+    missing = sorted({r.api_key_env for p in cfg.pools for r in p.replicas
+                      if r.api_key_env and not os.environ.get(r.api_key_env)})
+    if missing:
+        typer.echo(f"error: bad config: api_key_env names unset environment variables: {', '.join(missing)}", err=True)
+        raise typer.Exit(2)
 
     import uvicorn
 

@@ -45,6 +45,7 @@ class ReplicaRt:
     engine: str
     metrics_path: str
     health_path: str
+    api_key_env: str | None = None
     client: UpstreamPool | None = None  # keep-alive pool, set at startup
 
 
@@ -139,7 +140,7 @@ def build_runtime(config: GatewayConfig) -> Runtime:
                 rid = f"{rid}#{i}"
             state = picker.add(Replica(id=rid, pool=p.name, max_concurrency=r.max_concurrency,
                                        scraped=r.engine != "openai"))
-            replicas[rid] = ReplicaRt(state, r.url, r.engine, r.metrics_path, r.health_path)
+            replicas[rid] = ReplicaRt(state, r.url, r.engine, r.metrics_path, r.health_path, r.api_key_env)
         admission = Admission(policies, tenant_policies, aging_s=config.aging_s, tenant_counts=tenant_counts)
         pool = PoolRt(p.name, tuple(p.models), admission, replicas, p.scheduling_policy == "priority")
         pools[p.name] = pool

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ssl
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -177,10 +178,11 @@ class UpstreamPool:
 
     def __init__(self, base_url: str, connect_timeout_s: float = 2.0, headers: dict[str, str] | None = None) -> None:
         parts = urlsplit(base_url)
-        if parts.scheme != "http":
-            raise ValueError(f"only http:// engines are supported by the lean client, not {base_url}")
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"engine URL must be http:// or https://, not {base_url}")
+        self._ssl = ssl.create_default_context() if parts.scheme == "https" else None
         self.host = parts.hostname or "127.0.0.1"
-        self.port = parts.port or 80
+        self.port = parts.port or (443 if self._ssl else 80)
         self.prefix = parts.path.rstrip("/")
         self._host_header = f"{self.host}:{self.port}".encode()
         # Extra headers sent with every request (e.g. an engine's API key), formatted once.
@@ -200,7 +202,8 @@ class UpstreamPool:
         loop = asyncio.get_running_loop()
         try:
             _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: _Conn(self), self.host, self.port), self.connect_timeout_s
+                loop.create_connection(lambda: _Conn(self), self.host, self.port, ssl=self._ssl),
+                self.connect_timeout_s,
             )
         except (OSError, TimeoutError) as exc:
             raise UpstreamError(f"cannot connect to {self.host}:{self.port}: {exc}", True) from None

@@ -1,0 +1,80 @@
+"""The lean upstream client against a tiny loopback server: keep-alive, chunked bodies, headers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from turbogate.gateway.upstream import UpstreamError, UpstreamPool
+
+
+async def _server(handler: object) -> tuple[asyncio.Server, str]:
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)  # type: ignore[arg-type]
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}"
+
+
+async def test_keep_alive_headers_and_chunked_stream() -> None:
+    heads: list[bytes] = []
+    connections = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            heads.append(head)
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+            if b"/stream" in head:
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+                for part in (b"data: 1\n\n", b"data: 2\n\n"):
+                    writer.write(b"%x\r\n%s\r\n" % (len(part), part))
+                    await writer.drain()
+                writer.write(b"0\r\n\r\n")
+            else:
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+            await writer.drain()
+
+    server, url = await _server(handle)
+    async with server:
+        pool = UpstreamPool(url, headers={"Authorization": "Bearer engine-key"})
+        for _ in range(3):
+            resp = await pool.request(b"POST", "/v1/x", b'{"a":1}')
+            assert (resp.status, resp.content_type, await resp.read()) == (200, b"application/json", b"{}")
+            resp.release()
+        resp = await pool.request(b"POST", "/stream", b"{}")
+        chunks = []
+        while chunk := await resp.next_chunk():
+            chunks.append(chunk)
+        resp.release()
+        assert b"".join(chunks) == b"data: 1\n\ndata: 2\n\n"
+        assert connections == 1  # every request reused the one keep-alive connection
+        assert all(b"Authorization: Bearer engine-key" in h for h in heads)
+        pool.close()
+
+
+async def test_refused_connection_is_an_error_before_any_byte() -> None:
+    server, url = await _server(lambda r, w: None)
+    server.close()
+    await server.wait_closed()
+    with pytest.raises(UpstreamError) as info:
+        await UpstreamPool(url, connect_timeout_s=1).request(b"GET", "/health")
+    assert info.value.before_response
+
+
+async def test_connection_dropped_mid_body_is_an_error_after_bytes() -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
+        await writer.drain()
+        writer.close()
+
+    server, url = await _server(handle)
+    async with server:
+        resp = await UpstreamPool(url).request(b"GET", "/x")
+        with pytest.raises(UpstreamError) as info:
+            await resp.read()
+        assert not info.value.before_response
+        resp.release()
