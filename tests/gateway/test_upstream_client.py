@@ -28,7 +28,8 @@ async def test_keep_alive_headers_and_chunked_stream() -> None:
             length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
             await reader.readexactly(length)
             if b"/stream" in head:
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                             b"Transfer-Encoding: chunked\r\n\r\n")
                 for part in (b"data: 1\n\n", b"data: 2\n\n"):
                     writer.write(b"%x\r\n%s\r\n" % (len(part), part))
                     await writer.drain()
