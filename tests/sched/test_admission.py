@@ -55,6 +55,16 @@ def test_holdback_keeps_headroom_for_turbo_before_saturation() -> None:
     assert drain(adm, 0.1, slots) == turbo
 
 
+def test_holdback_counts_whole_slots_and_never_blocks_a_one_slot_pool() -> None:
+    adm = Admission(POLICIES, aging_s=1000)
+    for _ in range(5):
+        submit(adm, Tier.STANDARD, 0.0, 2)
+    assert len(drain(adm, 0.0, 2)) == 1  # 80 % of 2 slots: one stays free for Turbo
+    one = Admission(POLICIES, aging_s=1000)
+    submit(one, Tier.RELAX, 0.0, 1)
+    assert len(drain(one, 0.0, 1)) == 1
+
+
 def test_holdback_off_uses_every_slot() -> None:
     adm = Admission(POLICIES, aging_s=1000)
     adm.holdback = False

@@ -240,12 +240,14 @@ class Admission:
     # ---- dispatch ------------------------------------------------------------------------
     def _limits_allow(self, tier: Tier, slots: int, promoted: bool) -> bool:
         policy = self.policies[tier]
-        cap = max(1, math.floor(policy.capacity_share * slots))
+        cap = max(1, math.floor(policy.capacity_share * slots + 1e-9))
         if self._queues[tier].in_flight >= cap:
             return False
         if promoted or not self.holdback:
             return True
-        return self.in_flight < policy.max_utilization * slots
+        # Whole slots, at least one: on a 2-slot pool 85 % keeps one slot free, on a 1-slot pool
+        # the tier can still run (epsilon: 0.29 × 100 must give 29, not 28).
+        return self.in_flight < max(1, math.floor(policy.max_utilization * slots + 1e-9))
 
     def next_dispatch(self, now: float, slots: int) -> Ticket | None:
         """The ticket to send upstream now, or ``None`` if none may go.  The caller must later
