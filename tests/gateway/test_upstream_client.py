@@ -79,3 +79,31 @@ async def test_connection_dropped_mid_body_is_an_error_after_bytes() -> None:
             await resp.read()
         assert not info.value.before_response
         resp.release()
+
+
+async def test_kept_alive_connection_closed_by_the_engine_is_retried_fresh() -> None:
+    served = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal served
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        await reader.readexactly(length)
+        served += 1
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+        await writer.drain()
+        # Then behave like an idle timeout that fires just as the next request is sent.
+        await reader.read(1)
+        writer.transport.abort()
+
+    server, url = await _server(handle)
+    async with server:
+        pool = UpstreamPool(url)
+        first = await pool.request(b"POST", "/x", b"{}")
+        assert await first.read() == b"{}"
+        first.release()
+        second = await pool.request(b"POST", "/x", b"{}")  # reused, reset, retried on a new connection
+        assert (second.status, await second.read()) == (200, b"{}")
+        second.release()
+        assert served == 2
+        pool.close()

@@ -393,7 +393,8 @@ class GatewayApp:
                     return await self._stream(send, pool, replica, served, body, path, l1, l2, start, flight)
                 return await self._unary(send, pool, replica, served, body, path, l1, l2, start, flight)
             except UpstreamError as exc:
-                picker.on_failure(replica_state, time.perf_counter(), hard=exc.before_response)
+                # Only a refused connection ejects at once; a reset counts toward eject_after_failures.
+                picker.on_failure(replica_state, time.perf_counter(), hard=exc.connect_failed)
                 if not exc.before_response:  # bytes had come: no retry (a broken stream never gets here)
                     await send_error(send, 502, f"the engine connection broke mid-answer: {exc}",
                                      code="upstream_error", headers=[_TIER_HEADERS[served]])

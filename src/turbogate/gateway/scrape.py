@@ -52,8 +52,8 @@ async def scrape_once(rt: Runtime, r: ReplicaRt) -> bool:
             return False
         load = load_from_samples(r.engine, samples_from_text(raw.decode("utf-8", "replace")))
     except UpstreamError as exc:
-        log.info("scrape of %s failed: %s", r.state.id, type(exc).__name__)
-        picker.on_failure(r.state, time.perf_counter(), hard=True, dispatched=False)
+        log.info("scrape of %s failed: %s", r.state.id, exc)
+        picker.on_failure(r.state, time.perf_counter(), hard=exc.connect_failed, dispatched=False)
         return False
     except TimeoutError:
         # A slow /metrics under load says "busy", not "dead": the load goes stale (counted as

@@ -22,11 +22,13 @@ import httptools
 
 
 class UpstreamError(ConnectionError):
-    """The connection failed or broke; ``before_response`` tells whether any byte had come."""
+    """The connection failed or broke; ``before_response`` tells whether any byte had come,
+    ``connect_failed`` whether no connection could be made at all (the replica is down)."""
 
-    def __init__(self, message: str, before_response: bool) -> None:
+    def __init__(self, message: str, before_response: bool, connect_failed: bool = False) -> None:
         super().__init__(message)
         self.before_response = before_response
+        self.connect_failed = connect_failed
 
 
 _PAUSE_AT = 64  # buffered chunks before we stop reading from the engine (back-pressure)
@@ -34,13 +36,14 @@ _PAUSE_AT = 64  # buffered chunks before we stop reading from the engine (back-p
 
 class _Conn(asyncio.Protocol):
     __slots__ = ("_chunks", "_complete", "_ct", "_headers_done", "_keep_alive", "_paused", "_pool",
-                 "_waiter", "closed", "parser", "status", "transport")
+                 "_waiter", "closed", "fresh", "parser", "status", "transport")
 
     def __init__(self, pool: UpstreamPool) -> None:
         self._pool = pool
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
+        self.fresh = False  # True until its first request is sent
         self._reset()
 
     def _reset(self) -> None:
@@ -194,8 +197,8 @@ class UpstreamPool:
         with contextlib.suppress(ValueError):  # it was in use, not idle
             self._idle.remove(conn)
 
-    async def _connect(self) -> _Conn:
-        while self._idle:
+    async def _connect(self, reuse: bool = True) -> _Conn:
+        while reuse and self._idle:
             conn = self._idle.pop()  # most recently used: the warmest socket
             if not conn.closed:
                 return conn
@@ -206,13 +209,28 @@ class UpstreamPool:
                 self.connect_timeout_s,
             )
         except (OSError, TimeoutError) as exc:
-            raise UpstreamError(f"cannot connect to {self.host}:{self.port}: {exc}", True) from None
+            raise UpstreamError(f"cannot connect to {self.host}:{self.port}: {exc}", True, True) from None
+        conn.fresh = True
         return conn
 
     async def request(self, method: bytes, path: str, body: bytes = b"",
                       content_type: bytes = b"application/json") -> Response:
-        """Send a request and wait for the response headers."""
+        """Send a request and wait for the response headers.  A kept-alive connection that the
+        engine closed as we reused it (its idle timeout raced our request) is retried once on
+        a fresh connection: the engine never saw that request, and it says nothing about the
+        replica's health."""
         conn = await self._connect()
+        if conn.fresh:
+            return await self._send(conn, method, path, body, content_type)
+        try:
+            return await self._send(conn, method, path, body, content_type)
+        except UpstreamError as exc:
+            if not exc.before_response:
+                raise
+        return await self._send(await self._connect(reuse=False), method, path, body, content_type)
+
+    async def _send(self, conn: _Conn, method: bytes, path: str, body: bytes, content_type: bytes) -> Response:
+        conn.fresh = False
         head = b"%s %s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n" % (
             method, (self.prefix + path).encode(), self._host_header, content_type, len(body), self._extra)
         assert conn.transport is not None
