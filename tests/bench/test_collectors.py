@@ -1,0 +1,50 @@
+"""Collector parsing: Prometheus text through prometheus_client, --metrics validation, the NVML notice."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+
+import pytest
+
+from turbogate.bench.collectors import GPU_NOTICE, Nvml, parse_metrics_option, parse_prometheus
+
+PAGE = """# HELP vllm:num_requests_running Running.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="m"} 3.0
+# HELP vllm:e2e_request_latency_seconds E2E.
+# TYPE vllm:e2e_request_latency_seconds histogram
+vllm:e2e_request_latency_seconds_bucket{le="0.5",model_name="m"} 2.0
+vllm:e2e_request_latency_seconds_bucket{le="+Inf",model_name="m"} 4.0
+vllm:e2e_request_latency_seconds_sum{model_name="m"} 3.5
+vllm:e2e_request_latency_seconds_count{model_name="m"} 4.0
+# HELP turbogate_queue_depth Waiting.
+# TYPE turbogate_queue_depth gauge
+turbogate_queue_depth{pool="p",tier="turbo"} 1.0
+turbogate_queue_depth{pool="p",tier="standard"} 7.0
+"""
+
+
+def test_parse_prometheus_keeps_series_and_drops_buckets() -> None:
+    samples = parse_prometheus(PAGE, 2.5, "http://x/metrics")
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in samples}
+    assert got[("vllm:num_requests_running", (("model_name", "m"),))] == 3.0
+    assert got[("vllm:e2e_request_latency_seconds_count", (("model_name", "m"),))] == 4.0
+    assert got[("turbogate_queue_depth", (("pool", "p"), ("tier", "standard")))] == 7.0
+    assert not any(s.name.endswith("_bucket") for s in samples)
+    assert all(s.t == 2.5 and s.source == "http://x/metrics" for s in samples)
+
+
+def test_metrics_option() -> None:
+    assert parse_metrics_option("gpu-util, p95-latency") == ["gpu-util", "p95-latency"]
+    assert parse_metrics_option(None) == []
+    with pytest.raises(ValueError, match="--metrics: unknown vram"):
+        parse_metrics_option("gpu-util,vram")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pynvml") is not None and shutil.which("nvidia-smi") is not None,
+                    reason="an NVIDIA GPU with NVML is present here")
+def test_nvml_absent_gives_the_one_line_notice() -> None:
+    nvml, msg = Nvml.open()
+    assert nvml is None
+    assert msg.startswith(GPU_NOTICE[:40]) and "\n" not in msg
