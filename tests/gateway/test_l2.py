@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 import openai
+import pytest
 
 from tests.gateway.conftest import KEY, MODEL, admin_state, gateway_config, pool, replica_state, wait_for
 from turbogate.procs import Service, start_emulator
@@ -121,3 +122,24 @@ def test_ejects_a_killed_replica_and_takes_it_back(
         assert _served(gw)[a.url] > served_a
     finally:
         back.stop()
+
+
+def test_lone_dead_replica_gives_502_then_503_with_retry_after(
+    emulator_factory: Callable[..., Service], gateway_factory: Callable[[dict[str, Any]], Service]
+) -> None:
+    emu = emulator_factory("--time-scale", "0", "--model", MODEL)
+    gw = gateway_factory(gateway_config([pool("solo", [MODEL], [emu.url])]))
+    client = openai.OpenAI(base_url=gw.url + "/v1", api_key=KEY, max_retries=0)
+    assert client.chat.completions.create(model=MODEL, messages=MSG, max_tokens=2).choices
+    emu.kill()
+    first = httpx.post(gw.url + "/v1/chat/completions", headers={"Authorization": f"Bearer {KEY}"},
+                       json={"model": MODEL, "messages": MSG, "max_tokens": 2}, timeout=30)
+    # Either the request found it dead (502) or the scraper had ejected it already (503).
+    assert first.status_code in (502, 503), first.text
+    wait_for(lambda: replica_state(gw.url, emu.url)["health"] == "ejected", what="ejection")
+    with pytest.raises(openai.InternalServerError) as info:
+        client.chat.completions.create(model=MODEL, messages=MSG, max_tokens=2)
+    assert info.value.status_code == 503
+    assert info.value.body["code"] == "no_capacity"  # type: ignore[index]
+    assert int(info.value.response.headers["retry-after"]) >= 1
+    assert httpx.get(gw.url + "/ready").status_code == 503

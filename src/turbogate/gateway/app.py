@@ -380,6 +380,10 @@ class GatewayApp:
         for attempt in range(2):
             t_l2 = time.perf_counter()
             replica_state = picker.pick(pool.name, t_l2, exclude=tried)
+            if replica_state is None and tried:
+                await send_error(send, 502, "the engine replica failed before answering and no other could take "
+                                 "the retry", code="upstream_unavailable", headers=[_TIER_HEADERS[served]])
+                return 502, False
             if replica_state is None:
                 await send_error(send, 503, f"no replica of pool {pool.name!r} can take the request now",
                                  code="no_replica", headers=[(b"retry-after", b"1"), _TIER_HEADERS[served]])
