@@ -211,9 +211,11 @@ def test_compare_two_runs_cli(fast_emulator: Service, tmp_path: Path) -> None:
                                        "--no-live", "--no-report", "--out", str(out)])
         assert res.exit_code == 0, res.output
         runs.append(out)
-    res = CliRunner().invoke(app, ["compare", str(runs[0]), str(runs[1])])
+    page = tmp_path / "ab.html"
+    res = CliRunner().invoke(app, ["compare", str(runs[0]), str(runs[1]), "--html", str(page)])
     assert res.exit_code == 0, res.output
     assert "knee req/s" in res.output and "achieved req/s" in res.output
+    assert 'id="fig-compare"' in page.read_text()
     res = CliRunner().invoke(app, ["compare", str(runs[0]), str(tmp_path / "nope")])
     assert res.exit_code == 2 and "not a run folder" in res.output
 

@@ -246,6 +246,7 @@ def build_config(*, host: str, route: str, model: str | None, shape: str | None,
 def compare_cmd(
     run_a: Path = typer.Argument(..., help="First run folder (A)."),
     run_b: Path = typer.Argument(..., help="Second run folder (B)."),
+    html_out: Path | None = typer.Option(None, "--html", help="Also write an offline A/B page (plotly) here."),
 ) -> None:
     """Compare two run folders (bench or sim): knees and whole-run figures per tier, B against A."""
     try:
@@ -264,7 +265,12 @@ def compare_cmd(
     for row in compare(a.summary, b.summary):
         d = row.delta_pct
         t.add_row(row.tier, row.metric, f(row.a), f(row.b), "–" if d is None else f"{d:+.1f} %")
-    Console().print(t)
+    Console(width=None if Console().is_terminal else 150).print(t)
+    if html_out is not None:
+        from turbogate.results.report import render_compare
+
+        html_out.write_text(render_compare(a.summary, b.summary, str(run_a), str(run_b)), encoding="utf-8")
+        typer.echo(f"comparison page: {html_out}")
 
 
 def turbo_bench_main() -> None:

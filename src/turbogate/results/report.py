@@ -228,3 +228,37 @@ th{{background:#f3f3f3}}.note{{color:#666;font-style:italic}}code{{font-size:12p
 <h2>Configuration</h2><p><code>{cfg}</code></p><ul>{notes}</ul>
 </body></html>
 """
+
+
+def render_compare(a: Summary, b: Summary, label_a: str = "A", label_b: str = "B") -> str:
+    """An offline A/B page: p95 TTFT / E2E and achieved throughput against offered load, A solid, B dashed."""
+    from turbogate.results.compare import compare
+
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("p95 TTFT (s)", "p95 E2E (s)", "achieved req/s"))
+    for summary, label, dash in ((a, label_a, "solid"), (b, label_b, "dash")):
+        for tier in summary.tiers:
+            style = {"color": _color(tier), "dash": dash}
+            for col, metric in ((1, "ttft"), (2, "e2e")):
+                pts = [(x, y) for x, y in summary.latency_curve(tier, metric, "p95") if y is not None]
+                fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers",
+                                         name=f"{label} {tier}", legendgroup=f"{label} {tier}",
+                                         showlegend=(col == 1), line=style), row=1, col=col)
+            thr = summary.throughput_curve(tier)
+            fig.add_trace(go.Scatter(x=[p[0] for p in thr], y=[p[1] for p in thr], mode="lines+markers",
+                                     name=f"{label} {tier}", legendgroup=f"{label} {tier}", showlegend=False,
+                                     line=style), row=1, col=3)
+    fig.update_xaxes(title_text="offered load, all tiers (req/s)")
+    fig.update_layout(title=f"{label_a} (solid) vs {label_b} (dashed)", height=460)
+    rows = []
+    for r in compare(a, b):
+        d = r.delta_pct
+        rows.append([r.tier, r.metric, _fmt(r.a, digits=4), _fmt(r.b, digits=4), "–" if d is None else f"{d:+.1f} %"])
+    div = pio.to_html(fig, include_plotlyjs=True, full_html=False, div_id="fig-compare",
+                      config={"displaylogo": False})
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>turbogate comparison</title><link rel="icon" href="data:,">
+<style>body{{font-family:system-ui,sans-serif;margin:24px;max-width:1300px}}
+table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px}}</style></head>
+<body><h1>{html.escape(label_a)} ({a.kind}) vs {html.escape(label_b)} ({b.kind})</h1>{div}
+{_table(["tier", "metric", label_a, label_b, "B vs A"], rows)}</body></html>
+"""
