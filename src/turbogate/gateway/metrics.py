@@ -8,12 +8,14 @@ so they cost nothing per request.
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from turbogate.sched import TIERS
 
@@ -56,58 +58,92 @@ class _StateCollector(Collector):
         yield from (depth, in_flight, slots, scale, band, score, healthy, r_flight, enabled)
 
 
+class _FastCounter:
+    """A labelled counter for the request path: a dict increment, no lock (the gateway is one
+    asyncio thread).  prometheus_client's own children cost several times more per update."""
+
+    def __init__(self, name: str, doc: str, labels: list[str]) -> None:
+        self.name, self.doc, self.labels = name, doc, labels
+        self.values: dict[tuple[str, ...], float] = {}
+
+    def inc(self, key: tuple[str, ...]) -> None:
+        values = self.values
+        values[key] = values.get(key, 0.0) + 1.0
+
+    def family(self) -> CounterMetricFamily:
+        fam = CounterMetricFamily(self.name, self.doc, labels=self.labels)
+        for key, value in self.values.items():
+            fam.add_metric(list(key), value)
+        return fam
+
+
+class _FastHistogram:
+    """A labelled histogram for the request path: one bisect and two additions per observation."""
+
+    def __init__(self, name: str, doc: str, labels: list[str], buckets: tuple[float, ...]) -> None:
+        self.name, self.doc, self.labels = name, doc, labels
+        self.bounds = list(buckets)
+        self.series: dict[tuple[str, ...], list[float]] = {}  # per-bucket counts + [+Inf] + [sum]
+
+    def observe(self, key: tuple[str, ...], value: float) -> None:
+        row = self.series.get(key)
+        if row is None:
+            row = self.series[key] = [0.0] * (len(self.bounds) + 2)
+        row[bisect_left(self.bounds, value)] += 1.0
+        row[-1] += value
+
+    def family(self) -> HistogramMetricFamily:
+        fam = HistogramMetricFamily(self.name, self.doc, labels=self.labels)
+        for key, row in self.series.items():
+            total = 0.0
+            buckets = []
+            for bound, n in zip([*map(floatToGoString, self.bounds), "+Inf"], row[:-1], strict=True):
+                total += n
+                buckets.append((bound, total))
+            fam.add_metric(list(key), buckets, row[-1])
+        return fam
+
+
+class _FastCollector(Collector):
+    def __init__(self, metrics: list[_FastCounter | _FastHistogram]) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
+        for metric in self.metrics:
+            yield metric.family()
+
+
 class GatewayMetrics:
     def __init__(self, rt: Runtime) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         reg = self.registry
-        self.requests = Counter(
+        self.requests = _FastCounter(
             "turbogate_requests", "Requests by tenant, tier asked, tier served and HTTP status",
-            ["tenant", "tier_asked", "tier_served", "status"], registry=reg,
+            ["tenant", "tier_asked", "tier_served", "status"],
         )
+        self.queue_time = _FastHistogram("turbogate_queue_time_seconds", "Time spent in L1 queues", ["tier"],
+                                         _LAT_BUCKETS)
+        self.upstream = _FastHistogram("turbogate_upstream_latency_seconds", "Upstream time, dispatch to full answer",
+                                       ["pool", "tier"], _LAT_BUCKETS)
+        self.ttft = _FastHistogram("turbogate_ttft_seconds", "Upstream time to first streamed chunk",
+                                   ["pool", "tier"], _LAT_BUCKETS)
         self.shed = Counter("turbogate_shed", "Requests refused by L1", ["reason", "tier"], registry=reg)
-        self.queue_time = Histogram(
-            "turbogate_queue_time_seconds", "Time spent in L1 queues", ["tier"], buckets=_LAT_BUCKETS, registry=reg
-        )
-        self.upstream = Histogram(
-            "turbogate_upstream_latency_seconds", "Upstream time, dispatch to full answer",
-            ["pool", "tier"], buckets=_LAT_BUCKETS, registry=reg,
-        )
-        self.ttft = Histogram(
-            "turbogate_ttft_seconds", "Upstream time to first streamed chunk", ["pool", "tier"],
-            buckets=_LAT_BUCKETS, registry=reg,
-        )
         self.retries = Counter("turbogate_upstream_retries", "Requests retried on another replica", ["pool"],
                                registry=reg)
+        reg.register(_FastCollector([self.requests, self.queue_time, self.upstream, self.ttft]))
         reg.register(_StateCollector(rt))
-        self._req: dict[tuple[str, str, str, int], object] = {}
-        self._qt: dict[str, object] = {}
-        self._up: dict[tuple[str, str], object] = {}
-        self._tt: dict[tuple[str, str], object] = {}
 
     def count(self, tenant: str, asked: str, served: str, status: int) -> None:
-        key = (tenant, asked, served, status)
-        child = self._req.get(key)
-        if child is None:
-            child = self._req[key] = self.requests.labels(tenant, asked, served, str(status))
-        child.inc()  # type: ignore[attr-defined]
+        self.requests.inc((tenant, asked, served, str(status)))
 
     def observe_queue(self, tier: str, seconds: float) -> None:
-        child = self._qt.get(tier)
-        if child is None:
-            child = self._qt[tier] = self.queue_time.labels(tier)
-        child.observe(seconds)  # type: ignore[attr-defined]
+        self.queue_time.observe((tier,), seconds)
 
     def observe_upstream(self, pool: str, tier: str, seconds: float) -> None:
-        child = self._up.get((pool, tier))
-        if child is None:
-            child = self._up[(pool, tier)] = self.upstream.labels(pool, tier)
-        child.observe(seconds)  # type: ignore[attr-defined]
+        self.upstream.observe((pool, tier), seconds)
 
     def observe_ttft(self, pool: str, tier: str, seconds: float) -> None:
-        child = self._tt.get((pool, tier))
-        if child is None:
-            child = self._tt[(pool, tier)] = self.ttft.labels(pool, tier)
-        child.observe(seconds)  # type: ignore[attr-defined]
+        self.ttft.observe((pool, tier), seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
