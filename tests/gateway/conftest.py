@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -87,8 +86,3 @@ def server_timing(value: str) -> dict[str, float]:
         name, _, dur = part.strip().partition(";dur=")
         out[name] = float(dur)
     return out
-
-
-@pytest.fixture
-def logs_dir(tmp_path: Path) -> Path:
-    return tmp_path / "logs"
