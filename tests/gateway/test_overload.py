@@ -60,8 +60,12 @@ def test_turbo_queue_time_under_standard_overload(
             # Let the standard queue build up first.
             while len(standard_l1) < 30:
                 stop.wait(0.1)
-            relax = threading.Thread(target=lambda: relax_result.append(
-                (lambda r: (r[0], r[2].get("service_tier", "")))(_call(httpx.Client(), gw.url, "flex"))))
+            def one_relax() -> None:
+                with httpx.Client() as relax_client:
+                    status, _, body = _call(relax_client, gw.url, "flex")
+                relax_result.append((status, body.get("service_tier", "")))
+
+            relax = threading.Thread(target=one_relax)
             relax.start()
             turbo_l1 = []
             for _ in range(12):
@@ -73,7 +77,6 @@ def test_turbo_queue_time_under_standard_overload(
         stop.set()
         for t in threads:
             t.join(timeout=60)
-
     assert not errors, errors
     assert relax_result == [(200, "relax")]
     contended = standard_l1[30:]  # once the queue has formed
