@@ -85,3 +85,6 @@ def test_hash_key_helper() -> None:
     proc = subprocess.run([sys.executable, "-m", "turbogate", "serve", "--hash-key", "sk-x"],
                           capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == hash_key("sk-x")
+    piped = subprocess.run([sys.executable, "-m", "turbogate", "serve", "--hash-key", "-"], input="sk-y\n",
+                           capture_output=True, text=True, timeout=60)
+    assert piped.stdout.strip() == hash_key("sk-y")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import typer
@@ -21,12 +22,14 @@ def serve(
     ),
     log_level: str = typer.Option("warning", "--log-level", help="critical|error|warning|info|debug"),
     hash_key_value: str | None = typer.Option(
-        None, "--hash-key", metavar="KEY", help="Print the sha256 to store for an API key or admin token, and exit."
+        None, "--hash-key", metavar="KEY",
+        help="Print the sha256 to store for an API key or admin token, and exit ('-' reads it from stdin).",
     ),
 ) -> None:
     """Run the OpenAI-compatible tiered gateway."""
     if hash_key_value is not None:
-        typer.echo(hash_key(hash_key_value))
+        secret = sys.stdin.readline().rstrip("\n") if hash_key_value == "-" else hash_key_value
+        typer.echo(hash_key(secret))
         return
     if config is None:
         typer.echo("error: --config PATH is required", err=True)
