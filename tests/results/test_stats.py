@@ -16,6 +16,7 @@ from turbogate.results import (
     SLO,
     CostConfig,
     KneeSettings,
+    RequestRecord,
     compare,
     load_run,
     stream_timing,
@@ -164,3 +165,15 @@ def test_offered_is_what_was_scheduled_in_the_step() -> None:
     for st in s.steps:
         n = sum(1 for r in records if r.step == st.step.index and r.tier_asked == "turbo")
         assert st.tiers["turbo"].offered_rps == pytest.approx(n / st.step.duration_s)
+
+
+def test_unsent_steps_of_an_interrupted_run_are_left_out() -> None:
+    records, steps, _ = saturating_run(capacity=1000.0, rates=(5, 10, 20, 40))
+    # Stopped during the third step: nothing after t = 25 s was sent.
+    cut = [r if r.scheduled_s < 25 else RequestRecord.from_dict({**r.to_dict(), "sent_s": None, "end_s": None,
+                                                                   "ok": False, "status": None, "error": "not sent"})
+           for r in records]
+    s = summarize(cut, steps, kind="bench", started_at="x", duration_s=25.0, config={}, interrupted=True)
+    assert [x for x, _ in s.latency_curve(ALL)] == [5.0, 10.0, 20.0]
+    assert s.knees[ALL].value is None  # the unsent 40 req/s step does not count as a collapse
+    assert max(r.offered_max for r in s.roi) == 20.0

@@ -84,8 +84,9 @@ def _crossing(x0: float, y0: float, x1: float, y1: float, level: float) -> float
 
 
 def curve(steps: Sequence[StepStats], tier: str) -> list[tuple[float, GroupStats]]:
-    """(offered load of the step, the tier's stats) sorted by offered load, steps with traffic only."""
-    pts = [(s.step.offered_rps, s.tiers[tier]) for s in steps if tier in s.tiers and s.tiers[tier].requests > 0]
+    """(offered load of the step, the tier's stats) sorted by offered load, steps that sent something only
+    (an interrupted run leaves later steps unsent)."""
+    pts = [(s.step.offered_rps, s.tiers[tier]) for s in steps if tier in s.tiers and s.tiers[tier].sent > 0]
     return sorted(pts, key=lambda p: p[0])
 
 

@@ -89,7 +89,8 @@ def roi_table(steps: Sequence[StepStats], knees: Mapping[str, Knee], cost: CostC
     per_second = cost.fleet_cost_per_hour / 3600.0
     rows: list[RoiRow] = []
     for band in BANDS:
-        in_band = [s for s in steps if band_of(s.step.offered_rps, knee, margin) == band]
+        in_band = [s for s in steps if band_of(s.step.offered_rps, knee, margin) == band
+                   and ALL in s.tiers and s.tiers[ALL].sent > 0]
         if not in_band:
             continue
         # Weighted throughput of the band (all real tiers), the denominator of every tier's share.

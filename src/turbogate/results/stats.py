@@ -238,12 +238,16 @@ def step_stats(records: Iterable[RequestRecord], steps: Sequence[Step], slo: SLO
         finished = [r for r in recs if r.end_s is not None and lo <= r.end_s < hi]
         groups: dict[str, GroupStats] = {}
         width = max(step.duration_s, 1e-9)
-        # Offered = what was actually scheduled in the step (Poisson counts vary around the nominal rate).
+        # Offered = what was actually scheduled inside the window (Poisson counts vary around the nominal
+        # rate; a window cut short by a stop does not count what was due after it).
+        def offered(group: Sequence[RequestRecord], end: float = step.end_s, w: float = width) -> float:
+            return sum(1 for r in group if r.scheduled_s < end) / w
+
         for tier in tiers:
             sched = [r for r in in_step if tier_key(r) == tier]
             fin = [r for r in finished if tier_key(r) == tier]
-            groups[tier] = group_stats(sched, fin, step.duration_s, len(sched) / width, slo)
-        groups[ALL] = group_stats(in_step, finished, step.duration_s, len(in_step) / width, slo)
+            groups[tier] = group_stats(sched, fin, step.duration_s, offered(sched), slo)
+        groups[ALL] = group_stats(in_step, finished, step.duration_s, offered(in_step), slo)
         out.append(StepStats(step=step, tiers=groups))
     return out
 

@@ -37,12 +37,14 @@ class Summary:
 
     def latency_curve(self, tier: str, metric: str = "e2e", stat: str = "p95") -> list[tuple[float, float | None]]:
         """(offered load, latency stat) per step for one tier, sorted by offered load."""
-        pts = [(s.step.offered_rps, s.tiers[tier].pct(metric, stat)) for s in self.steps if tier in s.tiers]
+        pts = [(s.step.offered_rps, s.tiers[tier].pct(metric, stat)) for s in self.steps
+               if tier in s.tiers and s.tiers[tier].sent > 0]
         return sorted(pts, key=lambda p: p[0])
 
     def throughput_curve(self, tier: str) -> list[tuple[float, float]]:
         """(offered load, achieved req/s of the tier) per step, sorted by offered load."""
-        pts = [(s.step.offered_rps, s.tiers[tier].achieved_rps) for s in self.steps if tier in s.tiers]
+        pts = [(s.step.offered_rps, s.tiers[tier].achieved_rps) for s in self.steps
+               if tier in s.tiers and s.tiers[tier].sent > 0]
         return sorted(pts, key=lambda p: p[0])
 
     def knee(self, tier: str = ALL) -> float | None:
@@ -90,14 +92,28 @@ class Summary:
         )
 
 
+def cut_at_stop(steps: Sequence[Step], records: Sequence[RequestRecord]) -> list[Step]:
+    """An interrupted run: the step running at the stop ends at the last send (later steps sent nothing)."""
+    sent = [r.sent_s for r in records if r.sent_s is not None]
+    if not sent:
+        return list(steps)
+    stop = max(sent) + 1e-6
+    return [Step(s.index, s.start_s, stop, s.offered_rps) if s.start_s < stop < s.end_s else s for s in steps]
+
+
 def summarize(records: Iterable[RequestRecord], steps: Sequence[Step], *, kind: str, started_at: str,
               duration_s: float, config: Mapping[str, Any], slo: SLO | None = None,
               knee_settings: KneeSettings | None = None, cost: CostConfig | None = None,
               interrupted: bool = False, notes: Sequence[str] = ()) -> Summary:
-    """Compute the whole summary from the per-request records — the one place statistics come from."""
+    """Compute the whole summary from the per-request records — the one place statistics come from.
+
+    With ``interrupted``, the step running at the stop is cut at the last send (see :func:`cut_at_stop`).
+    """
     if kind not in KIND_VALUES:
         raise ValueError(f"kind must be one of {KIND_VALUES}, got {kind!r}")
     recs = list(records)
+    if interrupted:
+        steps = cut_at_stop(steps, recs)
     slo = slo or SLO()
     ks = knee_settings or KneeSettings()
     cost = cost or CostConfig()
