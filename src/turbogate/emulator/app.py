@@ -223,9 +223,9 @@ class EmulatorApp:
         created = int(time.time())
         model = gen.model
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
-        if chat:
-            first = protocol.chat_chunk(rid, created, model, {"role": "assistant", "content": ""}, None)
-            await send({"type": "http.response.body", "body": _sse(first), "more_body": True})
+        # Like vLLM, the chat role chunk goes out with the first token, not before prefill ends.
+        role = _sse(protocol.chat_chunk(rid, created, model, {"role": "assistant", "content": ""}, None)) \
+            if chat else b""
         produced = 0
         while True:
             event = await handle.queue.get()
@@ -236,7 +236,8 @@ class EmulatorApp:
             finish = event.finish_reason
             chunk = (protocol.chat_chunk(rid, created, model, {"content": piece}, finish) if chat
                      else protocol.completion_chunk(rid, created, model, piece, finish))
-            await send({"type": "http.response.body", "body": _sse(chunk), "more_body": True})
+            await send({"type": "http.response.body", "body": role + _sse(chunk), "more_body": True})
+            role = b""
             if finish is not None:
                 break
         tail = b""
