@@ -95,7 +95,7 @@ class Stepped:
 
     def cumulative(self, t: float) -> float:
         i = min(len(self.rates), int(t // self.hold))
-        done = sum(self.rates[:i]) * self.hold
+        done = sum(r * self.hold for r in self.rates[:i])  # summed as inverse() sums, so they agree
         return done + (self.rates[i] * (t - i * self.hold) if i < len(self.rates) else 0.0)
 
     def inverse(self, u: float) -> float:
@@ -105,6 +105,8 @@ class Stepped:
             if u <= acc + block and r > 0:
                 return i * self.hold + (u - acc) / r
             acc += block
+        if u <= acc * (1 + 1e-12):  # the very end, up to float rounding
+            return self.duration
         return self.duration + 1.0  # beyond the end
 
 
