@@ -87,8 +87,8 @@ async def httpx_latency(url: str, n: int) -> list[float]:
 
 
 async def lean_latency(url: str, n: int) -> list[float]:
-    """The same sequential calls with the gateway's own upstream client (turbogate.gateway.upstream)."""
-    from turbogate.gateway.upstream import UpstreamPool
+    """The same sequential calls with the gateway's own upstream client (turbogate.httpclient)."""
+    from turbogate.httpclient import UpstreamPool
 
     out: list[float] = []
     client = UpstreamPool(url)
@@ -108,7 +108,7 @@ async def lean_latency(url: str, n: int) -> list[float]:
 def _load_worker(url: str, concurrency: int, seconds: float, queue: mp.Queue) -> None:  # type: ignore[type-arg]
     # The load uses the gateway's own lean client: aiohttp's client cost about as much CPU per
     # request as the gateway itself, and on a small machine the load generator shares its cores.
-    from turbogate.gateway.upstream import UpstreamError, UpstreamPool
+    from turbogate.httpclient import UpstreamError, UpstreamPool
 
     async def run() -> tuple[int, int]:
         client = UpstreamPool(url, headers={"Authorization": f"Bearer {KEY}"})
@@ -248,8 +248,8 @@ def main() -> None:
                 "requests": args.requests, "stream_requests": args.stream_requests, "seconds": args.seconds,
                 "load_procs": args.load_procs, "concurrency": args.concurrency, "emulators": args.emulators,
                 "gateway_workers": 1, "server": "uvicorn+uvloop+httptools, raw ASGI",
-                "upstream_client": "turbogate.gateway.upstream (httptools)",
-                "latency_client": "aiohttp", "load_client": "turbogate.gateway.upstream",
+                "upstream_client": "turbogate.httpclient (httptools)",
+                "latency_client": "aiohttp", "load_client": "turbogate.httpclient",
                 "cpus": os.cpu_count(), "python": sys.version.split()[0],
             },
         }

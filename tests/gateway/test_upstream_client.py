@@ -1,4 +1,4 @@
-"""The lean upstream client against a tiny loopback server: keep-alive, chunked bodies, headers."""
+"""The shared lean HTTP client against a tiny loopback server: keep-alive, chunked bodies, headers."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from turbogate.gateway.upstream import UpstreamError, UpstreamPool
+from turbogate.httpclient import UpstreamError, UpstreamPool
 
 
 async def _server(handler: object) -> tuple[asyncio.Server, str]:
@@ -106,4 +106,40 @@ async def test_kept_alive_connection_closed_by_the_engine_is_retried_fresh() -> 
         assert (second.status, await second.read()) == (200, b"{}")
         second.release()
         assert served == 2
+        pool.close()
+
+
+async def test_kept_headers_chunk_times_and_total_timeout() -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            if b"/slow" in head:
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\npart")
+                await writer.drain()
+                await reader.read(1)  # returns once the client drops the connection
+                return
+            writer.write(b"HTTP/1.1 200 OK\r\nServer-Timing: l1;dur=1\r\nX-Other: no\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n1\r\na\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.02)
+            writer.write(b"1\r\nb\r\n0\r\n\r\n")
+            await writer.drain()
+
+    server, url = await _server(handle)
+    async with server:
+        pool = UpstreamPool(url, keep_headers=["server-timing", "X-Turbogate-Tier"])
+        resp = await pool.request(b"POST", "/x", b"{}", headers=b"X-Turbogate-Tier: turbo\r\n")
+        assert resp.headers == {"server-timing": "l1;dur=1"}
+        assert await resp.next_chunk() == b"a"
+        first = resp.chunk_at
+        await asyncio.sleep(0.05)  # the second chunk arrives while nobody reads
+        assert await resp.next_chunk() == b"b"
+        assert 0.015 <= resp.chunk_at - first < 0.05  # its arrival time, not when it was read
+        assert await resp.next_chunk() == b"" and resp.completed_at >= resp.chunk_at
+        resp.release()
+        slow = await pool.request(b"POST", "/slow", b"{}", timeout_s=0.1)
+        with pytest.raises(UpstreamError) as info:
+            await slow.read()
+        assert info.value.timed_out and not info.value.before_response
+        slow.release()
         pool.close()

@@ -1,7 +1,7 @@
 """The gateway as a raw ASGI app (no framework on the hot path; chosen by measured overhead).
 
 Per request: auth → parse and validate → tier → L1 ``submit`` (maybe queue) → L2 ``pick`` →
-upstream (lean keep-alive pool per replica, gateway/upstream.py) → tag the answer with the tier served.
+upstream (lean keep-alive pool per replica, turbogate/httpclient.py) → tag the answer with the tier served.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from turbogate.gateway.metrics import GatewayMetrics
 from turbogate.gateway.runtime import PoolRt, ReplicaRt, Runtime, TenantRt, build_runtime, pump
 from turbogate.gateway.scrape import health_loop, scrape_all, scrape_loop
 from turbogate.gateway.sse import SSERewriter, tag_json_body
-from turbogate.gateway.upstream import UpstreamError, UpstreamPool
+from turbogate.httpclient import UpstreamError, UpstreamPool
 from turbogate.sched import Admitted, Shed, Ticket, Tier, parse_tier
 from turbogate.sched.admission import State
 

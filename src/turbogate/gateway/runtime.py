@@ -13,7 +13,7 @@ import hmac
 from dataclasses import dataclass, field
 
 from turbogate.config import GatewayConfig
-from turbogate.gateway.upstream import UpstreamPool
+from turbogate.httpclient import UpstreamPool
 from turbogate.sched import (
     TIERS,
     Admission,

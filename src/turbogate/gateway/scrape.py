@@ -10,7 +10,7 @@ import time
 from prometheus_client.parser import text_string_to_metric_families
 
 from turbogate.gateway.runtime import ReplicaRt, Runtime, pump
-from turbogate.gateway.upstream import UpstreamError
+from turbogate.httpclient import UpstreamError
 from turbogate.sched import Health, load_from_samples
 from turbogate.sched.load import METRIC_NAMES
 

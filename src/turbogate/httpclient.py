@@ -1,0 +1,326 @@
+"""The lean HTTP/1.1 client shared by the gateway (to the engines) and the bench (to its target):
+keep-alive connection pools per base URL on asyncio protocols with httptools' response parser.
+
+Measured against aiohttp's client (benchmarks/gateway_overhead.py, docs/gateway.md): aiohttp
+spent several times more CPU per request, and per-request CPU is what bounds a one-worker gateway
+and how fast one bench process can send on time.  Only what both need: a request with a body and
+extra headers, status + content type + selected response headers, the body whole or chunk by
+chunk (chunked, content-length or until close) with each chunk's arrival time, keep-alive reuse,
+an optional total timeout, and abort (which closes the connection, so the engine sees the client
+leave and stops generating).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import ssl
+import time
+from collections.abc import Iterable, Mapping
+from typing import cast
+from urllib.parse import urlsplit
+
+import httptools
+
+
+class UpstreamError(ConnectionError):
+    """The connection failed or broke; ``before_response`` tells whether any byte had come,
+    ``connect_failed`` whether no connection could be made at all (the replica is down),
+    ``timed_out`` whether the request's total timeout ran out."""
+
+    def __init__(self, message: str, before_response: bool, connect_failed: bool = False,
+                 timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.before_response = before_response
+        self.connect_failed = connect_failed
+        self.timed_out = timed_out
+
+
+_PAUSE_AT = 64  # buffered chunks before we stop reading from the server (back-pressure)
+
+
+class _Conn(asyncio.Protocol):
+    __slots__ = ("_chunks", "_complete", "_ct", "_error", "_framed", "_headers", "_headers_done", "_keep_alive",
+                 "_now", "_paused", "_pool", "_timer", "_waiter", "closed", "completed_at", "fresh", "parser",
+                 "status", "transport")
+
+    def __init__(self, pool: UpstreamPool) -> None:
+        self._pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.closed = False
+        self.fresh = False  # True until its first request is sent
+        self._now = 0.0  # when the bytes being parsed arrived
+        self._reset()
+
+    def _reset(self) -> None:
+        self.status = 0
+        self._ct = b""
+        self._headers: dict[str, str] = {}
+        self._framed = False  # Content-Length or Transfer-Encoding seen (else the body ends at close)
+        self._headers_done = False
+        self._complete = False
+        self.completed_at = 0.0
+        self._keep_alive = True
+        self._paused = False
+        self._chunks: collections.deque[tuple[bytes, float]] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._error: UpstreamError | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not an asyncio.Transport subclass
+
+    def data_received(self, data: bytes) -> None:
+        # One clock read per read from the socket: every chunk parsed from it arrived then.
+        self._now = time.perf_counter()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(UpstreamError(f"bad HTTP from the server: {exc}", not self._headers_done))
+            self.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._pool._forget(self)
+        if self._complete:
+            return
+        if self._headers_done and not self._framed and self._error is None:
+            # A body without length or chunking ends when the server closes the connection.
+            self._now = time.perf_counter()
+            self._keep_alive = False
+            self.on_message_complete()
+            return
+        self._fail(UpstreamError(f"the server closed the connection ({exc or 'EOF'})", not self._headers_done))
+
+    # httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        n = len(name)
+        if n == 12 and name.lower() == b"content-type":
+            self._ct = value
+        elif (n == 14 or n == 17) and name.lower() in (b"content-length", b"transfer-encoding"):
+            self._framed = True
+        keep = self._pool._keep_headers
+        if keep is not None and (key := name.lower()) in keep:
+            self._headers[key.decode("latin-1")] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        self._keep_alive = self.parser.should_keep_alive()
+        self._headers_done = True
+        self._wake()
+
+    def on_body(self, body: bytes) -> None:
+        self._chunks.append((body, self._now))
+        if len(self._chunks) >= _PAUSE_AT and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        self._complete = True
+        self.completed_at = self._now
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._wake()
+
+    # helpers
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _fail(self, exc: UpstreamError) -> None:
+        if self._error is None:
+            self._error = exc
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+
+    def _time_out(self, timeout_s: float) -> None:
+        self._timer = None
+        if not self._complete:
+            self._fail(UpstreamError(f"no complete answer within {timeout_s:g}s", not self._headers_done,
+                                     timed_out=True))
+            self.abort()
+
+    async def _wait(self) -> None:
+        if self.closed and not self._complete:
+            raise self._error or UpstreamError("the connection closed", not self._headers_done)
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def abort(self) -> None:
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class Response:
+    """A server's answer; read it whole (``read``) or chunk by chunk (``next_chunk``), then
+    ``release`` (or ``abort`` to drop the connection and cancel the server's work).
+
+    ``headers`` holds the response headers the pool was asked to keep (lower-case names);
+    ``chunk_at`` is the arrival time (``time.perf_counter()``) of the chunk ``next_chunk`` last
+    returned, ``completed_at`` that of the bytes that completed the answer (once ``next_chunk``
+    has returned ``b""``)."""
+
+    __slots__ = ("_conn", "_done", "chunk_at", "completed_at", "content_type", "headers", "status")
+
+    def __init__(self, conn: _Conn) -> None:
+        self._conn = conn
+        self._done = False
+        self.status = 0
+        self.content_type = b"application/json"
+        self.headers: dict[str, str] = {}
+        self.chunk_at = 0.0
+        self.completed_at = 0.0
+
+    def _headers_arrived(self) -> None:
+        # Copied now: the connection's own fields are reset when it goes back to the pool.
+        conn = self._conn
+        self.status = conn.status
+        self.content_type = conn._ct or b"application/json"
+        self.headers = conn._headers
+
+    async def next_chunk(self) -> bytes:
+        """The next piece of the body, ``b""`` once it is complete."""
+        conn = self._conn
+        while True:
+            if conn._chunks:
+                chunk, self.chunk_at = conn._chunks.popleft()
+                if conn._paused and len(conn._chunks) < _PAUSE_AT // 2 and conn.transport is not None:
+                    conn._paused = False
+                    conn.transport.resume_reading()
+                return chunk
+            if conn._complete:
+                self.completed_at = conn.completed_at
+                return b""
+            await conn._wait()
+
+    async def read(self) -> bytes:
+        parts = []
+        while chunk := await self.next_chunk():
+            parts.append(chunk)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def release(self) -> None:
+        """Hand the connection back for reuse if the answer was complete, else drop it."""
+        if self._done:
+            return
+        self._done = True
+        conn = self._conn
+        if conn._complete and conn._keep_alive and not conn.closed:
+            conn._reset()
+            conn._pool._idle.append(conn)
+        else:
+            conn.abort()
+
+    def abort(self) -> None:
+        if not self._done:
+            self._done = True
+            self._conn.abort()
+
+
+class UpstreamPool:
+    """Keep-alive connections to one server (``base_url`` like ``http://10.0.0.5:8000``), grown on
+    demand.  ``headers`` are sent with every request; ``keep_headers`` names (any case) the
+    response headers to keep in :attr:`Response.headers` (none by default: the cheapest)."""
+
+    def __init__(self, base_url: str, connect_timeout_s: float = 2.0, headers: Mapping[str, str] | None = None,
+                 keep_headers: Iterable[str] | None = None) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"the URL must be http:// or https://, not {base_url}")
+        self._ssl = ssl.create_default_context() if parts.scheme == "https" else None
+        self.host = parts.hostname or "127.0.0.1"
+        self.port = parts.port or (443 if self._ssl else 80)
+        self.prefix = parts.path.rstrip("/")
+        self._host_header = f"{self.host}:{self.port}".encode()
+        # Extra headers sent with every request (e.g. an engine's API key), formatted once.
+        self._extra = format_headers(headers or {})
+        self._keep_headers = (frozenset(h.lower().encode("latin-1") for h in keep_headers)
+                              if keep_headers is not None else None)
+        self.connect_timeout_s = connect_timeout_s
+        self._idle: collections.deque[_Conn] = collections.deque()
+
+    def _forget(self, conn: _Conn) -> None:
+        with contextlib.suppress(ValueError):  # it was in use, not idle
+            self._idle.remove(conn)
+
+    async def _connect(self, reuse: bool = True) -> _Conn:
+        while reuse and self._idle:
+            conn = self._idle.pop()  # most recently used: the warmest socket
+            if not conn.closed:
+                return conn
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(lambda: _Conn(self), self.host, self.port, ssl=self._ssl),
+                self.connect_timeout_s,
+            )
+        except (OSError, TimeoutError) as exc:
+            raise UpstreamError(f"cannot connect to {self.host}:{self.port}: {exc}", True, True) from None
+        conn.fresh = True
+        return conn
+
+    async def request(self, method: bytes, path: str, body: bytes = b"", content_type: bytes = b"application/json",
+                      headers: bytes = b"", timeout_s: float | None = None) -> Response:
+        """Send a request and wait for the response headers.  ``headers``: extra request headers
+        for this request only, formatted (see :func:`format_headers`).  ``timeout_s``: from the
+        send to the complete answer; when it runs out the connection is aborted and the waiting
+        call raises :class:`UpstreamError` with ``timed_out``.
+
+        A kept-alive connection that the server closed as we reused it (its idle timeout raced
+        our request) is retried once on a fresh connection: the server never saw that request,
+        and it says nothing about the server's health."""
+        conn = await self._connect()
+        if conn.fresh:
+            return await self._send(conn, method, path, body, content_type, headers, timeout_s)
+        try:
+            return await self._send(conn, method, path, body, content_type, headers, timeout_s)
+        except UpstreamError as exc:
+            if not exc.before_response or exc.timed_out:
+                raise
+        return await self._send(await self._connect(reuse=False), method, path, body, content_type, headers,
+                                timeout_s)
+
+    async def _send(self, conn: _Conn, method: bytes, path: str, body: bytes, content_type: bytes,
+                    headers: bytes, timeout_s: float | None) -> Response:
+        conn.fresh = False
+        head = b"%s %s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s%s\r\n" % (
+            method, (self.prefix + path).encode(), self._host_header, content_type, len(body), self._extra, headers)
+        assert conn.transport is not None
+        conn.transport.write(head + body if len(body) < 65536 else head)
+        if len(body) >= 65536:
+            conn.transport.write(body)
+        if timeout_s is not None:
+            # A plain timer rather than asyncio.wait_for: one handle, no extra task per request.
+            conn._timer = asyncio.get_running_loop().call_later(timeout_s, conn._time_out, timeout_s)
+        response = Response(conn)
+        try:
+            while not conn._headers_done:
+                await conn._wait()
+        except BaseException:
+            response.abort()
+            raise
+        response._headers_arrived()
+        return response
+
+    def close(self) -> None:
+        while self._idle:
+            self._idle.pop().abort()
+
+
+def format_headers(headers: Mapping[str, str]) -> bytes:
+    """``{"Authorization": "Bearer k"}`` → ``b"Authorization: Bearer k\\r\\n"`` for :meth:`UpstreamPool.request`."""
+    return "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode()
