@@ -1,10 +1,12 @@
-"""The lean HTTP/1.1 client: any fragmentation of a response parses the same; both clients agree."""
+"""The bench's lean client (on turbogate.httpclient): any fragmentation of a response parses the same through
+the real protocol; both clients agree."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 import random
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,10 +17,11 @@ from hypothesis import strategies as st
 
 from turbogate.bench.arrivals import Arrivals, build_schedule
 from turbogate.bench.client import Outcome
-from turbogate.bench.http11 import _Exchange
+from turbogate.bench.http11 import Http11Pool
 from turbogate.bench.runner import Runner, Target
 from turbogate.bench.shapes import Constant, shape_steps
 from turbogate.bench.workload import TierMix, TruncNormal, Workload
+from turbogate.httpclient import _Conn
 from turbogate.procs import Service, start_emulator
 
 
@@ -41,19 +44,59 @@ def _sse_response() -> bytes:
     return head + b"".join(chunks) + b"0\r\n\r\n"
 
 
-def _parse(raw: bytes, cuts: list[int], stream: bool = True) -> Outcome:
-    loop = asyncio.new_event_loop()
-    try:
-        fut = loop.create_future()
-        out = Outcome(sent=0.0, end=0.0)
-        ex = _Exchange(out, stream, fut)
+class _FakeTransport:
+    """Stands in for the socket: records what the client wrote, and whether it dropped the connection."""
+
+    def __init__(self) -> None:
+        self.written = b""
+        self.aborted = False
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def is_closing(self) -> bool:
+        return self.aborted
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def _parse(raw: bytes, cuts: list[int], stream: bool = True, eof: bool = False) -> Outcome:
+    """POST through the bench's lean client on a connection whose bytes arrive cut at ``cuts``,
+    with the consumer running between some pieces; ``eof``: then the server closes the connection."""
+
+    async def main() -> Outcome:
+        lean = Http11Pool("http://engine.test:8000")
+        conn = _Conn(lean._pool)
+        transport = _FakeTransport()
+        conn.connection_made(transport)  # type: ignore[arg-type]
+        conn.fresh = True
+        lean._pool._idle.append(conn)
+        task = asyncio.create_task(lean.post("/v1/chat/completions", b'{"x":1}',
+                                             {"Content-Type": "application/json", "X-Turbogate-Tier": "turbo"},
+                                             stream, 5.0))
+        await asyncio.sleep(0)
+        assert transport.written.startswith(b"POST /v1/chat/completions HTTP/1.1\r\nHost: engine.test:8000\r\n")
+        assert b"X-Turbogate-Tier: turbo\r\n" in transport.written and transport.written.endswith(b'\r\n\r\n{"x":1}')
         edges = sorted({0, len(raw), *(c % (len(raw) + 1) for c in cuts)})
         for k, (a, b) in enumerate(itertools.pairwise(edges)):
-            ex.feed(raw[a:b], float(k + 1))
-        assert fut.done()
+            conn.data_received(raw[a:b])
+            if k % 2:
+                await asyncio.sleep(0)  # let the client consume some pieces one by one, others in a batch
+        if eof:
+            conn.connection_lost(None)
+        out = await asyncio.wait_for(task, 1.0)
+        # A complete keep-alive answer gives the connection back to the pool, anything else drops it.
+        assert (conn in lean._pool._idle) == (out.status is not None and not eof and not transport.aborted)
         return out
-    finally:
-        loop.close()
+
+    return asyncio.run(main())
 
 
 @settings(max_examples=60, deadline=None)
@@ -86,6 +129,63 @@ def test_stream_without_done_is_an_error() -> None:
         b"\r\n0\r\n\r\n"
     out = _parse(raw, [])
     assert not out.ok and out.error == "stream ended without [DONE]"
+
+
+def test_chunks_are_timed_when_their_bytes_arrive_not_when_the_client_wakes() -> None:
+    raw = _sse_response()
+    head_end = raw.index(b"\r\n\r\n") + 4
+    body = raw[head_end:]
+    pieces = [raw[:head_end]] + [body[i:i + 40] for i in range(0, len(body), 40)]
+
+    async def main() -> Outcome:
+        lean = Http11Pool("http://engine.test:8000")
+        conn = _Conn(lean._pool)
+        conn.connection_made(_FakeTransport())  # type: ignore[arg-type]
+        lean._pool._idle.append(conn)
+        task = asyncio.create_task(lean.post("/v1/completions", b"{}", {}, True, 5.0))
+        await asyncio.sleep(0)
+        conn.data_received(pieces[0])
+        await asyncio.sleep(0)
+        for piece in pieces[1:]:
+            time.sleep(0.004)  # the loop is blocked: the client cannot read before the end
+            conn.data_received(piece)
+        return await task
+
+    out = asyncio.run(main())
+    assert out.ok, out.error
+    assert out.ttft is not None and out.ttft >= 0.004
+    assert len(out.itl) == 4 and all(gap >= 0.004 for gap in out.itl), out.itl
+
+
+def test_body_until_close_and_broken_answers() -> None:
+    body = orjson.dumps({"choices": [{"text": "hi"}], "usage": {"prompt_tokens": 3, "completion_tokens": 2}})
+    out = _parse(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n" + body, [30], stream=False, eof=True)
+    assert out.ok and out.output_tokens == 2, out.error
+    out = _parse(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{\"partial", [], stream=False, eof=True)
+    assert not out.ok and out.status == 200 and out.error is not None and out.error.startswith("connection lost")
+    out = _parse(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n", [], stream=True)
+    assert not out.ok and out.error is not None and "bad HTTP" in out.error
+
+
+async def test_total_timeout_and_refused_connection() -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\ndata:\r\n")
+        await writer.drain()
+        await reader.read(1)  # never answers further; returns when the client drops the connection
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        lean = Http11Pool(f"http://127.0.0.1:{port}")
+        out = await lean.post("/v1/completions", b"{}", {}, True, 0.2)
+        assert not out.ok and out.error == "TimeoutError: no complete answer within 0.2s"
+        assert 0.2 <= out.end - out.sent < 1.0
+        lean.close()
+    server.close()
+    await server.wait_closed()
+    out = await Http11Pool(f"http://127.0.0.1:{port}").post("/v1/completions", b"{}", {}, False, 1.0)
+    assert not out.ok and out.status is None and out.error is not None and "cannot connect" in out.error
 
 
 @pytest.fixture(scope="module")
