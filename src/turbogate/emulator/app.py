@@ -7,20 +7,19 @@ Endpoints as vLLM serves them: ``POST /v1/chat/completions``, ``POST /v1/complet
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import os
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from turbogate.asgi import Receive, Scope, Send, read_body, send_bytes
 from turbogate.emulator import protocol
 from turbogate.emulator.metrics import EmulatorMetrics
 from turbogate.emulator.runner import Aborted, EngineRunner, Handle
@@ -31,12 +30,6 @@ from turbogate.errors import ValidationError
 
 log = logging.getLogger("turbogate.emulator")
 
-Scope = dict[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-
-_JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 
 
@@ -119,17 +112,17 @@ class EmulatorApp:
                 if self.runner is not None and self.runner.failure is not None:
                     raise _HttpError(500, f"engine loop failed: {self.runner.failure!r}", "InternalServerError")
                 ready = time.monotonic() >= self._ready_at
-                await _send(send, 200 if ready else 503, b"" if ready else b'{"status":"starting"}')
+                await send_bytes(send, 200 if ready else 503, b"" if ready else b'{"status":"starting"}')
             elif path == "/metrics":
-                await _send(send, 200, generate_latest(self.metrics.registry),
-                            [(b"content-type", CONTENT_TYPE_LATEST.encode())])
+                await send_bytes(send, 200, generate_latest(self.metrics.registry),
+                                 content_type=CONTENT_TYPE_LATEST.encode())
             elif path == "/v1/models":
                 self._check_ready()
-                await _send(send, 200, orjson.dumps(self._models()))
+                await send_bytes(send, 200, orjson.dumps(self._models()))
             else:
                 raise _HttpError(404, f"{path} not found", "NotFoundError")
         except _HttpError as exc:
-            await _send(send, exc.status, orjson.dumps(protocol.error_body(str(exc), exc.type, exc.param,
+            await send_bytes(send, exc.status, orjson.dumps(protocol.error_body(str(exc), exc.type, exc.param,
                                                                             exc.status)))
 
     def _check_ready(self) -> None:
@@ -172,7 +165,9 @@ class EmulatorApp:
         return gen
 
     async def _completion(self, chat: bool, receive: Receive, send: Send) -> None:
-        raw = await _read_body(receive)
+        raw = await read_body(receive)
+        if raw is None:
+            return  # the client left while sending the body
         gen = self._parse(chat, raw)
         faults = self.settings.faults
         if faults.error_rate > 0 and self._fault_rng.random() < faults.error_rate:
@@ -212,7 +207,7 @@ class EmulatorApp:
                 build = protocol.chat_response if chat else protocol.completion_response
                 body = build(rid, gen.model, words, event.finish_reason or finish, gen.prompt_tokens,
                              event.output_tokens)
-                await _send(send, 200, orjson.dumps(body))
+                await send_bytes(send, 200, orjson.dumps(body))
             self._count_answer()
         finally:
             watcher.cancel()
@@ -259,24 +254,3 @@ class EmulatorApp:
 
 def _sse(payload: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(payload) + b"\n\n"
-
-
-async def _read_body(receive: Receive) -> bytes:
-    message = await receive()
-    body: bytes = message.get("body", b"")
-    if not message.get("more_body", False):
-        return body
-    parts = [body]
-    while message.get("more_body", False):
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _HttpError(400, "client disconnected while sending the body", "BadRequestError", "body")
-        parts.append(message.get("body", b""))
-    return b"".join(parts)
-
-
-async def _send(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    with contextlib.suppress(OSError):
-        head = [*(headers or _JSON_HEADERS), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": status, "headers": head})
-        await send({"type": "http.response.body", "body": body})

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from turbogate.gateway.http import Receive, Scope, Send, header, read_body, send_error, send_json
+from turbogate.asgi import Receive, Scope, Send, header, read_body, send_error, send_json
 from turbogate.sched import TIERS, Tier, parse_tier
 
 if TYPE_CHECKING:

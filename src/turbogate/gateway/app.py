@@ -15,10 +15,7 @@ import time
 
 import orjson
 
-from turbogate.config import GatewayConfig, load_config
-from turbogate.errors import ConfigError
-from turbogate.gateway import admin
-from turbogate.gateway.http import (
+from turbogate.asgi import (
     JSON_CT,
     BodyTooLarge,
     Message,
@@ -32,6 +29,9 @@ from turbogate.gateway.http import (
     send_error,
     send_json,
 )
+from turbogate.config import GatewayConfig, load_config
+from turbogate.errors import ConfigError
+from turbogate.gateway import admin
 from turbogate.gateway.metrics import GatewayMetrics
 from turbogate.gateway.runtime import PoolRt, ReplicaRt, Runtime, TenantRt, build_runtime, pump
 from turbogate.gateway.scrape import health_loop, scrape_all, scrape_loop
