@@ -19,6 +19,7 @@ from rich.console import Console
 
 from turbogate.bench.arrivals import Arrivals
 from turbogate.bench.run import BenchConfig, BenchResult, knee_line, run_bench
+from turbogate.bench.runner import Target
 from turbogate.bench.workload import TierMix, TruncNormal, Workload
 from turbogate.config import hash_key
 from turbogate.perf import deployment, get_gpu, get_model, saturation
@@ -81,14 +82,16 @@ def demo(
         services.append(gw)
         console.print(f"replicas {services[0].url}, {services[1].url}; gateway {gw.url}")
         cfg = BenchConfig(
-            host=gw.url, route="/v1/chat/completions", model=MODEL, api_keys=(DEMO_KEY,), shape="linear",
+            target=Target(base_url=gw.url, route="/v1/chat/completions", model=MODEL, api_keys=(DEMO_KEY,),
+                          timeout_s=120.0),
+            shape="linear",
             qps_start=start, qps_end=end, steps=8, duration_s=duration, arrivals=Arrivals("poisson"),
             workload=Workload(prompt_tokens=TruncNormal(PROMPT, 0, PROMPT, PROMPT),
                               output_tokens=TruncNormal(OUTPUT, 0, OUTPUT, OUTPUT),
                               tiers=TierMix.parse(f"turbo={turbo_share},standard={1 - turbo_share}"), n_api_keys=1),
             random_seed=1, scrape=(gw.url + "/metrics", *(s.url + "/metrics" for s in services[:2])),
             metrics=("p95-latency",), knee=KneeSettings(method="throughput"), out=run_dir, grace_s=10.0, drain_s=10.0,
-            live=live, timeout_s=120.0,
+            live=live,
             label=f"turbogate demo: 2 replicas, capacity {cap:.1f} req/s (perf model)")
         result = _run(cfg)
     except KeyboardInterrupt:

@@ -13,7 +13,7 @@ from turbogate.bench.arrivals import ARRIVALS, Arrivals
 from turbogate.bench.collectors import parse_metrics_option
 from turbogate.bench.dataset import load_prompts
 from turbogate.bench.run import BenchConfig, BenchResult, knee_line, run_bench
-from turbogate.bench.runner import TIER_VIA
+from turbogate.bench.runner import TIER_VIA, Target
 from turbogate.bench.shapes import SHAPES, make_shape
 from turbogate.bench.workload import TierMix, TruncNormal, Workload
 from turbogate.results import SLO, CostConfig, KneeSettings, Summary, compare, load_run
@@ -225,9 +225,11 @@ def build_config(*, host: str, route: str, model: str | None, shape: str | None,
         output_tokens=TruncNormal.parse(output_tokens, "--output-tokens"),
         tiers=TierMix.parse(tiers), n_api_keys=len(api_key), per_request_seed=not no_seed,
         dataset=load_prompts(dataset) if dataset is not None else ())
+    target = Target(base_url=host, route=route, model=model or "", api_keys=tuple(api_key), stream=stream,
+                    ignore_eos=ignore_eos, min_tokens=min_tokens, tier_via=tier_via, timeout_s=timeout,
+                    max_concurrency=max_concurrency)
     cfg = BenchConfig(
-        host=host, route=route, model=model, api_keys=tuple(api_key), stream=stream, ignore_eos=ignore_eos,
-        min_tokens=min_tokens, tier_via=tier_via, timeout_s=timeout, max_concurrency=max_concurrency, shape=shape,
+        target=target, shape=shape,
         qps=qps if qps is not None else 1.0, qps_start=qps_start if qps_start is not None else 1.0,
         qps_end=qps_end if qps_end is not None else 0.0, steps=steps, duration_s=duration, find_knee=find_knee,
         step_duration_s=step_duration, knee_growth=knee_growth, bisections=bisections,

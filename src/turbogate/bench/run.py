@@ -7,7 +7,7 @@ import contextlib
 import random
 import signal
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,16 +39,7 @@ from turbogate.results.stats import fill_time
 
 @dataclass
 class BenchConfig:
-    host: str
-    route: str = "/v1/chat/completions"
-    model: str | None = None
-    api_keys: tuple[str, ...] = ()
-    stream: bool = True
-    ignore_eos: bool = True
-    min_tokens: bool = False
-    tier_via: str = "both"
-    timeout_s: float = 600.0
-    max_concurrency: int | None = None
+    target: Target  # where and how to send; an empty ``model`` is discovered from /v1/models
     shape: str = "constant"
     qps: float = 1.0
     qps_start: float = 1.0
@@ -76,11 +67,12 @@ class BenchConfig:
 
     def describe(self) -> dict[str, Any]:
         """The settings as JSON for summary.json (API keys counted, never written)."""
+        t = self.target
         d: dict[str, Any] = {
-            "host": self.host, "route": self.route, "model": self.model, "api_keys": len(self.api_keys),
-            "stream": self.stream, "ignore_eos": self.ignore_eos, "min_tokens": self.min_tokens,
-            "tier_via": self.tier_via, "timeout_s": self.timeout_s, "drain_s": self.drain_s,
-            "max_concurrency": self.max_concurrency,
+            "host": t.base_url, "route": t.route, "model": t.model or None, "api_keys": len(t.api_keys),
+            "stream": t.stream, "ignore_eos": t.ignore_eos, "min_tokens": t.min_tokens,
+            "tier_via": t.tier_via, "timeout_s": t.timeout_s, "drain_s": self.drain_s,
+            "max_concurrency": t.max_concurrency,
             "shape": "find-knee" if self.find_knee else self.shape, "qps": self.qps, "qps_start": self.qps_start,
             "qps_end": self.qps_end, "steps": self.steps, "duration_s": self.duration_s,
             "step_duration_s": self.step_duration_s, "arrivals": self.arrivals.kind,
@@ -179,7 +171,7 @@ async def run_bench(cfg: BenchConfig, *, echo: Any = None) -> BenchResult:
         say(msg)
     scrape = list(cfg.scrape)
     if "mem-fragmentation" in cfg.metrics:
-        scrape.append(cfg.host.rstrip("/") + "/metrics")
+        scrape.append(cfg.target.base_url.rstrip("/") + "/metrics")
     if not cfg.find_knee:
         shape = make_shape(cfg.shape, start=cfg.qps if cfg.shape == "constant" else cfg.qps_start,
                            end=cfg.qps_end, duration=cfg.duration_s, steps=cfg.steps)
@@ -191,10 +183,9 @@ async def run_bench(cfg: BenchConfig, *, echo: Any = None) -> BenchResult:
     out_dir = cfg.out or Path("runs") / f"bench-{started_at.strftime('%Y%m%d-%H%M%S')}"
     notes: list[str] = []
     async with aiohttp.ClientSession() as probe_session:
-        model = cfg.model or await discover_model(probe_session, cfg.host, cfg.api_keys[0] if cfg.api_keys else None)
-    target = Target(base_url=cfg.host, route=cfg.route, model=model, api_keys=cfg.api_keys, stream=cfg.stream,
-                    ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens, tier_via=cfg.tier_via,
-                    timeout_s=cfg.timeout_s, max_concurrency=cfg.max_concurrency)
+        t = cfg.target
+        model = t.model or await discover_model(probe_session, t.base_url, t.api_keys[0] if t.api_keys else None)
+    target = replace(cfg.target, model=model)
     loop = asyncio.get_running_loop()
     interrupts = 0
     async with Runner(target) as runner:
