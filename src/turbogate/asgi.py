@@ -3,6 +3,7 @@ responses and request bodies, with no framework per request (chosen by measured 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
@@ -94,3 +95,42 @@ def header(scope: Scope, name: bytes) -> bytes | None:
         if key == name:
             return bytes(value)
     return None
+
+
+class AsgiApp(ABC):
+    """The ASGI entry both servers share: HTTP goes to ``handle_http``, the lifespan protocol to
+    ``startup`` / ``shutdown`` (a failing startup is reported to the server, not raised)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self.handle_http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    @abstractmethod
+    async def handle_http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer one HTTP request."""
+
+    @abstractmethod
+    async def startup(self) -> None:
+        """Start background work (called once, before the first request)."""
+
+    @abstractmethod
+    async def shutdown(self) -> None:
+        """Stop background work."""
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as exc:  # report, do not crash the server loop with a traceback
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return

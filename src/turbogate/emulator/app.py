@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from turbogate.asgi import Receive, Scope, Send, read_body, send_bytes
+from turbogate.asgi import AsgiApp, Receive, Scope, Send, read_body, send_bytes
 from turbogate.emulator import protocol
 from turbogate.emulator.metrics import EmulatorMetrics
 from turbogate.emulator.runner import Aborted, EngineRunner, Handle
@@ -57,7 +57,7 @@ class _HttpError(Exception):
         self.param = param
 
 
-class EmulatorApp:
+class EmulatorApp(AsgiApp):
     def __init__(self, engine: Engine, counter: TokenCounter, settings: EmulatorSettings,
                  time_scale: float) -> None:
         self.engine = engine
@@ -73,30 +73,18 @@ class EmulatorApp:
         self._ready_at = 0.0
         self._id_prefix = uuid.uuid4().hex[:8]
 
-    # ---- ASGI ----------------------------------------------------------------------------------
+    # ---- ASGI (AsgiApp) ------------------------------------------------------------------------
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        kind = scope["type"]
-        if kind == "http":
-            await self._http(scope, receive, send)
-        elif kind == "lifespan":
-            await self._lifespan(receive, send)
+    async def startup(self) -> None:
+        self.runner = EngineRunner(self.engine, self.metrics, self.time_scale)
+        self.runner.start()
+        self._ready_at = time.monotonic() + self.settings.faults.startup_delay
 
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                self.runner = EngineRunner(self.engine, self.metrics, self.time_scale)
-                self.runner.start()
-                self._ready_at = time.monotonic() + self.settings.faults.startup_delay
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                if self.runner is not None:
-                    await self.runner.stop()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+    async def shutdown(self) -> None:
+        if self.runner is not None:
+            await self.runner.stop()
 
-    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def handle_http(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
         method = scope["method"]
         try:

@@ -17,6 +17,7 @@ import orjson
 
 from turbogate.asgi import (
     JSON_CT,
+    AsgiApp,
     BodyTooLarge,
     Message,
     Receive,
@@ -101,7 +102,7 @@ _WATCH_AFTER_S = 0.05
 _SWEEP_S = 0.02
 
 
-class GatewayApp:
+class GatewayApp(AsgiApp):
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
         self.rt: Runtime = build_runtime(config)
@@ -113,15 +114,8 @@ class GatewayApp:
         self._started = False
         self._flights: set[_Flight] = set()
 
-    # ---- ASGI entry ------------------------------------------------------------------------
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        kind = scope["type"]
-        if kind == "http":
-            await self._http(scope, receive, send)
-        elif kind == "lifespan":
-            await self._lifespan(receive, send)
-
-    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+    # ---- ASGI entry (AsgiApp) ---------------------------------------------------------------
+    async def handle_http(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
         method: str = scope["method"]
         endpoint = _ENDPOINTS.get(path)
@@ -156,21 +150,6 @@ class GatewayApp:
             await admin.handle(self, scope, receive, send)
         else:
             await send_error(send, 404, f"no route {path}", code="not_found")
-
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                try:
-                    await self.startup()
-                except Exception as exc:  # report, do not crash the server loop with a traceback
-                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
-                    return
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await self.shutdown()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
 
     async def startup(self) -> None:
         if self._started:
