@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -127,23 +130,28 @@ async def _inspect(ws_url: str, timeout: float) -> dict[str, Any]:
 
 
 def check(report: Path, chromium: str, timeout: float = 30.0) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="tg-chromium-") as tmp:
+    # Chromium's helper processes may still be writing the profile as it is removed: a leftover
+    # temp folder must not turn a clean page into a failed check.
+    with tempfile.TemporaryDirectory(prefix="tg-chromium-", ignore_cleanup_errors=True) as tmp:
         user_dir = Path(tmp)
         cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                "--disable-component-update", "--no-first-run", "--disable-default-apps", "--disable-extensions",
                "--disable-dev-shm-usage", f"--user-data-dir={user_dir}", "--remote-debugging-port=0",
                report.resolve().as_uri()]
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # Its own process group, so stopping it also stops the renderer and zygote children.
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             port = _devtools_port(user_dir, proc, timeout)
             ws_url = _page_ws(port, timeout)
             return asyncio.run(_inspect(ws_url, timeout))
         finally:
-            proc.terminate()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
 
 
