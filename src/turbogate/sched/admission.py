@@ -271,16 +271,16 @@ class Admission:
             line = max(1, math.floor(policy.max_utilization * slots + 1e-9)) if self.holdback else slots
             due = queue.share < policy.min_share
             cap = max(1, math.floor(policy.capacity_share * slots + 1e-9))
-            if queue.in_flight < cap and (best is None or due):
-                # An owed tier takes the turn of the tier above it, with that tier's line: it
-                # never reaches into headroom kept for a tier that is not waiting.
-                if in_flight < (max(line, line_above) if due else line):
-                    head = queue.head()
-                    if head is not None:
-                        if due:
-                            owed = head
-                            break
-                        best = head
+            # An owed tier takes the turn of the tier above it, with that tier's line: it never
+            # reaches into headroom kept for a tier that is not waiting.
+            if (queue.in_flight < cap and (best is None or due)
+                    and in_flight < (max(line, line_above) if due else line)):
+                head = queue.head()
+                if head is not None:
+                    if due:
+                        owed = head
+                        break
+                    best = head
             line_above = max(line_above, line)
         chosen = owed or best
         if chosen is None:
