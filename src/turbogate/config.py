@@ -188,6 +188,9 @@ class GatewayConfig(_Model):
     health: HealthConfig = HealthConfig.model_validate({})  # frozen, so one shared default is safe
     bands: Bands = Bands.model_validate({})  # frozen, so one shared default is safe
     concurrency: Concurrency = Concurrency.model_validate({})  # frozen, so one shared default is safe
+    service_tier_names: Literal["turbogate", "openai"] = Field(
+        "turbogate", description="words for the tier served in answers' service_tier: turbogate's (turbo / "
+        "standard / relax) or OpenAI's (priority / default / flex); X-Turbogate-Tier always uses turbogate's")
 
     @model_validator(mode="before")
     @classmethod
