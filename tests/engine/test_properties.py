@@ -40,7 +40,8 @@ configs = {
 }
 
 
-def _setup(workload: list[Spec], blocks: int, max_seqs: int, budget: int, policy: str) -> tuple[Engine, dict[str, Spec]]:
+def _setup(workload: list[Spec], blocks: int, max_seqs: int, budget: int,
+           policy: str) -> tuple[Engine, dict[str, Spec]]:
     eng = Engine(DEP, EngineConfig(max_num_seqs=max_seqs, max_num_batched_tokens=budget, policy=policy,  # type: ignore[arg-type]
                                    num_gpu_blocks=blocks))
     capacity = blocks * 16
