@@ -196,7 +196,7 @@ class Engine:
         while len(needy) > bm.num_free:
             self._preempt(victims.pop())
         if needy:
-            bm.allocate_each(seq.blocks for seq in needy)
+            bm.allocate_each(needy.values())
         budget -= decode.count
 
         # 2. Running prefills, in admission order.
