@@ -154,9 +154,9 @@ class Engine:
             self._decode.leave(seq)
         elif state == PREFILL:
             self._prefill.remove(seq)  # a chunk scheduled in the step in flight is skipped at its end
-        else:
-            self._waiting.count -= 1  # stays in the queue structure until it reaches the head
         seq.state = GONE
+        if state == WAITING:
+            self._waiting.discard()
         if seq.blocks:
             self.blocks.free(seq.blocks)
         self._victims.compact(self._decode.count + len(self._prefill))
