@@ -184,7 +184,12 @@ def _capacity_tables(r: CapacityReport) -> list[Table]:
         dec.add_column(col, justify="right")
     for d in r.decode:
         dec.add_row(str(d.batch), f"{d.step_time_s * 1000:.2f}", f"{d.output_tokens_per_s:,.0f}", d.bound)
-    load = Table(title="Predicted latency against request rate (one replica; means)")
+    load = Table(title="Predicted latency against request rate (one replica; means)",
+                 caption="HBM traffic: the bytes the modelled steps move (weights + KV read + KV written) per second, "
+                         "as a share of datasheet bandwidth.\nnaive bw_util: the formula in circulation, req/s × KV "
+                         "bytes/token × (prompt + output tokens) / peak bandwidth — the rate new KV is written once, "
+                         "not what bounds decode; shown for comparison (docs/plan.md, worked example).",
+                 caption_justify="left")
     for col in ("req/s", "util", "batch", "TTFT ms", "TPOT ms", "E2E s", "KV used", "HBM traffic",
                 "naive bw_util"):
         load.add_column(col, justify="right")
