@@ -8,33 +8,21 @@ cached value is what a spreadsheet computes from that cell, and the tests that c
 the CLI check the formulas themselves.
 
 Only the subset the workbook uses: numbers, strings, TRUE/FALSE, ``+ - * / ^``, comparisons,
-A1 references and ranges (``$`` allowed, ``sheet!`` prefix), and IF, AND, OR, NOT, CHOOSE,
-MAX, MIN, INT, ROUND, ROUNDUP, MOD, SQRT, INDEX, MATCH (exact), VLOOKUP (exact).  Semantics
-follow Excel: unary minus binds tighter than ``^``, ``^`` is left-associative, IF and CHOOSE
-evaluate only the branch taken, a blank cell is 0 or "" as its use needs, string comparison
-ignores case.  Errors (``#DIV/0!``, ``#N/A``, ``#NUM!``, ``#VALUE!``) propagate as values.
+A1 references and ranges (``$`` allowed, ``sheet!`` prefix), and the functions of
+:mod:`.formula_functions`.  Unary minus binds tighter than ``^`` and ``^`` is left-associative,
+as in Excel; errors (``#DIV/0!``, ``#N/A``, ``#NUM!``, ``#VALUE!``) propagate as values.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-Value = float | str | bool | None  # None: a blank cell
+from turbogate.plan.formula_functions import ERRORS, FUNCTIONS, Node, Value, XlError, compare
+
 Grid = Mapping[str, Mapping[tuple[int, int], object]]  # sheet → (row, col) 1-based → constant or "=formula"
-
-ERRORS = ("#DIV/0!", "#N/A", "#NUM!", "#VALUE!", "#REF!")
-
-
-class XlError(Exception):
-    """A spreadsheet error value (``#DIV/0!``, …) travelling up the expression."""
-
-    def __init__(self, code: str) -> None:
-        super().__init__(code)
-        self.code = code
 
 
 _TOKEN = re.compile(r"""
@@ -85,11 +73,10 @@ def _cell_ref(text: str) -> tuple[int, int]:
 
 # ---- parsing to closures: each node is a function of the evaluator -------------------------------
 
-Node = Callable[["Book", str], object]  # (book, current sheet) → Value or a range (list of rows)
 
 
 def _comparison(op: str, x: Node, y: Node) -> Node:
-    return lambda b, s: _compare(op, b.scalar(x, s), b.scalar(y, s))
+    return lambda b, s: compare(op, b.scalar(x, s), b.scalar(y, s))
 
 
 def _joined(x: Node, y: Node) -> Node:
@@ -220,24 +207,6 @@ def _text(v: Value) -> str:
     return v
 
 
-def _compare(op: str, a: Value, b: Value) -> bool:
-    # A blank compares as the other side's kind; else Excel orders number < text < logical.
-    if a is None:
-        a = "" if isinstance(b, str) else False if isinstance(b, bool) else 0.0
-    if b is None:
-        b = "" if isinstance(a, str) else False if isinstance(a, bool) else 0.0
-
-    def key(v: Value) -> tuple[int, float | str]:
-        if isinstance(v, bool):
-            return 2, float(v)
-        if isinstance(v, str):
-            return 1, v.lower()
-        return 0, float(v or 0.0)
-
-    ka, kb = key(a), key(b)
-    return {"=": ka == kb, "<>": ka != kb, "<": ka < kb, ">": ka > kb, "<=": ka <= kb, ">=": ka >= kb}[op]
-
-
 def _arith(op: str, a: float, b: float) -> float:
     if op == "+":
         return a + b
@@ -328,95 +297,3 @@ class Book:
         if isinstance(v, list):
             return [x for row in v for x in row]
         return [self.scalar(node, sheet)]
-
-
-# ---- functions ---------------------------------------------------------------------------------------
-
-Function = Callable[[Book, str, list[Node]], Value]
-
-
-def _if(b: Book, s: str, a: list[Node]) -> Value:
-    if b.truth(a[0], s):
-        return b.scalar(a[1], s)
-    return b.scalar(a[2], s) if len(a) > 2 else False
-
-
-def _choose(b: Book, s: str, a: list[Node]) -> Value:
-    k = int(b.num(a[0], s))
-    if not 1 <= k < len(a):
-        raise XlError("#VALUE!")
-    return b.scalar(a[k], s)
-
-
-def _numbers(b: Book, s: str, a: list[Node]) -> list[float]:
-    return [float(v) for n in a for v in b.flat(n, s) if isinstance(v, int | float) and not isinstance(v, bool)]
-
-
-def _round(x: float, digits: float, up: bool) -> float:
-    f = 10.0 ** int(digits)
-    scaled = abs(x) * f
-    r = math.ceil(scaled) if up else math.floor(scaled + 0.5)
-    return math.copysign(r / f, x) if r else 0.0
-
-
-def _sqrt(x: float) -> float:
-    if x < 0:
-        raise XlError("#NUM!")
-    return math.sqrt(x)
-
-
-def _mod(x: float, y: float) -> float:
-    if y == 0:
-        raise XlError("#DIV/0!")
-    return x - y * math.floor(x / y)
-
-
-def _match(b: Book, s: str, a: list[Node]) -> Value:
-    want = b.scalar(a[0], s)
-    for i, v in enumerate(b.flat(a[1], s), start=1):
-        if v is not None and _compare("=", v, want):
-            return float(i)
-    raise XlError("#N/A")
-
-
-def _index(b: Book, s: str, a: list[Node]) -> Value:
-    rng = a[0](b, s)
-    rows = rng if isinstance(rng, list) else [[rng]]
-    r = int(b.num(a[1], s))
-    c = int(b.num(a[2], s)) if len(a) > 2 else 1
-    if len(rows) == 1 and len(a) == 2:  # one row: the index runs along it
-        r, c = 1, r
-    if not (1 <= r <= len(rows) and 1 <= c <= len(rows[0])):
-        raise XlError("#REF!")
-    v = rows[r - 1][c - 1]
-    assert not isinstance(v, list)
-    return v  # type: ignore[return-value]
-
-
-def _vlookup(b: Book, s: str, a: list[Node]) -> Value:
-    want, rows, k = b.scalar(a[0], s), a[1](b, s), int(b.num(a[2], s))
-    if not isinstance(rows, list):
-        raise XlError("#VALUE!")
-    for row in rows:
-        if row[0] is not None and _compare("=", row[0], want):
-            return row[k - 1]  # type: ignore[no-any-return]
-    raise XlError("#N/A")
-
-
-FUNCTIONS: dict[str, Function] = {
-    "IF": _if,
-    "CHOOSE": _choose,
-    "AND": lambda b, s, a: all([b.truth(n, s) for n in a]),
-    "OR": lambda b, s, a: any([b.truth(n, s) for n in a]),
-    "NOT": lambda b, s, a: not b.truth(a[0], s),
-    "MAX": lambda b, s, a: max(_numbers(b, s, a), default=0.0),
-    "MIN": lambda b, s, a: min(_numbers(b, s, a), default=0.0),
-    "INT": lambda b, s, a: float(math.floor(b.num(a[0], s))),
-    "ROUND": lambda b, s, a: _round(b.num(a[0], s), b.num(a[1], s), up=False),
-    "ROUNDUP": lambda b, s, a: _round(b.num(a[0], s), b.num(a[1], s), up=True),
-    "MOD": lambda b, s, a: _mod(b.num(a[0], s), b.num(a[1], s)),
-    "SQRT": lambda b, s, a: _sqrt(b.num(a[0], s)),
-    "MATCH": _match,
-    "INDEX": _index,
-    "VLOOKUP": _vlookup,
-}
