@@ -343,7 +343,7 @@ class Picker:
             replica.hold = cfg.grow_every_scrapes
         elif waiting == 0 and replica.peak_in_flight >= int(limit) and (load.kv_usage or 0.0) < cfg.saturated_kv:
             if limit < replica.ssthresh:
-                limit = min(limit * 2.0, replica.ssthresh)  # slow start
+                limit = min(limit * 1.5, replica.ssthresh)  # slow start (×1.5: a smaller overshoot)
             elif replica.hold <= 0:  # past the threshold, probe one more now and then
                 limit += 1.0
                 replica.hold = cfg.grow_every_scrapes
