@@ -254,12 +254,15 @@ class Admission:
         return 1 if predicted is None else clamp_retry(predicted)
 
     # ---- dispatch ------------------------------------------------------------------------
-    def next_dispatch(self, now: float, slots: int) -> Ticket | None:
+    def next_dispatch(self, now: float, slots: int, proven: int | None = None) -> Ticket | None:
         """The ticket to send upstream now, or ``None`` if none may go.  The caller must later
-        call ``on_complete`` (or ``requeue`` if no replica could take it)."""
+        call ``on_complete`` (or ``requeue`` if no replica could take it).  ``proven`` is the
+        part of ``slots`` the engines have shown they run (``Picker.proven_slots``): holdback
+        lines are drawn on it, so the headroom kept for Turbo is real engine capacity."""
         in_flight = self.in_flight
         if in_flight >= slots or self._queued == 0:
             return None
+        base = slots if proven is None else min(proven, slots)
         best: Ticket | None = None
         owed: Ticket | None = None
         line_above = 0  # the holdback line of the best tier above with queued work
@@ -268,7 +271,7 @@ class Admission:
                 continue
             # Holdback in whole slots, at least one: on a 2-slot pool 85 % keeps one slot free,
             # on a 1-slot pool the tier can still run (epsilon: 0.29 × 100 must give 29, not 28).
-            line = max(1, math.floor(policy.max_utilization * slots + 1e-9)) if self.holdback else slots
+            line = max(1, math.floor(policy.max_utilization * base + 1e-9)) if self.holdback else slots
             due = queue.share < policy.min_share
             cap = max(1, math.floor(policy.capacity_share * slots + 1e-9))
             # An owed tier takes the turn of the tier above it, with that tier's line: it never

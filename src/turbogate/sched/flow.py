@@ -263,8 +263,9 @@ class Flow:
         name = pool.spec.name
         picker = self.picker
         slots = picker.slots(name, now)
+        proven = picker.proven_slots(name, now)
         while True:
-            ticket = admission.next_dispatch(now, slots)
+            ticket = admission.next_dispatch(now, slots, proven)
             if ticket is None:
                 return actions
             replica = picker.pick(name, now, proven_only=ticket.tier is Tier.TURBO)
