@@ -85,10 +85,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=40.0)
     ap.add_argument("--warmup", type=float, default=10.0)
+    ap.add_argument("--keep", type=Path, default=None, help="keep the run folders and logs here")
     args = ap.parse_args()
     cap = capacity_rps()
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
+        folder = args.keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
         emulators = [start_emulator("--gpu", GPU, "--model", MODEL, "--max-num-seqs", str(SEQS),
                                     "--time-scale", str(SCALE), log_dir=folder) for _ in range(2)]
         config = {

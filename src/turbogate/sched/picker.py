@@ -85,7 +85,7 @@ class PickerConfig:
     probe_backoff_max_s: float = 30.0
     scale_out_after_s: float = 30.0
     default_service_s: float = 1.0
-    initial_limit: int = 8
+    initial_limit: int = 16
     min_limit: int = 1
     queue_tolerance: float = 0.0
     grow_every_scrapes: int = 5
@@ -106,6 +106,7 @@ class Replica:
     hold: int = 0  # scrapes to wait before the next additive probe
     last_waiting: float = 0.0  # the engine's waiting count at the previous scrape
     proven: float = 0.0  # most requests the engine was seen running at once since the last cut
+    awaiting_first: int = 0  # ours dispatched and not yet answering (prefilling, for streams)
     in_flight: int = 0
     load: ReplicaLoad | None = None
     load_at: float = -math.inf
@@ -243,14 +244,16 @@ class Picker:
 
         ``proven_only`` (Turbo): prefer a replica whose in-flight count is below what its engine
         was seen running at once, so a probe of the limit (a slot the engine may not have) is
-        taken by lower tiers and a Turbo request never waits in an engine's queue for it."""
+        taken by lower tiers and a Turbo request never waits in an engine's queue for it; and
+        among those one with no request awaiting its first token (no prefill under way), so
+        its own prefill does not share, or wait for, a longer engine step."""
         state = self._pools.get(pool)
         if state is None:
             return None
         best: Replica | None = None
         best_key = (Band.SATURATED + 1, math.inf)
         safe: Replica | None = None
-        safe_key = best_key
+        safe_key: tuple[float, ...] = (math.inf,)
         replicas = state.replicas
         n = len(replicas)
         state.rotor = (state.rotor + 1) % max(n, 1)
@@ -262,8 +265,10 @@ class Picker:
             key = (Band.BUSY if band is Band.LIGHT else band, self.score(r, now))
             if key < best_key:
                 best, best_key = r, key
-            if proven_only and r.in_flight < int(r.proven) and key < safe_key:
-                safe, safe_key = r, key
+            if proven_only and r.in_flight < int(r.proven):
+                turbo_key = (Band.SATURATED + 1 if r.awaiting_first else 0, key[0], key[1])
+                if safe is None or turbo_key < safe_key:
+                    safe, safe_key = r, turbo_key
         return safe or best
 
     def pick_plain(self, pool: str, how: str, exclude: Collection[str] = ()) -> Replica | None:
