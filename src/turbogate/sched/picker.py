@@ -85,7 +85,7 @@ class PickerConfig:
     probe_backoff_max_s: float = 30.0
     scale_out_after_s: float = 30.0
     default_service_s: float = 1.0
-    initial_limit: int = 16
+    initial_limit: int = 8
     min_limit: int = 1
     queue_tolerance: float = 0.0
     grow_every_scrapes: int = 5
