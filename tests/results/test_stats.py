@@ -142,7 +142,7 @@ def test_write_and_load_round_trip(tmp_path: Path) -> None:
 
 def test_compare_two_runs() -> None:
     a_recs, steps, _ = saturating_run(capacity=20.0)
-    b_recs, _, _ = saturating_run(capacity=30.0)
+    b_recs, _, _ = saturating_run(capacity=24.0)  # 30 and 40 fall short: two steps, a knee
     a = summarize(a_recs, steps, kind="bench", started_at="x", duration_s=70.0, config={})
     b = summarize(b_recs, steps, kind="sim", started_at="x", duration_s=70.0, config={})
     rows = {(r.tier, r.metric): r for r in compare(a, b)}

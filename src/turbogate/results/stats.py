@@ -71,13 +71,19 @@ class Dist:
     max: float | None
 
     @classmethod
-    def of(cls, values: Sequence[float]) -> Dist:
-        if not values:
+    def of(cls, values: Sequence[float], censored: int = 0) -> Dist:
+        """``censored`` values are known only to exceed every measured one (requests still running when
+        the run ended): they rank above all values, so a percentile that falls among them, and the
+        mean and max, are unknown (None) rather than a survivors-only figure."""
+        if not values and not censored:
             return cls(0, None, None, None, None, None, None)
-        arr = np.asarray(values, dtype=float)
-        p = np.percentile(arr, PERCENTILES)
-        return cls(len(values), float(arr.mean()), float(p[0]), float(p[1]), float(p[2]), float(p[3]),
-                   float(arr.max()))
+        arr = np.concatenate([np.sort(np.asarray(values, dtype=float)), np.full(censored, np.inf)])
+        with np.errstate(invalid="ignore"):
+            p = np.percentile(arr, PERCENTILES)
+        pct = [float(v) if math.isfinite(v) else None for v in p]
+        known = not censored and len(values) > 0
+        return cls(len(values), float(np.mean(values)) if known else None, pct[0], pct[1], pct[2], pct[3],
+                   float(arr.max()) if known else None)
 
     def get(self, stat: str) -> float | None:
         value: float | None = getattr(self, stat)
@@ -103,9 +109,9 @@ class GroupStats:
     requests: int  # scheduled in the step
     sent: int
     ok: int
-    errors: int  # sent and failed, shed included
+    errors: int  # sent and failed, shed included; unfinished ones not
     shed: int  # 429 / 503
-    error_rate: float
+    error_rate: float  # errors / answered (sent − unfinished)
     shed_rate: float
     offered_rps: float  # requests of this tier scheduled in the step per second (realized, not nominal)
     achieved_rps: float  # successful completions inside the window per second
@@ -115,6 +121,11 @@ class GroupStats:
     latency: Mapping[str, Dist] = field(default_factory=dict)  # keys: LATENCY_METRICS
     server_timing_ms: Mapping[str, float] = field(default_factory=dict)  # mean dur per part
     tiers_served: Mapping[str, int] = field(default_factory=dict)
+    unfinished: int = 0  # sent and still running when the drain / grace time ran out
+
+    @property
+    def unfinished_rate(self) -> float:
+        return self.unfinished / self.sent if self.sent else 0.0
 
     def pct(self, metric: str, stat: str = "p95") -> float | None:
         d = self.latency.get(metric)
@@ -128,6 +139,7 @@ class GroupStats:
             "input_tokens_per_s": self.input_tokens_per_s, "output_tokens_per_s": self.output_tokens_per_s,
             "latency": {k: v.to_dict() for k, v in self.latency.items()},
             "server_timing_ms": dict(self.server_timing_ms), "tiers_served": dict(self.tiers_served),
+            "unfinished": self.unfinished,
         }
 
     @classmethod
@@ -141,6 +153,7 @@ class GroupStats:
             latency={str(k): Dist.from_dict(v) for k, v in (d.get("latency") or {}).items()},
             server_timing_ms={str(k): float(v) for k, v in (d.get("server_timing_ms") or {}).items()},
             tiers_served={str(k): int(v) for k, v in (d.get("tiers_served") or {}).items()},
+            unfinished=int(d.get("unfinished", 0)),
         )
 
 
@@ -152,11 +165,13 @@ def tier_key(r: RequestRecord) -> str:
 def _latency(records: Sequence[RequestRecord]) -> dict[str, Dist]:
     ok = [r for r in records if r.ok]
     sent = [r for r in records if r.sent_s is not None]
+    # A request still running at the end took longer than any that finished (the drain outlasts them).
+    late = sum(1 for r in sent if r.unfinished)
     return {
-        "ttft": Dist.of([r.ttft_s for r in ok if r.ttft_s is not None]),
+        "ttft": Dist.of([r.ttft_s for r in ok if r.ttft_s is not None], late),
         "tpot": Dist.of([r.tpot_s for r in ok if r.tpot_s is not None]),
         "itl": Dist.of([x for r in ok for x in r.itl_s]),
-        "e2e": Dist.of([r.e2e_s for r in ok if r.e2e_s is not None]),
+        "e2e": Dist.of([r.e2e_s for r in ok if r.e2e_s is not None], late),
         "lag": Dist.of([r.dispatch_lag_s for r in sent]),
         "queue": Dist.of([r.queue_s for r in sent]),
     }
@@ -167,7 +182,9 @@ def group_stats(scheduled: Sequence[RequestRecord], finished: Sequence[RequestRe
     """Stats of ``scheduled`` (the step's requests) and ``finished`` (ending in its window)."""
     sent = [r for r in scheduled if r.sent_s is not None]
     ok = [r for r in sent if r.ok]
-    errors = len(sent) - len(ok)
+    unfinished = sum(1 for r in sent if r.unfinished)
+    errors = len(sent) - len(ok) - unfinished
+    answered = len(sent) - unfinished
     shed = sum(1 for r in sent if r.shed)
     done = [r for r in finished if r.ok]
     window = max(window_s, 1e-9)
@@ -185,8 +202,8 @@ def group_stats(scheduled: Sequence[RequestRecord], finished: Sequence[RequestRe
         ok=len(ok),
         errors=errors,
         shed=shed,
-        error_rate=errors / len(sent) if sent else 0.0,
-        shed_rate=shed / len(sent) if sent else 0.0,
+        error_rate=errors / answered if answered else 0.0,
+        shed_rate=shed / answered if answered else 0.0,
         offered_rps=offered_rps,
         achieved_rps=len(done) / window,
         goodput_rps=sum(1 for r in done if slo.met_by(r)) / window,
@@ -195,6 +212,7 @@ def group_stats(scheduled: Sequence[RequestRecord], finished: Sequence[RequestRe
         latency=_latency(scheduled),
         server_timing_ms={k: float(np.mean(v)) for k, v in sorted(parts.items())},
         tiers_served=dict(sorted(served.items())),
+        unfinished=unfinished,
     )
 
 
