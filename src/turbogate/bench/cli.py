@@ -101,7 +101,7 @@ def print_roi(summary: Summary, console: Console) -> None:
         rt.add_column(col)
     for r in summary.roi:
         rt.add_row(r.band, r.tier, f"{fmt_num(r.offered_min)}–{fmt_num(r.offered_max)}", fmt_num(r.achieved_rps),
-                   fmt_ms(r.p95_ttft_s), fmt_ms(r.p95_e2e_s), fmt_pct(r.error_rate), fmt_num(r.cost_per_1k, 4))
+                   r.p95("ttft"), r.p95("e2e"), fmt_pct(r.error_rate), fmt_num(r.cost_per_1k, 4))
     console.print(rt)
 
 

@@ -51,30 +51,29 @@ def latency_figure(s: Summary) -> go.Figure:
                     x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers",
                     name=f"{tier} {stat}", legendgroup=tier, showlegend=(col == 1), connectgaps=False,
                     line={"color": color(tier), "dash": dash}), row=1, col=col)
-    _mark_knees(fig, s, cols=(1, 2))
+    _mark_knees(fig, s, cols=(1, 2), spans=[(min(seen[c], default=0.01), max(seen[c], default=1.0)) for c in (1, 2)])
     fig.update_xaxes(title_text="offered load, all tiers (req/s)")
     for col in (1, 2):
         fig.update_yaxes(type="log", row=1, col=col, **log_ticks(seen[col]))
-    fig.update_layout(title="Latency against offered load (knee marked)", height=480, margin={"t": 110})
+    fig.update_layout(title="Latency against offered load (knee marked)", height=480)
     return fig
 
 
-def _mark_knees(fig: go.Figure, s: Summary, cols: Sequence[int]) -> None:
-    """A dashed line per tier's knee; labels stacked above the plot, one row each, so they never overlap."""
-    row = 0
+def _mark_knees(fig: go.Figure, s: Summary, cols: Sequence[int], spans: Sequence[tuple[float, float]]) -> None:
+    """A dashed vertical line per tier's knee, named in the legend ("knee all: 9.5 req/s") rather than written on
+    the plot, so labels of knees close together can never collide."""
     for tier, knee in s.knees.items():
         if knee.value is None:
             continue
-        line = {"color": color(tier), "dash": "dashdot", "width": 1}
-        if len(cols) > 1:
-            for col in cols:
-                fig.add_vline(x=knee.value, line=line, row=1, col=col)
-        else:
-            fig.add_vline(x=knee.value, line=line)
-        fig.add_annotation(x=knee.value, y=1.0, yref="paper", xref="x", showarrow=False, yanchor="bottom",
-                           yshift=4 + 16 * row, text=f"knee {tier}: {fmt_num(knee.value)} req/s",
-                           font={"color": color(tier), "size": 12}, bgcolor="rgba(255,255,255,0.85)")
-        row += 1
+        for col, (lo, hi) in zip(cols, spans, strict=True):
+            trace = go.Scatter(x=[knee.value, knee.value], y=[lo, hi], mode="lines", hoverinfo="name",
+                               name=f"knee {tier}: {fmt_num(knee.value)} req/s", legendgroup=f"knee {tier}",
+                               showlegend=(col == cols[0]),
+                               line={"color": color(tier), "dash": "dashdot", "width": 1.5})
+            if len(cols) > 1:
+                fig.add_trace(trace, row=1, col=col)
+            else:
+                fig.add_trace(trace)
 
 
 def throughput_figure(s: Summary) -> go.Figure:
@@ -91,9 +90,11 @@ def throughput_figure(s: Summary) -> go.Figure:
         if s.slo.is_set():
             fig.add_trace(go.Scatter(x=[p[0] for p in good], y=[p[1] for p in good], mode="lines",
                                      name=f"{tier} goodput", line={"color": color(tier), "dash": "dash"}))
-    _mark_knees(fig, s, cols=(1,))
+    top = max([st.step.offered_rps for st in s.steps] + [g.achieved_rps for st in s.steps for g in st.tiers.values()],
+              default=1.0)
+    _mark_knees(fig, s, cols=(1,), spans=[(0.0, top)])
     fig.update_layout(title="Achieved against offered throughput", xaxis_title="offered load, all tiers (req/s)",
-                      yaxis_title="completed req/s", height=440, margin={"t": 110})
+                      yaxis_title="completed req/s", height=440)
     return fig
 
 

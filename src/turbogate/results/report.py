@@ -72,7 +72,7 @@ def _unfinished_note(s: Summary) -> str:
 
 def _roi_table(s: Summary) -> str:
     rows = [[r.band, r.tier, str(r.steps), f"{_fmt(r.offered_min)}–{_fmt(r.offered_max)}", _fmt(r.achieved_rps),
-             fmt_ms(r.p95_ttft_s), fmt_ms(r.p95_e2e_s), fmt_pct(r.error_rate), _fmt(r.cost_per_1k, digits=4)]
+             r.p95("ttft"), r.p95("e2e"), fmt_pct(r.error_rate), _fmt(r.cost_per_1k, digits=4)]
             for r in s.roi]
     return _table(["band", "tier", "steps", "offered req/s", "achieved req/s", "p95 TTFT", "p95 E2E",
                    "errors", "cost / 1k req"], rows)

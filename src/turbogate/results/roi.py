@@ -51,11 +51,18 @@ class RoiRow:
     p95_e2e_s: float | None
     error_rate: float
     cost_per_1k: float | None
+    unfinished: int = 0  # requests still running at the end: the p95s are then lower bounds ("≥")
 
     def to_dict(self) -> dict[str, Any]:
         return {"band": self.band, "tier": self.tier, "steps": self.steps, "offered_min": self.offered_min,
                 "offered_max": self.offered_max, "achieved_rps": self.achieved_rps, "p95_ttft_s": self.p95_ttft_s,
-                "p95_e2e_s": self.p95_e2e_s, "error_rate": self.error_rate, "cost_per_1k": self.cost_per_1k}
+                "p95_e2e_s": self.p95_e2e_s, "error_rate": self.error_rate, "cost_per_1k": self.cost_per_1k,
+                "unfinished": self.unfinished}
+
+    def p95(self, metric: str) -> str:
+        """The band's p95 for display; "≥ …" when unfinished requests make it a lower bound."""
+        v = self.p95_ttft_s if metric == "ttft" else self.p95_e2e_s
+        return ("≥ " if self.unfinished and v is not None else "") + fmt_ms(v)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RoiRow:
@@ -66,7 +73,8 @@ class RoiRow:
         return cls(band=str(d["band"]), tier=str(d["tier"]), steps=int(d["steps"]),
                    offered_min=float(d["offered_min"]), offered_max=float(d["offered_max"]),
                    achieved_rps=float(d["achieved_rps"]), p95_ttft_s=get("p95_ttft_s"), p95_e2e_s=get("p95_e2e_s"),
-                   error_rate=float(d["error_rate"]), cost_per_1k=get("cost_per_1k"))
+                   error_rate=float(d["error_rate"]), cost_per_1k=get("cost_per_1k"),
+                   unfinished=int(d.get("unfinished", 0)))
 
 
 def band_of(offered: float, knee: float | None, margin: float = 0.2) -> str:
@@ -115,19 +123,21 @@ def roi_table(steps: Sequence[StepStats], knees: Mapping[str, Knee], cost: CostC
                 p95_e2e_s=_mean([g.pct("e2e") for g in groups]),
                 error_rate=float(np.mean([g.error_rate for g in groups])),
                 cost_per_1k=cost_1k,
+                unfinished=sum(g.unfinished for g in groups),
             ))
     return rows
 
 
-def gap_words(turbo_s: float | None, standard_s: float | None) -> str:
+def gap_words(turbo_s: float | None, standard_s: float | None, standard_at_least: bool = False) -> str:
     """Turbo's p95 TTFT against Standard's in words that follow the ratio: "4.9× lower p95 TTFT (64 ms vs
-    315 ms)", "about the same p95 TTFT (…)", "1.3× higher p95 TTFT (…)"."""
-    both = f"({fmt_ms(turbo_s)} vs {fmt_ms(standard_s)})"
+    315 ms)", "about the same p95 TTFT (…)", "1.3× higher p95 TTFT (…)"; "≥" where Standard's is a lower bound."""
+    ge = "≥ " if standard_at_least else ""
+    both = f"({fmt_ms(turbo_s)} vs {ge}{fmt_ms(standard_s)})"
     if not turbo_s or not standard_s:
         return f"p95 TTFT {both}"
     ratio = standard_s / turbo_s
     if ratio >= 1.1:
-        return f"{fmt_num(ratio, 2)}× lower p95 TTFT {both}"
+        return f"{ge}{fmt_num(ratio, 2)}× lower p95 TTFT {both}"
     if ratio <= 1 / 1.1:
         return f"{fmt_num(1 / ratio, 2)}× higher p95 TTFT {both}"
     return f"about the same p95 TTFT {both}"
@@ -160,8 +170,8 @@ def recommendation(rows: Sequence[RoiRow], knees: Mapping[str, Knee], turbo: str
     if hot_t is None or hot_s is None:
         return msg + " Run a Turbo/Standard mix (--tiers turbo=0.2,standard=0.8) to compare the tiers."
     if below_t is not None and below_s is not None:
-        msg += f" Below it Turbo has {gap_words(below_t.p95_ttft_s, below_s.p95_ttft_s)}."
-    msg += f" Past it Turbo has {gap_words(hot_t.p95_ttft_s, hot_s.p95_ttft_s)}."
+        msg += f" Below it Turbo has {gap_words(below_t.p95_ttft_s, below_s.p95_ttft_s, below_s.unfinished > 0)}."
+    msg += f" Past it Turbo has {gap_words(hot_t.p95_ttft_s, hot_s.p95_ttft_s, hot_s.unfinished > 0)}."
     if below_t is not None and below_t.p95_ttft_s and hot_t.p95_ttft_s and \
             hot_t.p95_ttft_s > degrade_k * below_t.p95_ttft_s:
         msg += (f" Turbo itself degrades above the knee ({fmt_ms(below_t.p95_ttft_s)} → {fmt_ms(hot_t.p95_ttft_s)}): "
