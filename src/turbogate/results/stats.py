@@ -6,12 +6,14 @@ Attribution (documented in docs/results-schema.md):
 - achieved throughput, token throughput and goodput: the successful requests *finishing* inside
   the step's window, divided by the window's length — so an overloaded step shows what the target
   actually completed, not what the client offered.  The completion window is the step's window
-  shifted by the run's *fill time* (median E2E at the lowest offered load), so the first step is
-  not charged for the pipeline filling up and the last one counts its own tail.
+  shifted by the group's own median time from schedule to completion in that step (the run's *fill
+  time*, the median E2E at the lowest load, when nothing succeeded), so no step is charged for the
+  pipeline filling up, nor for latency that grows along a ramp, and the last one counts its own tail.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -244,29 +246,47 @@ def real_tiers(records: Iterable[RequestRecord]) -> list[str]:
     return sorted({r.tier_asked for r in records if r.tier_asked is not None})
 
 
+def _lead(group: Sequence[RequestRecord]) -> float | None:
+    """Median time from schedule to completion of a group's successes: how far its completions trail it."""
+    done = [r.end_s - r.scheduled_s for r in group if r.ok and r.end_s is not None]
+    return float(np.median(done)) if done else None
+
+
 def step_stats(records: Iterable[RequestRecord], steps: Sequence[Step], slo: SLO) -> list[StepStats]:
-    """Per-step, per-tier statistics (plus the ALL aggregate) of a whole run."""
+    """Per-step, per-tier statistics (plus the ALL aggregate) of a whole run.
+
+    A group's completion window is the step's window shifted by the group's own median time from schedule
+    to completion (the run's fill time when none succeeded): below capacity it then counts exactly the
+    step's own requests, whatever their latency — a ramp whose latency grows step by step does not fake a
+    shortfall — and at saturation it counts what the target completed while busy, its capacity.
+    """
     recs = list(records)
     tiers = real_tiers(recs)
-    shift = fill_time(recs, steps)
+    fill = fill_time(recs, steps)
+    ends: dict[str, tuple[list[float], list[RequestRecord]]] = {}
+    for key in [*tiers, ALL]:
+        done = sorted((r for r in recs if r.end_s is not None and (key == ALL or tier_key(r) == key)),
+                      key=lambda r: r.end_s or 0.0)
+        ends[key] = ([r.end_s or 0.0 for r in done], done)
     out: list[StepStats] = []
     for step in steps:
         in_step = [r for r in recs if r.step == step.index]
-        lo, hi = step.start_s + shift, step.end_s + shift
-        finished = [r for r in recs if r.end_s is not None and lo <= r.end_s < hi]
         groups: dict[str, GroupStats] = {}
         width = max(step.duration_s, 1e-9)
+
         # Offered = what was actually scheduled inside the window (Poisson counts vary around the nominal
         # rate; a window cut short by a stop does not count what was due after it).
         def offered(group: Sequence[RequestRecord], end: float = step.end_s, w: float = width) -> float:
             return sum(1 for r in group if r.scheduled_s < end) / w
 
-        for tier in tiers:
-            sched = [r for r in in_step if tier_key(r) == tier]
-            fin = [r for r in finished if tier_key(r) == tier]
-            groups[tier] = group_stats(sched, fin, step.duration_s, offered(sched), slo)
-        groups[ALL] = group_stats(in_step, finished, step.duration_s, offered(in_step), slo)
-        out.append(StepStats(step=step, tiers=groups))
+        for key in [*tiers, ALL]:
+            sched = in_step if key == ALL else [r for r in in_step if tier_key(r) == key]
+            lead = _lead(sched)
+            shift = fill if lead is None else lead
+            times, done = ends[key]
+            fin = done[bisect.bisect_left(times, step.start_s + shift):bisect.bisect_left(times, step.end_s + shift)]
+            groups[key] = group_stats(sched, fin, step.duration_s, offered(sched), slo)
+        out.append(StepStats(step=step, tiers={**{t: groups[t] for t in tiers}, ALL: groups[ALL]}))
     return out
 
 
