@@ -14,7 +14,8 @@ A step with fewer than ``min_requests`` completed requests cannot vote ("thin"),
 than ``max_error_rate`` of its requests failed for another reason than shedding cannot either
 ("errors": a broken run is not a saturated one).  A knee is claimed only when ``sustain``
 consecutive steps fail; its value is where the ratio (or p95) crosses the level, interpolated
-between the last step that passed and the first that failed.  Otherwise the verdict is "none"
+between the last step that passed and the first that failed (halfway between them when the passing
+step was itself under the level, within the noise).  Otherwise the verdict is "none"
 (no knee in range) or "inconclusive" with what to change.
 """
 
@@ -321,12 +322,17 @@ def method_evidence(method: str, steps: Sequence[StepStats], tier: str, s: KneeS
                                             "achieved" if method == "throughput" else "goodput")
 
         def cross(j: int) -> float:
-            i = j  # back from the first failing step to the last that met the ratio level
-            while i > 0 and ratios[i - 1] < s.ratio:
+            # Between the last step that passed the (noise-aware) test and the first failing one: where the
+            # ratio crosses its level, or halfway when the passing step was itself under it, within noise.
+            i = j
+            while i > 0 and votes[i - 1].state != "ok":
                 i -= 1
             if i == 0:
                 return votes[0].offered_rps
-            return _crossing(votes[i - 1].offered_rps, ratios[i - 1], votes[i].offered_rps, ratios[i], s.ratio)
+            x0, r0, x1, r1 = votes[i - 1].offered_rps, ratios[i - 1], votes[i].offered_rps, ratios[i]
+            if r0 < s.ratio or r1 >= s.ratio:
+                return (x0 + x1) / 2
+            return _crossing(x0, r0, x1, r1, s.ratio)
 
         verdict, value, conf, reason = _decide(method, votes, s, s.ratio, cross)
         return MethodEvidence(method, verdict, value, conf, s.ratio, sigma, None, reason, tuple(votes))
@@ -334,12 +340,15 @@ def method_evidence(method: str, steps: Sequence[StepStats], tier: str, s: KneeS
 
     def lcross(j: int) -> float:
         i = j
-        while i > 0 and (lvotes[i - 1].value is None or (lvotes[i - 1].value or 0.0) > (level or 0.0)):
+        while i > 0 and lvotes[i - 1].state != "ok":
             i -= 1
         if i == 0 or level is None:
             return lvotes[0].offered_rps
-        y0, y1 = lvotes[i - 1].value or 0.0, lvotes[i].value or 0.0
-        return _crossing(lvotes[i - 1].offered_rps, y0, lvotes[i].offered_rps, y1, level)
+        y0, y1 = lvotes[i - 1].value, lvotes[i].value
+        x0, x1 = lvotes[i - 1].offered_rps, lvotes[i].offered_rps
+        if y0 is None or y1 is None or y1 <= level:
+            return (x0 + x1) / 2
+        return _crossing(x0, y0, x1, y1, level)
 
     verdict, value, conf, reason = _decide(method, lvotes, s, level, lcross)
     return MethodEvidence(method, verdict, value, conf, level, spread, base, reason, tuple(lvotes))

@@ -137,10 +137,12 @@ def summarize(records: Iterable[RequestRecord], steps: Sequence[Step], *, kind: 
         knees = {t: replace(k, confidence="low" if k.verdict == "knee" else k.confidence,
                             note=k.note + f" (bench lagged: p99 dispatch lag {fmt_ms(lag)})") for t, k in knees.items()}
     roi = roi_table(per_step, knees, cost)
+    stopped = [w for w in warns if w.startswith("stopped:")]
+    advice = f"No recommendation: the run {stopped[0]}" if stopped else recommendation(roi, knees)
     return Summary(
         schema_version=SCHEMA_VERSION, kind=kind, started_at=started_at, duration_s=duration_s, config=config,
         slo=slo, knee_settings=ks, cost=cost, steps=per_step, overall=overall,
-        knees=knees, roi=roi, recommendation=recommendation(roi, knees), interrupted=interrupted, notes=tuple(notes),
+        knees=knees, roi=roi, recommendation=advice, interrupted=interrupted, notes=tuple(notes),
         warnings=tuple(warns),
     )
 
