@@ -290,8 +290,10 @@ def _decide(method: str, votes: Sequence[StepVote], s: KneeSettings, level: floa
         why = f"{sum(1 for st in later if st == 'fail')} steps from {votes[run_start].offered_rps:.3g} req/s fail"
         if recovered:
             why += " (a later step passed again: check the curve)"
-        if value == votes[0].offered_rps and run_start == 0:
-            why = "saturated already at the lowest load tested: the knee is at or below it"
+        if "ok" not in states[:run_start]:
+            return "inconclusive", None, None, (f"saturated already at the lowest load tested "
+                                                f"({fmt_num(votes[0].offered_rps)} req/s): the knee is at or below "
+                                                "it; lower --qps-start (or use --find-knee)")
         return "knee", value, confidence, why
     fails = [i for i, st in enumerate(states) if st == "fail"]
     if len(voting) < 2:
