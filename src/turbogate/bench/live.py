@@ -14,10 +14,11 @@ from rich.table import Table
 
 from turbogate.bench.failures import reasons_line
 from turbogate.bench.runner import Runner
+from turbogate.results.fmt import fmt_ms, fmt_num
 
 
 def _ms(v: float | None) -> str:
-    return "–" if v is None else f"{v * 1000:.0f} ms"
+    return fmt_ms(v)
 
 
 class LiveDisplay:
@@ -35,8 +36,9 @@ class LiveDisplay:
         now = r.now()
         total = f"/{self.total_s:.0f}" if self.total_s else ""
         return {
-            "elapsed": f"{max(0.0, now):.0f}{total} s", "step": str(st.step), "offered": f"{st.offered_rps:.1f} req/s",
-            "achieved": f"{st.achieved_rps(now):.1f} req/s", "in flight": str(st.in_flight),
+            "elapsed": f"{max(0.0, now):.0f}{total} s", "step": str(st.step),
+            "offered": f"{fmt_num(st.offered_rps)} req/s",
+            "achieved": f"{fmt_num(st.achieved_rps(now))} req/s", "in flight": str(st.in_flight),
             "sent": str(st.dispatched), "ok": str(st.ok), "errors": str(st.errors),
             "unfinished": str(st.unfinished), "p95 e2e": _ms(r.p95_e2e()), "p99 lag": _ms(r.p99_lag()),
         } | ({"top errors": reasons_line(Counter(dict(st.reasons.most_common(2))))} if st.reasons else {})
