@@ -16,6 +16,8 @@ HINTS: dict[str, str] = {
     "HTTP 400": "the target rejected the request body: check --route, --model and the token options",
     "HTTP 422": "the target rejected the request body: check --route, --model and the token options",
     "HTTP 413": "the prompt is too large for the target: lower --prompt-tokens",
+    "HTTP 429": "the target shed load (a queue or rate limit was full): the offered load is past what it serves",
+    "HTTP 503": "the target shed load (queue full or past its time budget): the offered load is past its capacity",
     "ClientConnectorError": "cannot connect: is the target up at --host?",
     "connection refused": "cannot connect: is the target up at --host?",
 }
