@@ -117,6 +117,8 @@ def assert_knee_near(s: Summary, capacity: float) -> None:
     ev = knee.evidence["throughput"]
     trail = [(round(v.offered_rps, 1), round(v.value or 0, 2), v.state) for v in ev.steps]
     assert knee.verdict == "knee" and knee.value is not None, (knee.note, trail, capacity)
+    print(f"knee {knee.value:.2f} req/s ({knee.confidence}) vs reference capacity {capacity:.2f} "
+          f"({(knee.value / capacity - 1) * 100:+.1f} %)")
     assert abs(knee.value - capacity) / capacity <= 0.15, (knee.value, capacity, trail)
 
 

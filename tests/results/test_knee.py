@@ -110,8 +110,13 @@ def test_evidence_round_trips_and_v1_knees_still_read() -> None:
 
 def test_find_knee_probes_are_judged_like_the_summary() -> None:
     probes = steps_of([(10, 10), (15, 15), (22.5, 18)])
-    assert probe_state(probes, ALL, KneeSettings(), slo_set=False) == "fail"
-    assert probe_state(probes[:2], ALL, KneeSettings(), slo_set=False) == "ok"
+    assert probe_state(probes, 2, ALL, KneeSettings(), slo_set=False) == "fail"
+    assert probe_state(probes[:2], 1, ALL, KneeSettings(), slo_set=False) == "ok"
+    # A bisection probe run last but lower than the others is judged as itself, not as the highest probe.
+    bisect = [*probes, StepStats(Step(3, 40.0, 50.0, 12.5), steps_of([(12.5, 12.5)])[0].tiers)]
+    assert probe_state(bisect, 3, ALL, KneeSettings(), slo_set=False) == "ok"
+    summary_states = [v.state for v in detect_knee(bisect, ALL).evidence["throughput"].steps]
+    assert summary_states == ["ok", "ok", "ok", "fail"]
 
 
 def test_lagging_bench_is_a_warning_and_lowers_confidence() -> None:

@@ -152,8 +152,8 @@ async def _find_knee(cfg: BenchConfig, runner: Runner, rng: random.Random, steps
         await runner.execute(sched, grace_s=cfg.grace_s, drain_s=cfg.drain_s)
         if step.index == 0 and (why := first_step_failure(runner.records, 0, cfg.max_error_rate)):
             return why
-        probes = sorted(step_stats(runner.records, steps, cfg.slo), key=lambda st: st.step.offered_rps)
-        state = probe_state(probes, ALL, cfg.knee, cfg.slo.is_set())
+        probes = step_stats(runner.records, steps, cfg.slo)
+        state = probe_state(probes, step.index, ALL, cfg.knee, cfg.slo.is_set())
         g = next(st.tiers[ALL] for st in probes if st.step.index == step.index)
         search.observe(rate, state == "fail")
         p95 = g.pct(cfg.knee.metric)

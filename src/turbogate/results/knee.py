@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from turbogate.results.fmt import fmt_num
-from turbogate.results.schema import KNEE_METHODS
+from turbogate.results.schema import ALL, KNEE_METHODS
 from turbogate.results.stats import GroupStats, StepStats
 
 Verdict = Literal["knee", "none", "inconclusive", "off"]
@@ -53,7 +53,7 @@ class KneeSettings:
     metric: str = "e2e"  # latency metric for the latency method
     min_requests: int = 20  # completed requests a step needs to vote
     sustain: int = 2  # consecutive failing steps that make a knee
-    z: float = 3.0  # how many noise units a shortfall must exceed
+    z: float = 2.0  # how many noise units a shortfall must exceed (two steps in a row must: p ≈ 0.05 % by chance)
     max_error_rate: float = 0.5  # above this (non-shed) error rate a step cannot vote
 
     def __post_init__(self) -> None:
@@ -76,7 +76,7 @@ class KneeSettings:
         return cls(method=str(d.get("method", "throughput")), ratio=float(d.get("ratio", 0.95)),
                    k=float(d.get("k", 2.0)), metric=str(d.get("metric", "e2e")),
                    min_requests=int(d.get("min_requests", 20)), sustain=int(d.get("sustain", 2)),
-                   z=float(d.get("z", 3.0)), max_error_rate=float(d.get("max_error_rate", 0.5)))
+                   z=float(d.get("z", 2.0)), max_error_rate=float(d.get("max_error_rate", 0.5)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,16 +185,22 @@ def _crossing(x0: float, y0: float, x1: float, y1: float, level: float) -> float
     return x0 + (level - y0) * (x1 - x0) / (y1 - y0)
 
 
+def _x(s: StepStats) -> float:
+    """A step's offered load as realized (all tiers' requests actually scheduled in it per second): Poisson
+    counts stray from the nominal rate by ±1/√n, and the knee is where the load *offered* broke the target."""
+    g = s.tiers.get(ALL)
+    return g.offered_rps if g is not None and g.offered_rps > 0 else s.step.offered_rps
+
+
 def curve(steps: Sequence[StepStats], tier: str) -> list[tuple[float, GroupStats]]:
-    """(offered load of the step, the tier's stats) sorted by offered load, steps that sent something only
-    (an interrupted run leaves later steps unsent)."""
-    pts = [(s.step.offered_rps, s.tiers[tier], s.step.duration_s) for s in steps
-           if tier in s.tiers and s.tiers[tier].sent > 0]
-    return [(x, g) for x, g, _ in sorted(pts, key=lambda p: p[0])]
+    """(realized offered load of the step, the tier's stats) sorted by that load, steps that sent something
+    only (an interrupted run leaves later steps unsent)."""
+    pts = [(_x(s), s.tiers[tier]) for s in steps if tier in s.tiers and s.tiers[tier].sent > 0]
+    return sorted(pts, key=lambda p: p[0])
 
 
 def _durations(steps: Sequence[StepStats], tier: str) -> list[float]:
-    pts = sorted((s.step.offered_rps, s.step.duration_s) for s in steps if tier in s.tiers and s.tiers[tier].sent > 0)
+    pts = sorted((_x(s), s.step.duration_s) for s in steps if tier in s.tiers and s.tiers[tier].sent > 0)
     return [d for _, d in pts]
 
 
@@ -383,16 +389,17 @@ def detect_knees(steps: Sequence[StepStats], settings: KneeSettings | None = Non
     return {t: detect_knee(steps, t, settings, slo_set) for t in tiers}
 
 
-def probe_state(probes: Sequence[StepStats], tier: str, settings: KneeSettings, slo_set: bool) -> StepState:
-    """``--find-knee``: the newest probe's state under the configured method, judged among all probes so far
-    exactly as the summary will judge it (same levels, same low-load noise)."""
+def probe_state(probes: Sequence[StepStats], newest: int, tier: str, settings: KneeSettings,
+                slo_set: bool) -> StepState:
+    """``--find-knee``: the state of the probe with step index ``newest`` under the configured method, judged
+    among all probes so far exactly as the summary will judge it (same levels, same low-load noise)."""
     s = settings
     method = s.method if (s.method != "goodput" or slo_set) else "throughput"
-    newest = probes[-1].step.offered_rps
-    ev = method_evidence(method, probes, tier, s, slo_set)
-    for v in ev.steps:
-        if v.offered_rps == newest:
-            return v.state
+    ordered = sorted((st for st in probes if tier in st.tiers and st.tiers[tier].sent > 0), key=_x)
+    ev = method_evidence(method, ordered, tier, s, slo_set)
+    for st, vote in zip(ordered, ev.steps, strict=True):
+        if st.step.index == newest:
+            return vote.state
     return "thin"
 
 
