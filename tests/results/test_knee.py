@@ -144,3 +144,21 @@ def test_recommendation_words_follow_the_numbers() -> None:
     records, steps, _ = saturating_run(capacity=20.0)
     text = summarize(records, steps, kind="sim", started_at="x", duration_s=70.0, config={}).recommendation
     assert "little" not in text and "knee guard" not in text
+
+
+def test_a_schema_1_summary_still_loads() -> None:
+    from turbogate.results.summary import Summary
+
+    records, steps, _ = saturating_run(capacity=20.0)
+    d = summarize(records, steps, kind="sim", started_at="x", duration_s=70.0, config={}).to_dict()
+    d["schema_version"] = 1
+    for key in ("warnings",):
+        d.pop(key)
+    for k in d["knees"].values():
+        for key in ("verdict", "confidence", "evidence"):
+            k.pop(key)
+    for st in d["steps"]:
+        for g in st["tiers"].values():
+            g.pop("unfinished")
+    old = Summary.from_dict(d)
+    assert old.schema_version == 1 and old.knee(ALL) == d["knees"][ALL]["value"] and old.warnings == []

@@ -157,7 +157,8 @@ async def _find_knee(cfg: BenchConfig, runner: Runner, rng: random.Random, steps
         g = next(st.tiers[ALL] for st in probes if st.step.index == step.index)
         search.observe(rate, state == "fail")
         p95 = g.pct(cfg.knee.metric)
-        say(f"find-knee: {fmt_num(rate)} req/s offered → {fmt_num(g.achieved_rps)} achieved, p95 "
+        say(f"find-knee: {fmt_num(rate)} req/s offered ({fmt_num(g.offered_rps)} as scheduled) → "
+            f"{fmt_num(g.achieved_rps)} achieved, p95 "
             f"{cfg.knee.metric} {'–' if p95 is None else fmt_ms(p95)} → "
             + {"fail": "saturated", "ok": "ok", "thin": f"too few requests (< {cfg.knee.min_requests})",
                "errors": "errors"}[state])
