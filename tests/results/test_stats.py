@@ -175,6 +175,7 @@ def test_unsent_steps_of_an_interrupted_run_are_left_out() -> None:
                                                                    "ok": False, "status": None, "error": "not sent"})
            for r in records]
     s = summarize(cut, steps, kind="bench", started_at="x", duration_s=25.0, config={}, interrupted=True)
-    assert [x for x, _ in s.latency_curve(ALL)] == [5.0, 10.0, 20.0]
+    # Offered as realized: the cut step holds the requests scheduled before the stop over its cut width.
+    assert [x for x, _ in s.latency_curve(ALL)] == pytest.approx([5.0, 10.0, 20.0], rel=0.01)
     assert s.knees[ALL].value is None  # the unsent 40 req/s step does not count as a collapse
-    assert max(r.offered_max for r in s.roi) == 20.0
+    assert max(r.offered_max for r in s.roi) == pytest.approx(20.0, rel=0.01)

@@ -78,7 +78,7 @@ def _mark_knees(fig: go.Figure, s: Summary, cols: Sequence[int], spans: Sequence
 
 def throughput_figure(s: Summary) -> go.Figure:
     fig = go.Figure()
-    xs = sorted({st.step.offered_rps for st in s.steps})
+    xs = sorted({st.offered_rps for st in s.steps})
     if xs:
         fig.add_trace(go.Scatter(x=[0, xs[-1]], y=[0, xs[-1]], mode="lines", name="achieved = offered",
                                  line={"color": "#bbbbbb", "dash": "dot"}))
@@ -86,11 +86,11 @@ def throughput_figure(s: Summary) -> go.Figure:
         pts = s.throughput_curve(tier)
         fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers",
                                  name=f"{tier} achieved", line={"color": color(tier)}))
-        good = sorted((st.step.offered_rps, st.tiers[tier].goodput_rps) for st in s.steps if tier in st.tiers)
+        good = sorted((st.offered_rps, st.tiers[tier].goodput_rps) for st in s.steps if tier in st.tiers)
         if s.slo.is_set():
             fig.add_trace(go.Scatter(x=[p[0] for p in good], y=[p[1] for p in good], mode="lines",
                                      name=f"{tier} goodput", line={"color": color(tier), "dash": "dash"}))
-    top = max([st.step.offered_rps for st in s.steps] + [g.achieved_rps for st in s.steps for g in st.tiers.values()],
+    top = max([st.offered_rps for st in s.steps] + [g.achieved_rps for st in s.steps for g in st.tiers.values()],
               default=1.0)
     _mark_knees(fig, s, cols=(1,), spans=[(0.0, top)])
     fig.update_layout(title="Achieved against offered throughput", xaxis_title="offered load, all tiers (req/s)",

@@ -36,7 +36,7 @@ from turbogate.results.kneetypes import (
     StepVote,
     Verdict,
 )
-from turbogate.results.schema import ALL, KNEE_METHODS
+from turbogate.results.schema import KNEE_METHODS
 from turbogate.results.stats import GroupStats, StepStats
 
 __all__ = ["METHOD_TEXT", "Knee", "KneeSettings", "MethodEvidence", "StepVote", "curve", "detect_knee",
@@ -50,10 +50,8 @@ def _crossing(x0: float, y0: float, x1: float, y1: float, level: float) -> float
 
 
 def _x(s: StepStats) -> float:
-    """A step's offered load as realized (all tiers' requests actually scheduled in it per second): Poisson
-    counts stray from the nominal rate by ±1/√n, and the knee is where the load *offered* broke the target."""
-    g = s.tiers.get(ALL)
-    return g.offered_rps if g is not None and g.offered_rps > 0 else s.step.offered_rps
+    """The knee's x: the load *offered* as realized (see :attr:`StepStats.offered_rps`)."""
+    return s.offered_rps
 
 
 def curve(steps: Sequence[StepStats], tier: str) -> list[tuple[float, GroupStats]]:

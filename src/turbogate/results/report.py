@@ -62,7 +62,7 @@ def _unfinished_note(s: Summary) -> str:
     for st in s.steps:
         for tier, g in st.tiers.items():
             if g.unfinished:
-                lines.append(f"{tier} at {fmt_num(st.step.offered_rps)} req/s: {g.unfinished} of {g.sent} still "
+                lines.append(f"{tier} at {fmt_num(st.offered_rps)} req/s: {g.unfinished} of {g.sent} still "
                              "running when the run ended (latency there is unknown where they exceed the "
                              "percentile's share, and not plotted)")
     if not lines:

@@ -98,7 +98,7 @@ def roi_table(steps: Sequence[StepStats], knees: Mapping[str, Knee], cost: CostC
     per_second = cost.fleet_cost_per_hour / 3600.0
     rows: list[RoiRow] = []
     for band in BANDS:
-        in_band = [s for s in steps if band_of(s.step.offered_rps, knee, margin) == band
+        in_band = [s for s in steps if band_of(s.offered_rps, knee, margin) == band
                    and ALL in s.tiers and s.tiers[ALL].sent > 0]
         if not in_band:
             continue
@@ -116,8 +116,8 @@ def roi_table(steps: Sequence[StepStats], knees: Mapping[str, Knee], cost: CostC
                 cost_1k = 1000.0 * per_second * cost.weight(tier) / weighted if weighted > 0 else None
             rows.append(RoiRow(
                 band=band, tier=tier, steps=len(groups),
-                offered_min=min(s.step.offered_rps for s in in_band),
-                offered_max=max(s.step.offered_rps for s in in_band),
+                offered_min=min(s.offered_rps for s in in_band),
+                offered_max=max(s.offered_rps for s in in_band),
                 achieved_rps=achieved,
                 p95_ttft_s=_mean([g.pct("ttft") for g in groups]),
                 p95_e2e_s=_mean([g.pct("e2e") for g in groups]),

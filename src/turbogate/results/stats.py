@@ -223,6 +223,13 @@ class StepStats:
     step: Step
     tiers: Mapping[str, GroupStats]  # tier key -> stats; ALL aggregates every tier
 
+    @property
+    def offered_rps(self) -> float:
+        """The step's offered load as realized: all tiers' requests actually scheduled in it per second (Poisson
+        counts stray from the nominal ``step.offered_rps`` by ±1/√n). Curves, the knee and the bands use it."""
+        g = self.tiers.get(ALL)
+        return g.offered_rps if g is not None and g.offered_rps > 0 else self.step.offered_rps
+
     def to_dict(self) -> dict[str, Any]:
         return {**self.step.to_dict(), "tiers": {k: v.to_dict() for k, v in self.tiers.items()}}
 

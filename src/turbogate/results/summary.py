@@ -38,14 +38,14 @@ class Summary:
         return [t for t in self.overall if t != ALL] + [ALL]
 
     def latency_curve(self, tier: str, metric: str = "e2e", stat: str = "p95") -> list[tuple[float, float | None]]:
-        """(offered load, latency stat) per step for one tier, sorted by offered load."""
-        pts = [(s.step.offered_rps, s.tiers[tier].pct(metric, stat)) for s in self.steps
+        """(offered load as realized, latency stat) per step for one tier, sorted by offered load."""
+        pts = [(s.offered_rps, s.tiers[tier].pct(metric, stat)) for s in self.steps
                if tier in s.tiers and s.tiers[tier].sent > 0]
         return sorted(pts, key=lambda p: p[0])
 
     def throughput_curve(self, tier: str) -> list[tuple[float, float]]:
         """(offered load, achieved req/s of the tier) per step, sorted by offered load."""
-        pts = [(s.step.offered_rps, s.tiers[tier].achieved_rps) for s in self.steps
+        pts = [(s.offered_rps, s.tiers[tier].achieved_rps) for s in self.steps
                if tier in s.tiers and s.tiers[tier].sent > 0]
         return sorted(pts, key=lambda p: p[0])
 
