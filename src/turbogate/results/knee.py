@@ -13,10 +13,12 @@ offered load (docs/bench.md sets them side by side):
 A step with fewer than ``min_requests`` completed requests cannot vote ("thin"), and one where more
 than ``max_error_rate`` of its requests failed for another reason than shedding cannot either
 ("errors": a broken run is not a saturated one).  A knee is claimed only when ``sustain``
-consecutive steps fail; its value is where the ratio (or p95) crosses the level, interpolated
-between the last step that passed and the first that failed (halfway between them when the passing
-step was itself under the level, within the noise).  Otherwise the verdict is "none"
-(no knee in range) or "inconclusive" with what to change.
+consecutive steps fail.  A ratio method's value is the *plateau*: the median, over the failing steps,
+of the load at which the tier's completions would just match its share (for ``all``: what the target
+completed while saturated, its capacity), never below the highest load that was kept up; where the
+ratio first crossed its level is kept as ``crossing``.  The latency method's value is where p95
+crosses its level, interpolated between the last step that passed and the first that failed.
+Otherwise the verdict is "none" (no knee in range) or "inconclusive" with what to change.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from turbogate.results.fmt import fmt_num
 from turbogate.results.kneetypes import (
@@ -204,8 +208,22 @@ def method_evidence(method: str, steps: Sequence[StepStats], tier: str, s: KneeS
                 return (x0 + x1) / 2
             return _crossing(x0, r0, x1, r1, s.ratio)
 
-        verdict, value, conf, reason = _decide(method, votes, s, s.ratio, cross)
-        return MethodEvidence(method, verdict, value, conf, s.ratio, sigma, None, reason, tuple(votes))
+        def plateau(j: int) -> float:
+            # What the target completed while saturated: over the failing steps from j, the load at which the
+            # tier's completions would just match its share (ratio × offered; for ``all``, achieved itself).
+            # Never below the highest load that was kept up. The crossing alone reads a ramp's transient queue
+            # growth just before capacity, or one short probe, as the knee.
+            fails = [k for k in range(j, len(votes)) if votes[k].state == "fail"]
+            kept = [v.offered_rps for v in votes[:j] if v.state == "ok"]
+            est = float(np.median([ratios[k] * votes[k].offered_rps for k in fails]))
+            return max(est, max(kept, default=0.0))
+
+        verdict, value, conf, reason = _decide(method, votes, s, s.ratio, plateau)
+        first = next((i for i in range(len(votes) - s.sustain + 1)
+                      if all(v.state == "fail" for v in votes[i:i + s.sustain])), None)
+        crossing = None if verdict != "knee" or first is None else cross(first)
+        return MethodEvidence(method, verdict, value, conf, s.ratio, sigma, None, reason, tuple(votes),
+                              crossing=crossing)
     lvotes, spread, base, level = _latency_votes(pts, s)
 
     def lcross(j: int) -> float:

@@ -96,11 +96,12 @@ class MethodEvidence:
     baseline: float | None  # latency: the low-load p95 (s)
     reason: str
     steps: tuple[StepVote, ...] = ()
+    crossing: float | None = None  # ratio methods: where the ratio first crossed its level (the value is the plateau)
 
     def to_dict(self) -> dict[str, Any]:
         return {"method": self.method, "verdict": self.verdict, "value": self.value, "confidence": self.confidence,
                 "level": self.level, "noise": self.noise, "baseline": self.baseline, "reason": self.reason,
-                "steps": [s.to_dict() for s in self.steps]}
+                "crossing": self.crossing, "steps": [s.to_dict() for s in self.steps]}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> MethodEvidence:
@@ -114,7 +115,7 @@ class MethodEvidence:
                    verdict=verdict if verdict in ("knee", "none", "inconclusive", "off") else "none",  # type: ignore[arg-type]
                    value=get("value"), confidence=None if conf is None else str(conf), level=get("level"),
                    noise=get("noise"), baseline=get("baseline"), reason=str(d.get("reason", "")),
-                   steps=tuple(StepVote.from_dict(s) for s in d.get("steps") or ()))
+                   steps=tuple(StepVote.from_dict(s) for s in d.get("steps") or ()), crossing=get("crossing"))
 
 
 @dataclass(frozen=True, slots=True)
