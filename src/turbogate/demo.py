@@ -113,7 +113,8 @@ def demo(
     knee = s.knee()
     if knee is not None:
         console.print(f"(measured fleet knee {fmt_num(knee)} req/s against the perf model's capacity of the engines, "
-                      f"{fmt_num(cap)} req/s: {fmt_signed_pct(knee / cap - 1)})")
+                      f"{fmt_num(cap)} req/s: {fmt_signed_pct(knee / cap - 1)}; the gateway dispatches Standard only "
+                      "while the pool is under 85 % use, holding headroom for Turbo, so the fleet's knee sits below)")
     print_roi(s, console)
     for w in s.warnings:
         console.print(f"[bold yellow]warning:[/bold yellow] {w}")
