@@ -18,7 +18,8 @@ NOISE_FLOOR = 0.3  # least low-load noise assumed for the ratio tests, in units 
 # One line per method, shown on the report page and in docs/bench.md.
 METHOD_TEXT: dict[str, str] = {
     "throughput": "achieved ÷ offered below the level (95 % by default, lower when low-load steps are noisy) "
-                  "on enough consecutive steps: the target stopped completing what it was sent",
+                  "on enough consecutive steps: the target stopped completing what it was sent; the knee is what "
+                  "it completed while saturated (the plateau)",
     "latency": "p95 (of the knee metric) above k × its low-load value (k = 2 by default, more when low-load "
                "steps are noisy) on enough consecutive steps",
     "goodput": "share of offered requests meeting every --slo below the level on enough consecutive steps "
