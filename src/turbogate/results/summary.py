@@ -132,8 +132,9 @@ def summarize(records: Iterable[RequestRecord], steps: Sequence[Step], *, kind: 
     lag = overall[ALL].pct("lag", "p99") if ALL in overall else None
     if lag is not None and lag > max_lag_s:
         warns.append(f"the load generator was the bottleneck: p99 dispatch lag {fmt_ms(lag)} exceeds "
-                     f"{fmt_ms(max_lag_s)}, so requests left later than scheduled and the offered load is overstated; "
-                     "run fewer req/s per bench process (or several bench processes)")
+                     f"{fmt_ms(max_lag_s)}: requests left later than scheduled, so the load was not offered as "
+                     "planned; give the bench its own CPU (a quieter machine, fewer req/s per bench process, or "
+                     "several processes)")
         knees = {t: replace(k, confidence="low" if k.verdict == "knee" else k.confidence,
                             note=k.note + f" (bench lagged: p99 dispatch lag {fmt_ms(lag)})") for t, k in knees.items()}
     roi = roi_table(per_step, knees, cost)
