@@ -84,3 +84,12 @@ def test_first_step_rule_counts_shedding_apart() -> None:
     assert first_step_failure(unfinished, 0, 0.5) is None and not reasons(unfinished)
     mixed = [_rec(1, None, False, "ClientConnectorError: refused"), _rec(2, 500, False, "HTTP 500: x")]
     assert reasons_line(reasons(mixed)) in ("connection refused ×1, HTTP 500 ×1", "HTTP 500 ×1, connection refused ×1")
+
+
+def test_find_knee_stops_on_a_failing_first_probe(gateway: Service, tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["--host", gateway.url, "--model", MODEL, "--find-knee", "--qps-start", "10",
+                                   "--step-duration", "1", "--no-live", "--no-report", "--out", str(tmp_path / "r")],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 1, res.output
+    assert "HTTP 401" in res.output and "--api-key" in res.output
+    assert len(load_run(tmp_path / "r", with_samples=False).summary.steps) == 1  # no second probe
