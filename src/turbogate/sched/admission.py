@@ -192,7 +192,7 @@ class Admission:
         self.holdback = True
         self._queues: dict[Tier, _TierQueue] = {t: _TierQueue() for t in TIERS}
         self._order = [(t, self._queues[t], self.policies[t]) for t in TIERS]
-        for tier, queue, policy in self._order:  # nobody is owed anything before the first dispatch
+        for _tier, queue, policy in self._order:  # nobody is owed anything before the first dispatch
             queue.share = policy.min_share
         self._active: dict[str, int] = tenant_counts if tenant_counts is not None else {}
         self._seq = 0
