@@ -27,8 +27,8 @@ from pathlib import Path
 import yaml
 
 from turbogate.config import _default_tiers, hash_key
-from turbogate.engine import Engine, EngineConfig, Request
-from turbogate.engine.loop import EngineLoop
+from turbogate.engine import EngineConfig
+from turbogate.engine.capacity import saturated_rate
 from turbogate.perf import deployment, get_gpu, resolve_model
 from turbogate.procs import start_emulator, start_gateway
 from turbogate.results.io import read_jsonl
@@ -43,21 +43,7 @@ def capacity_rps(replicas: int = 2) -> float:
     """Requests/s the fleet completes at saturation, from the engine model in virtual time,
     converted to wall time at ``SCALE``."""
     dep = deployment(get_gpu(GPU), resolve_model(MODEL))  # the emulator's defaults (bf16, 0.9 of memory)
-    loop = EngineLoop(Engine(dep, EngineConfig(max_num_seqs=SEQS)))
-    n, done, t = 0, [], 0.0
-    for _ in range(4 * SEQS):
-        loop.submit(Request(f"r{n}", PROMPT, OUTPUT), t)
-        n += 1
-    while len(done) < 400:
-        t = loop.next_time() or t
-        result = loop.advance(t)
-        for _finished in result.finished:
-            done.append(t)
-            loop.submit(Request(f"r{n}", PROMPT, OUTPUT), t)
-            n += 1
-    window = done[-300:]
-    per_virtual_s = (len(window) - 1) / (window[-1] - window[0])
-    return replicas * per_virtual_s / SCALE
+    return replicas * saturated_rate(dep, EngineConfig(max_num_seqs=SEQS), PROMPT, OUTPUT) / SCALE
 
 
 def bench(url: str, qps: float, duration: float, out: Path) -> list[dict[str, object]]:

@@ -15,8 +15,8 @@ from pathlib import Path
 import yaml
 
 from turbogate.config import hash_key
-from turbogate.engine import Engine, EngineConfig, Request
-from turbogate.engine.loop import EngineLoop
+from turbogate.engine import EngineConfig
+from turbogate.engine.capacity import saturated_rate
 from turbogate.perf import deployment, get_gpu, resolve_model
 from turbogate.procs import start_emulator, start_gateway
 
@@ -27,19 +27,8 @@ KEY = "sk-isolation-test"
 
 def fleet_capacity(replicas: int) -> float:
     """Completions/s at saturation, from the emulator's own engine in virtual time."""
-    loop = EngineLoop(Engine(deployment(get_gpu(GPU), resolve_model(MODEL)), EngineConfig(max_num_seqs=SEQS)))
-    n, done, t = 0, [], 0.0
-    for _ in range(3 * SEQS):
-        loop.submit(Request(f"r{n}", PROMPT, OUTPUT), t)
-        n += 1
-    while len(done) < 200:
-        t = loop.next_time() or t
-        for _finished in loop.advance(t).finished:
-            done.append(t)
-            loop.submit(Request(f"r{n}", PROMPT, OUTPUT), t)
-            n += 1
-    rate = (len(done) - 101) / (done[-1] - done[100])
-    return replicas * rate / SCALE
+    dep = deployment(get_gpu(GPU), resolve_model(MODEL))
+    return replicas * saturated_rate(dep, EngineConfig(max_num_seqs=SEQS), PROMPT, OUTPUT) / SCALE
 
 
 def bench(url: str, qps: float, seconds: float, tiers: str, out: Path) -> list[dict[str, object]]:
