@@ -25,7 +25,8 @@ KEDA_SCHEMA = json.loads((K8S / "schemas" / "keda-scaledobject-v1alpha1.json").r
 
 def render(overlay: str) -> list[dict[str, Any]]:
     kubectl = tool("kubectl", "apt-get install kubectl")
-    result = subprocess.run([kubectl, "kustomize", str(K8S / "overlays" / overlay)], capture_output=True,
+    folder = K8S / "examples" / "vllm" if overlay == "vllm" else K8S / "overlays" / overlay
+    result = subprocess.run([kubectl, "kustomize", str(folder)], capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
@@ -55,6 +56,22 @@ def test_overlay_renders_and_every_object_validates(overlay: str) -> None:
     assert {"ConfigMap", "Secret", "Deployment", "Service", "PodDisruptionBudget"} <= set(kinds)
     for doc in docs:
         validate(doc)
+
+
+def test_example_vllm_pool_validates_and_matches_the_gateway_config() -> None:
+    docs = render("vllm")
+    for doc in docs:
+        validate(doc)
+    (sts,) = by_kind(docs, "StatefulSet")
+    (svc,) = by_kind(docs, "Service")
+    assert svc["spec"]["clusterIP"] == "None" and sts["spec"]["serviceName"] == svc["metadata"]["name"]
+    config = parse_config(yaml.safe_load(by_kind(render("single"), "ConfigMap")[0]["data"]["gateway.yaml"]))
+    # The gateway's replicas are this StatefulSet's stable pod names, and the autoscaler's target.
+    host = f"{svc['metadata']['name']}.{sts['metadata']['namespace']}.svc"
+    assert [r.url for r in config.pools[0].replicas] == [
+        f"http://{sts['metadata']['name']}-{i}.{host}:8000" for i in range(len(config.pools[0].replicas))]
+    target = by_kind(render("ha"), "ScaledObject")[0]["spec"]["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("StatefulSet", sts["metadata"]["name"])
 
 
 def test_validation_can_fail() -> None:
