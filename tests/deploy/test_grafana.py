@@ -43,7 +43,7 @@ def test_dashboard_is_sane() -> None:
     assert variables == {"datasource", "pool"}
     for panel in PANELS:
         pos = panel["gridPos"]
-        assert 0 <= pos["x"] and pos["x"] + pos["w"] <= 24 and pos["h"] > 0, panel["title"]
+        assert pos["x"] >= 0 and pos["x"] + pos["w"] <= 24 and pos["h"] > 0, panel["title"]
         assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
         refs = [t["refId"] for t in panel["targets"]]
         assert refs and len(refs) == len(set(refs)), panel["title"]
