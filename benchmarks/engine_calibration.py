@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import time
 
 from turbogate.engine import Engine, EngineConfig, Request
@@ -32,16 +33,29 @@ def _dep(cell: Cell, dtype: str, kv: str, mem: float):  # type: ignore[no-untype
 
 def engine_tok_s(cell: Cell, n: int, cfg: EngineConfig, dtype: str, kv: str, mem: float) -> tuple[float, int]:
     eng = Engine(_dep(cell, dtype, kv, mem), cfg)
+    rng = random.Random(0)
+    out = 0
     for i in range(n):
-        eng.add_request(Request(str(i), cell.isl, cell.osl), 0.0)
+        isl, osl = ((rng.randint(1, cell.isl), rng.randint(1, cell.osl)) if cell.uniform_lengths
+                    else (cell.isl, cell.osl))
+        eng.add_request(Request(str(i), isl, osl), 0.0)
+        out += osl
     now = 0.0
     while eng.has_work():
         now += eng.step(now).duration
-    return n * cell.osl / now, eng.stats().num_preemptions
+    return out / now, eng.stats().num_preemptions
+
+
+def _mean_shape(cell: Cell) -> tuple[int, int]:
+    """The closed form takes one shape: the mean lengths where they are drawn uniformly."""
+    if cell.uniform_lengths:
+        return (cell.isl + 1) // 2, (cell.osl + 1) // 2
+    return cell.isl, cell.osl
 
 
 def closed_form_tok_s(cell: Cell, cfg: EngineConfig, dtype: str, kv: str, mem: float) -> float:
-    return saturation(_dep(cell, dtype, kv, mem), cell.isl, cell.osl, cfg.max_num_seqs,
+    isl, osl = _mean_shape(cell)
+    return saturation(_dep(cell, dtype, kv, mem), isl, osl, cfg.max_num_seqs,
                       cfg.max_num_batched_tokens).output_tokens_per_s
 
 
@@ -56,16 +70,16 @@ def _mae(errors: list[float]) -> float:
 def run(cells: tuple[Cell, ...], args: argparse.Namespace, cfg: EngineConfig) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     for cell in cells:
-        dtype, kv = cell.dtype, cell.kv_dtype
+        dtype, kv, mem = cell.dtype, cell.kv_dtype, args.gpu_mem_util or cell.gpu_mem_util
         row: dict[str, object] = {"model": cell.model, "gpu": cell.gpu, "tp": cell.tp, "isl": cell.isl,
                                   "osl": cell.osl, "published": cell.output_tok_s}
-        cf = closed_form_tok_s(cell, cfg, dtype, kv, args.gpu_mem_util)
+        cf = closed_form_tok_s(cell, cfg, dtype, kv, mem)
         row["closed_form"] = round(cf)
         row["closed_form_error"] = _err(cf, cell.output_tok_s)
         if not args.only_closed_form:
             n = min(cell.requests, args.requests_cap) if args.requests_cap else cell.requests
             t0 = time.perf_counter()
-            tok_s, preemptions = engine_tok_s(cell, n, cfg, dtype, kv, args.gpu_mem_util)
+            tok_s, preemptions = engine_tok_s(cell, n, cfg, dtype, kv, mem)
             row.update(engine=round(tok_s), engine_error=_err(tok_s, cell.output_tok_s), requests=n,
                        preemptions=preemptions, wall_s=round(time.perf_counter() - t0, 2))
         rows.append(row)
@@ -76,7 +90,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-num-seqs", type=int, default=2048)
     parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    parser.add_argument("--gpu-mem-util", type=float, default=0.95)
+    parser.add_argument("--gpu-mem-util", type=float, default=0.0,
+                        help="override every cell's KV memory share (0: each cell's own, 0.95 for TensorRT-LLM)")
     parser.add_argument("--requests-cap", type=int, default=0, help="run at most N requests per cell (0: the page's)")
     parser.add_argument("--only-closed-form", action="store_true")
     args = parser.parse_args()
@@ -91,6 +106,7 @@ def main() -> None:
                                              + [r["closed_form_error"] for r in other]), key=abs, default=0.0)
     print(json.dumps({
         "reference": TRTLLM_SOURCE,
+        "other_engine_reference": OTHER_ENGINE_CELLS[0].source if OTHER_ENGINE_CELLS else None,
         "config": {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,
                    "gpu_mem_util": args.gpu_mem_util},
         "summary": summary,

@@ -17,6 +17,8 @@ TRTLLM_SOURCE = ("NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md @
 
 
 class Cell(NamedTuple):
+    """One published measurement: ``output_tok_s`` for ``requests`` requests of ``isl``/``osl`` tokens."""
+
     model: str  # turbogate catalog name
     gpu: str  # turbogate catalog name
     tp: int
@@ -26,7 +28,9 @@ class Cell(NamedTuple):
     requests: int
     dtype: str = "fp8"
     kv_dtype: str = "fp8"
-    source: str = "trtllm"
+    gpu_mem_util: float = 0.95
+    uniform_lengths: bool = False  # lengths drawn uniformly from 1..isl and 1..osl (else exactly isl, osl)
+    source: str = TRTLLM_SOURCE
 
 
 _REQUESTS = {(128, 128): 30000, (1000, 1000): 3000, (2048, 128): 3000, (5000, 500): 1500, (20000, 2000): 1000}
@@ -46,5 +50,21 @@ TRTLLM_CELLS: tuple[Cell, ...] = tuple(
     for (isl, osl), value in zip(_SHAPES, values, strict=True)
 )
 
-# Public measurements from another engine, used to check the model and never to tune a constant.
-OTHER_ENGINE_CELLS: tuple[Cell, ...] = ()
+SGLANG_SOURCE = ("datacrunch-research/h200-benchmarks sglang/outputs/llama_3_3_70b_offline_output.jsonl @ "
+                 "c091ef530a525d2e788bc41c39a4450b09c9f2ad (commands: sglang/experiments/llama_3_3_70b_sglang.sh): "
+                 "SGLang, meta-llama/Llama-3.3-70B-Instruct bf16, 4x H200 TP4, bench_serving --dataset-name random "
+                 "at request rate inf, random_range_ratio 0 (lengths uniform in 1..len), output_throughput")
+
+# Public measurements from another engine, never used to tune a constant: SGLang's default KV share
+# at TP4 is 0.85 of memory; every row of that file is here (the repeated 4096/1024 run once).
+OTHER_ENGINE_CELLS: tuple[Cell, ...] = tuple(
+    Cell("llama-3.3-70b", "H200", 4, isl, osl, value, n, dtype="bf16", kv_dtype="bf16", gpu_mem_util=0.85,
+         uniform_lengths=True, source=SGLANG_SOURCE)
+    for isl, osl, value, n in (
+        (1024, 1024, 4520.7, 3000),
+        (1024, 512, 3492.3, 4000),
+        (4096, 2048, 2051.3, 800),
+        (4096, 1024, 1655.0, 1500),
+        (256, 512, 6648.4, 6000),
+    )
+)
