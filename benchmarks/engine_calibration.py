@@ -25,6 +25,31 @@ from turbogate.engine import Engine, EngineConfig, Request
 from turbogate.perf import deployment, get_gpu, get_model, saturation
 from turbogate.perf.published import OTHER_ENGINE_CELLS, TRTLLM_CELLS, TRTLLM_SOURCE, Cell
 
+# (model, gpu, tp, isl, osl) -> (engine error, closed-form error) of this script at commit cf84868 (before
+# issue 16: no prefix cache for preempted requests, prefill spread under decode, flat TP all-reduce).
+BEFORE: dict[tuple[str, str, int, int, int], tuple[float, float]] = {
+    ("llama-3.1-8b", "H100-SXM", 1, 128, 128): (-0.0422, -0.0459),
+    ("llama-3.1-8b", "H100-SXM", 1, 1000, 1000): (-0.0145, 0.429),
+    ("llama-3.1-8b", "H100-SXM", 1, 2048, 128): (-0.0185, -0.0087),
+    ("llama-3.1-8b", "H100-SXM", 1, 5000, 500): (-0.0707, 0.485),
+    ("llama-3.1-8b", "H100-SXM", 1, 20000, 2000): (-0.5369, 0.2497),
+    ("llama-3.1-8b", "H200", 1, 128, 128): (-0.0284, -0.0322),
+    ("llama-3.1-8b", "H200", 1, 1000, 1000): (0.0587, 0.475),
+    ("llama-3.1-8b", "H200", 1, 2048, 128): (-0.0378, -0.095),
+    ("llama-3.1-8b", "H200", 1, 5000, 500): (0.0199, 0.2967),
+    ("llama-3.1-8b", "H200", 1, 20000, 2000): (-0.4114, 0.4125),
+    ("llama-3.3-70b", "H100-SXM", 2, 128, 128): (0.0611, 0.0572),
+    ("llama-3.3-70b", "H100-SXM", 2, 1000, 1000): (0.0511, 0.5202),
+    ("llama-3.3-70b", "H100-SXM", 2, 2048, 128): (0.0054, 0.0488),
+    ("llama-3.3-70b", "H100-SXM", 2, 5000, 500): (0.0062, 0.3437),
+    ("llama-3.3-70b", "H100-SXM", 2, 20000, 2000): (-0.7828, 0.7854),
+    ("llama-3.3-70b", "H200", 1, 128, 128): (-0.1606, -0.0942),
+    ("llama-3.3-70b", "H200", 1, 1000, 1000): (-0.1836, 0.16),
+    ("llama-3.3-70b", "H200", 1, 2048, 128): (-0.122, -0.085),
+    ("llama-3.3-70b", "H200", 1, 5000, 500): (-0.1462, 0.0993),
+    ("llama-3.3-70b", "H200", 1, 20000, 2000): (-0.8462, 0.9005),
+}
+
 
 def _dep(cell: Cell, dtype: str, kv: str, mem: float):  # type: ignore[no-untyped-def]
     return deployment(get_gpu(cell.gpu), get_model(cell.model), tp=cell.tp, weight_dtype=dtype, kv_dtype=kv,
@@ -76,6 +101,9 @@ def run(cells: tuple[Cell, ...], args: argparse.Namespace, cfg: EngineConfig) ->
         cf = closed_form_tok_s(cell, cfg, dtype, kv, mem)
         row["closed_form"] = round(cf)
         row["closed_form_error"] = _err(cf, cell.output_tok_s)
+        before = BEFORE.get((cell.model, cell.gpu, cell.tp, cell.isl, cell.osl))
+        if before is not None:
+            row["engine_error_before"], row["closed_form_error_before"] = before
         if not args.only_closed_form:
             n = min(cell.requests, args.requests_cap) if args.requests_cap else cell.requests
             t0 = time.perf_counter()
@@ -98,12 +126,20 @@ def main() -> None:
     cfg = EngineConfig(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens)
     trt = run(TRTLLM_CELLS, args, cfg)
     other = run(OTHER_ENGINE_CELLS, args, cfg)
-    summary: dict[str, object] = {"closed_form_mae": _mae([r["closed_form_error"] for r in trt])}  # type: ignore[misc]
+    cf_errs: list[float] = [r["closed_form_error"] for r in trt]  # type: ignore[misc]
+    summary: dict[str, object] = {
+        "closed_form_mae": _mae(cf_errs), "closed_form_worst": max(cf_errs, key=abs),
+        "closed_form_mae_before": _mae([b for _, b in BEFORE.values()]),
+        "engine_mae_before": _mae([e for e, _ in BEFORE.values()]),
+        "engine_worst_before": max((e for e, _ in BEFORE.values()), key=abs),
+    }
     if not args.only_closed_form:
         errs: list[float] = [r["engine_error"] for r in trt]  # type: ignore[misc]
-        summary.update(engine_mae=_mae(errs), engine_worst=max(errs, key=abs))
-        summary["other_engine_worst"] = max(([r["engine_error"] for r in other]  # type: ignore[misc]
-                                             + [r["closed_form_error"] for r in other]), key=abs, default=0.0)
+        other_errs: list[float] = [r["engine_error"] for r in other]  # type: ignore[misc]
+        summary.update(engine_mae=_mae(errs), engine_worst=max(errs, key=abs),
+                       other_engine_engine_errors=other_errs,
+                       other_engine_within_25pct=sum(abs(e) <= 0.25 for e in other_errs))
+    summary["other_engine_closed_form_errors"] = [r["closed_form_error"] for r in other]
     print(json.dumps({
         "reference": TRTLLM_SOURCE,
         "other_engine_reference": OTHER_ENGINE_CELLS[0].source if OTHER_ENGINE_CELLS else None,
