@@ -233,18 +233,30 @@ def test_compute_bound_batch_flips_the_roofline() -> None:
 
 
 def test_saturation_by_hand() -> None:
-    # 256 sequences decode; their successors' 256 × 512 prompt tokens ride in chunks of
-    # 8192 − 256 = 7936 tokens beside them: 16.5 compute-bound mixed steps per 256-step round.
+    # KV-bound: 203 sequences of 512 + 256 tokens fit.  Freed KV admits prompts in bursts, so their
+    # 203 × 512 prompt tokens ride in budget-filling chunks of 8192 − 203 = 7989 tokens beside the
+    # decodes: 13 compute-bound mixed steps per 256-step round.
+    dep = deployment(get_gpu("A100-40G"), get_model("llama-3.1-8b"))
+    sat = saturation(dep, 512, 256, max_num_seqs=1024)
+    assert sat.batch == 203 and sat.bound == "kv_cache"
+    mixed = 203 * 512 / 7989
+    t_mixed = dep.step_time(7989, 203, 203 * 640, 0, prefill_seqs=16)  # 7989 / 512 = 15.6 prompts: 16
+    t_decode = dep.decode_step_time(203, 203 * 640)
+    round_time = mixed * t_mixed + (256 - mixed) * t_decode
+    assert sat.request_rate == pytest.approx(203 / round_time)
+    assert sat.step_time_s == pytest.approx(round_time / 256)
+    assert t_mixed > 2 * t_decode, "a mixed step is compute-bound: its prefill does not hide under decode"
+
+
+def test_saturation_slot_bound_admits_a_prompt_per_finish() -> None:
+    # max_num_seqs binds: one request finishes per step (256 / 256), freeing one slot for one prompt,
+    # so every step carries 512 prompt tokens beside the 256 decodes.
     dep = deployment(get_gpu("H100-SXM"), get_model("llama-3.1-8b"))
     sat = saturation(dep, 512, 256, max_num_seqs=256)
     assert sat.batch == 256 and sat.bound == "max_num_seqs"
-    mixed = 256 * 512 / 7936
-    t_mixed = dep.step_time(7936, 256, 256 * 640, 0, prefill_seqs=16)  # 7936 / 512 = 15.5 prompts: 16
-    t_decode = dep.decode_step_time(256, 256 * 640)
-    round_time = mixed * t_mixed + (256 - mixed) * t_decode
-    assert sat.request_rate == pytest.approx(256 / round_time)
-    assert sat.step_time_s == pytest.approx(round_time / 256)
-    assert t_mixed > 2 * t_decode, "a mixed step is compute-bound: its prefill does not hide under decode"
+    step = dep.step_time(512, 256, 256 * 640, 0, prefill_seqs=1)
+    assert sat.step_time_s == pytest.approx(step)
+    assert sat.request_rate == pytest.approx(256 / (256 * step))
 
 
 def test_saturation_kv_bound() -> None:

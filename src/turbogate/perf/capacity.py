@@ -5,11 +5,13 @@ At saturation an engine holds ``N`` sequences decoding at once, where ``N`` is b
 needs ``output_tokens`` decode steps, so while ``N`` sequences produce ``output_tokens`` tokens
 each (a *round*), ``N × prompt`` prompt tokens must be prefilled for their successors.
 
-Real engines prefill in chunks that fill the step's token budget (``max_num_batched_tokens``):
-a round is ``N × prompt / (budget − N)`` compute-bound *mixed* steps (the chunk plus every
-decode) and memory-bound pure decode steps for the rest, so the prefill's compute adds to the
-round instead of hiding under decode's memory time.  When even all-mixed steps cannot prefill
-fast enough, fewer sequences decode per step (prefill-bound): each step then carries
+Real engines prefill in chunks beside the decodes: a round is ``N × prompt / chunk`` *mixed*
+steps (the chunk plus every decode) and pure decode steps for the rest, so a compute-bound chunk
+adds to the round instead of hiding under decode's memory time.  When the KV cache bounds ``N``,
+freed KV admits prompts in bursts and the chunk fills the step's token budget
+(``max_num_batched_tokens − N``); when ``max_num_seqs`` does, each finishing request admits one
+prompt, so the chunk is a prompt (or the ``N / output`` prompts that arrive per step).  When even
+all-mixed steps cannot prefill fast enough, fewer sequences decode per step (prefill-bound): each step then carries
 ``budget × output / (prompt + output)`` decodes and the rest prefill.
 """
 
@@ -68,6 +70,11 @@ def saturation(
     ctx_seq = prompt_tokens + output_tokens / 2.0
     budget = max_num_batched_tokens
     chunk = budget - batch
+    if bound == "max_num_seqs":
+        # Each finishing request frees one slot for one prompt: batch / output prompts per step, so a
+        # step's prefill is one prompt, or several where several arrive per step (cut at the budget).
+        # When the KV cache binds instead, freed KV admits prompts in bursts that fill the budget.
+        chunk = min(chunk, math.ceil(prompt_tokens * max(1.0, batch / output_tokens)))
     mixed = batch * prompt_tokens / chunk if chunk > 0 else math.inf  # mixed steps per round
     if mixed <= output_tokens:
         seqs, cached = _chunk_context(prompt_tokens, chunk)

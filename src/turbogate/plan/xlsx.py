@@ -168,7 +168,9 @@ _d("peak_seq", "KV tokens/sequence at its end",
    "ROUNDUP(({i:prompt_tokens}+{i:max_tokens})/{i:block_size},0)*{i:block_size}")
 _d("c", "saturation batch",
    "MAX(1,MIN({i:batch_size},INT({m:kv_tokens}/{m:peak_seq})))")
-_d("sat_chunk", "prefill chunk beside the batch", "{i:max_batched}-{m:c}")
+_d("sat_chunk", "prefill chunk beside the batch",
+   "IF({i:batch_size}<=INT({m:kv_tokens}/{m:peak_seq}),MIN({i:max_batched}-{m:c},"
+   "ROUNDUP({i:prompt_tokens}*MAX(1,{m:c}/{i:max_tokens}),0)),{i:max_batched}-{m:c})")
 _d("mixed", "mixed steps per round",
    "IF({m:sat_chunk}>0,{m:c}*{i:prompt_tokens}/{m:sat_chunk},1E+300)")
 _d("pb", "prefill-bound", "{m:mixed}>{i:max_tokens}")
