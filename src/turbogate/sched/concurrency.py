@@ -26,6 +26,8 @@ undershooting by a slot costs little.
 
 from __future__ import annotations
 
+import math
+
 from turbogate.sched.load import ReplicaLoad
 from turbogate.sched.replica import PickerConfig, Replica
 
@@ -39,7 +41,9 @@ def adapt_limit(replica: Replica, load: ReplicaLoad, cfg: PickerConfig) -> None:
     # queue proves nothing unless it is seen twice while the engine runs as many as it ever
     # has (a full engine); a large queue always counts.
     running = load.running or 0.0
-    large = max(4.0, 0.25 * running)
+    # In slow start the limit has just grown past what the engine showed it runs, so a queue is
+    # most likely that overshoot: a smaller one counts at once.
+    large = max(2.0, 0.1 * running) if math.isinf(replica.ssthresh) else max(4.0, 0.25 * running)
     if waiting >= large:
         excess = waiting
     elif running >= replica.proven:

@@ -202,11 +202,12 @@ class Picker:
              ) -> Replica | None:
         """The replica for the next request of ``pool``, or ``None`` if none can take one.
 
-        ``proven_only`` (Turbo): prefer a replica whose in-flight count is below what its engine
-        was seen running at once, so a probe of the limit (a slot the engine may not have) is
-        taken by lower tiers and a Turbo request never waits in an engine's queue for it; and
-        among those one with no request awaiting its first token (no prefill under way), so
-        its own prefill does not share, or wait for, a longer engine step."""
+        ``proven_only`` (Turbo): only a replica whose in-flight count is below what its engine
+        was seen running at once (or one still in slow start, whose limit is not known yet), so
+        a probe of the limit (a slot the engine may not have) is taken by lower tiers and a
+        Turbo request never waits in an engine's queue for it; and among those one with no
+        request awaiting its first token (no prefill under way), so its own prefill does not
+        share, or wait for, a longer engine step."""
         state = self._pools.get(pool)
         if state is None:
             return None
@@ -229,13 +230,15 @@ class Picker:
             key = (Band.BUSY if band is Band.LIGHT else band, self.score(r, now))
             if key < best_key:
                 best, best_key = r, key
-            if proven_only and r.in_flight < int(r.proven):
+            if proven_only and (r.in_flight < int(r.proven) or math.isinf(r.ssthresh)):
                 turbo_key = (Band.SATURATED + 1 if r.awaiting_first else 0, key[0], key[1])
                 if safe is None or turbo_key < safe_key:
                     safe, safe_key = r, turbo_key
-        chosen = safe or best
+        # Past slow start, a Turbo request waits in the gateway (first in line for the next slot)
+        # rather than behind others in an engine's queue at a replica beyond what it runs.
+        chosen = safe if proven_only else best
         if chosen is None and state.indexed and len(state.room) > n:
-            return self._scan(state, now, exclude)  # every sampled one was excluded
+            return self._scan(state, now, exclude, proven_only)  # none of the sampled ones would do
         return chosen
 
     def _sample(self, room: list[Replica], k: int) -> list[Replica]:
@@ -256,11 +259,11 @@ class Picker:
         self._sample_seed = x
         return picked
 
-    def _scan(self, state: _Pool, now: float, exclude: Collection[str]) -> Replica | None:
+    def _scan(self, state: _Pool, now: float, exclude: Collection[str], proven_only: bool) -> Replica | None:
         best: Replica | None = None
         best_key = (Band.SATURATED + 1, math.inf)
         for r in state.room:
-            if r.id in exclude:
+            if r.id in exclude or (proven_only and r.in_flight >= int(r.proven) and not math.isinf(r.ssthresh)):
                 continue
             band = self.band(r, now)
             key = (Band.BUSY if band is Band.LIGHT else band, self.score(r, now))
