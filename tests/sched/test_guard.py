@@ -86,3 +86,23 @@ def test_the_admin_override_wins_both_ways_and_is_logged() -> None:
 def test_policy_checks_its_thresholds() -> None:
     with pytest.raises(ValueError, match="thresholds"):
         GuardPolicy(enter_capped=0.7, leave_capped=0.8)
+
+
+def test_the_flow_serves_turbo_standard_past_the_knee_and_says_why() -> None:
+    from turbogate.sched import Flow, FlowPolicy, FlowRequest, PoolSpec, ReplicaSpec, TenantSpec, Tier
+
+    pool = PoolSpec("p", ("m",), (ReplicaSpec("r0"),), knee=KneeSource("config", 2.0))
+    flow = Flow(FlowPolicy(tiers={}, tenants=(TenantSpec("t", frozenset(Tier)),), pools=(pool,),
+                           guard=GuardPolicy(min_dwell_s=0.0, rate_tau_s=1.0)))
+    first = flow.open(tenant="t", model="m", tier_body="priority", now=0.0)
+    assert isinstance(first, FlowRequest) and first.served is Tier.TURBO
+    reasons = set()
+    for i in range(100):  # 20 req/s: ten times the knee
+        req = flow.open(tenant="t", model="m", tier_body="priority", now=0.05 * i)
+        assert isinstance(req, FlowRequest)
+        if req.served is Tier.STANDARD:
+            reasons.add(req.downgrade)
+    assert reasons == {"knee_guard_capped", "knee_guard_closed"} or reasons == {"knee_guard_closed"}
+    assert flow.guards["p"].current(5.0) is GuardState.CLOSED
+    later = flow.open(tenant="t", model="m", tier_body="priority", now=30.0)  # the load went away
+    assert isinstance(later, FlowRequest) and later.served is Tier.TURBO
