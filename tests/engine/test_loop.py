@@ -110,3 +110,21 @@ def test_a_small_event_driven_run_finishes_every_request_with_its_latency() -> N
         assert t < first_token[rid] < finished[rid][0]
         assert finished[rid][1] == req.output_tokens
     assert loop.engine.stats().busy_time <= now
+
+
+def test_the_waiting_gauge_counts_only_what_did_not_fit_at_the_last_schedule() -> None:
+    """vLLM's num_requests_waiting comes from the scheduler's stats: a request that arrived during
+    a step is not 'waiting' until a schedule has left it out."""
+    from turbogate.engine import Engine, EngineConfig, Request
+    from turbogate.engine.loop import EngineLoop
+    from turbogate.perf import deployment, get_gpu, resolve_model
+
+    loop = EngineLoop(Engine(deployment(get_gpu("L4"), resolve_model("llama-3.1-8b")), EngineConfig(max_num_seqs=2)))
+    loop.submit(Request("a", 64, 8), 0.0)  # starts a step at once
+    loop.submit(Request("b", 64, 8), 0.0)  # arrives during it
+    assert loop.engine.num_waiting == 1 and loop.engine.waiting_gauge == 0
+    loop.submit(Request("c", 64, 8), 0.0)
+    t = loop.next_time()
+    assert t is not None
+    loop.advance(t)  # the next schedule admits b (2 seqs), leaves c out
+    assert loop.engine.waiting_gauge == 1

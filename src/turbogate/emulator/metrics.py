@@ -39,7 +39,9 @@ class _EngineCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         s = self._engine.stats()
         yield self._gauge("vllm:num_requests_running", "Number of requests in model execution batches.", s.running)
-        yield self._gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", s.waiting)
+        # As vLLM's scheduler stats: waiting as of the last schedule, not requests that just arrived.
+        yield self._gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+                          self._engine.waiting_gauge)
         yield self._gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_usage)
         yield self._gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.", s.kv_usage)
         yield self._gauge("turbogate_emulator_kv_fragmentation",

@@ -64,6 +64,7 @@ class Engine:
         self._order = itertools.count()
         self._admits = itertools.count()
         self._num_preemptions = 0
+        self._waiting_gauge = 0
         self._prompt_tokens = 0
         self._generation_tokens = 0
         self._finished = 0
@@ -95,6 +96,13 @@ class Engine:
     def num_waiting(self) -> int:
         """Requests queued, preempted ones included (O(1))."""
         return self._waiting.count
+
+    @property
+    def waiting_gauge(self) -> int:
+        """The waiting count as vLLM's ``num_requests_waiting`` gauge shows it: the requests that
+        did not fit at the last schedule.  One that arrived since is not counted until the next
+        step has had its chance to admit it (unlike ``num_waiting``, the queue right now)."""
+        return self._waiting_gauge
 
     def has_work(self) -> bool:
         return self._decode.count > 0 or bool(self._prefill) or self._waiting.count > 0
@@ -292,6 +300,7 @@ class Engine:
         self._step_prefill = prefill
         self._step_decode = n_dec
         self._in_flight = True
+        self._waiting_gauge = self._waiting.count
         return self._duration
 
     def finish_step(self) -> StepResult:
