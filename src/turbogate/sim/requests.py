@@ -28,6 +28,10 @@ from turbogate.emulator.tokens import BOS_TOKENS, CHAT_ASSISTANT_HEADER, CHAT_ME
 from turbogate.results import Step
 
 _WORD_COST = tuple(len(w) + 1 for w in _WORDS)  # a word and the space after it
+_BITS = len(_WORDS).bit_length()
+# Cost of each value getrandbits(_BITS) can return; values >= len(_WORDS) are rejected draws.
+_DRAW_COST = _WORD_COST + (0,) * ((1 << _BITS) - len(_WORDS))
+_MAX_COST = max(_WORD_COST)
 
 
 class SimRequest(NamedTuple):
@@ -48,19 +52,19 @@ def skip_synthetic_prompt(n_tokens: int, rng: random.Random) -> None:
     """Advance ``rng`` exactly as :func:`synthetic_prompt` does, without building the text.
 
     ``rng.choice(seq)`` is ``seq[rng._randbelow(len(seq))]``, which draws ``getrandbits(k)``
-    until the value is below ``len(seq)``; the words are picked the same way here.
+    until the value is below ``len(seq)``; a rejected value costs no characters here.  The
+    prompt grows until it is longer than ``4 × n_tokens`` characters; while it is more than
+    eight words short of that, eight draws are made per loop turn (the hot loop of a large
+    simulation).
     """
     target = 4 * max(1, n_tokens)
-    n = len(_WORD_COST)
-    k = n.bit_length()
-    bits = rng.getrandbits
-    cost = _WORD_COST
+    bits, k, c = rng.getrandbits, _BITS, _DRAW_COST
     size = 0
+    safe = target - 8 * _MAX_COST
+    while size <= safe:
+        size += c[bits(k)] + c[bits(k)] + c[bits(k)] + c[bits(k)] + c[bits(k)] + c[bits(k)] + c[bits(k)] + c[bits(k)]
     while size <= target:
-        r = bits(k)
-        while r >= n:
-            r = bits(k)
-        size += cost[r]
+        size += c[bits(k)]
 
 
 def output_length(max_tokens: int, min_tokens: int, ignore_eos: bool, seed: int) -> int:
