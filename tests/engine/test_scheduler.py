@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from turbogate.engine import Engine, EngineConfig, Request, RequestTooLarge, StepResult
+from turbogate.engine import Engine, EngineConfig, Finished, Request, RequestTooLarge, StepResult
 from turbogate.perf import deployment, get_gpu, get_model
 
 DEP = deployment(get_gpu("H100-SXM"), get_model("llama-3.1-8b"))
@@ -26,20 +26,67 @@ def run_to_end(eng: Engine, limit: int = 100_000) -> list[StepResult]:
 
 
 def test_chunked_prefill_splits_a_long_prompt_under_the_token_budget() -> None:
-    eng = engine(max_num_batched_tokens=100)
+    # max_num_seqs must not exceed the token budget (vLLM's rule), hence the small batch.
+    eng = engine(max_num_batched_tokens=100, max_num_seqs=8)
     eng.add_request(Request("a", 250, 3), 0.0)
     steps = run_to_end(eng)
     assert [s.prefill_tokens for s in steps] == [100, 100, 50, 0, 0]
     assert [s.decode_seqs for s in steps] == [0, 0, 0, 1, 1]
     # The first output token is sampled in the step that completes the prefill.
-    first = [i for i, s in enumerate(steps) for e in s.events if e.first_token]
-    assert first == [2]
-    assert steps[-1].events[-1].finish_reason == "length"
-    assert sum(e.new_tokens for s in steps for e in s.events) == 3
+    assert [i for i, s in enumerate(steps) if s.first_token] == [2]
+    assert [s.new_tokens for s in steps] == [0, 0, 1, 1, 1]
+    assert steps[-1].finished == [Finished("a", 3, "length")]
+
+
+def test_output_tokens_reports_progress_between_steps() -> None:
+    eng = engine()
+    eng.add_request(Request("a", 20, 4, finish_reason="stop"), 0.0)
+    assert eng.output_tokens("a") == 0
+    seen = []
+    while "a" in eng:
+        result = eng.step(0.0)
+        seen.append(eng.output_tokens("a") if "a" in eng else result.finished[0].output_tokens)
+    assert seen == [1, 2, 3, 4]
+    assert result.finished == [Finished("a", 4, "stop")]
+    with pytest.raises(KeyError):
+        eng.output_tokens("a")
+
+
+def test_a_step_takes_effect_at_finish_step() -> None:
+    eng = engine()
+    eng.add_request(Request("a", 20, 5), 0.0)
+    eng.step(0.0)
+    duration = eng.schedule(1.0)
+    assert duration == pytest.approx(DEP.step_time(0, 1, 20, 0))
+    assert eng.output_tokens("a") == 1, "the step in flight has not produced its token yet"
+    with pytest.raises(RuntimeError):
+        eng.schedule(1.0)
+    result = eng.finish_step()
+    assert (result.start, result.duration, result.end) == (1.0, duration, 1.0 + duration)
+    assert eng.output_tokens("a") == 2
+    with pytest.raises(RuntimeError):
+        eng.finish_step()
+
+
+def test_abort_while_a_step_is_in_flight_drops_its_tokens() -> None:
+    eng = engine()
+    eng.add_request(Request("dec", 20, 50), 0.0)
+    eng.step(0.0)
+    eng.add_request(Request("pre", 300, 50), 0.0)
+    eng.schedule(0.0)
+    assert eng.abort("dec") and eng.abort("pre")
+    result = eng.finish_step()
+    assert result.first_token == [] and result.finished == [] and result.new_tokens == 0
+    assert eng.stats().kv_blocks_used == 0 and not eng.has_work()
+
+
+def test_batched_tokens_below_max_num_seqs_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_num_batched_tokens"):
+        EngineConfig(max_num_seqs=256, max_num_batched_tokens=128)
 
 
 def test_decode_and_prefill_share_a_step() -> None:
-    eng = engine(max_num_batched_tokens=64)
+    eng = engine(max_num_batched_tokens=64, max_num_seqs=8)
     eng.add_request(Request("a", 10, 5), 0.0)
     first = eng.step(0.0)
     assert first.prefill_tokens == 10 and first.scheduled_first == ["a"]
@@ -91,15 +138,29 @@ def test_preemption_by_recompute_when_blocks_run_out() -> None:
     stats = eng.stats()
     assert stats.num_preemptions == len(preempted)
     assert stats.finished == 2 and stats.kv_blocks_used == 0
-    for rid in ("old", "new"):
-        events = [e for s in steps for e in s.events if e.request_id == rid]
-        assert sum(e.new_tokens for e in events) == 25, "no token lost or repeated across a preemption"
-        assert [e.output_tokens for e in events] == list(range(1, 26))
-    # Recompute: after preemption the victim prefills its prompt plus the tokens it already produced.
-    i = next(i for i, s in enumerate(steps) if s.preempted)
-    produced_before = max(e.output_tokens for s in steps[:i] for e in s.events if e.request_id == "new")
-    recompute = next(s for s in steps[i + 1:] if s.prefill_tokens > 0)
-    assert recompute.prefill_tokens == 16 + produced_before
+    finished = {f.request_id: f.output_tokens for s in steps for f in s.finished}
+    assert finished == {"old": 25, "new": 25}, "no token lost or repeated across a preemption"
+    assert sum(s.new_tokens for s in steps) == 50
+    assert [rid for s in steps for rid in s.first_token] == ["old", "new"]
+
+
+def test_preempted_request_recomputes_prompt_plus_output() -> None:
+    eng = engine(num_gpu_blocks=4)
+    eng.add_request(Request("old", 16, 25), 0.0)
+    eng.add_request(Request("new", 16, 25), 1.0)
+    produced = 0
+    while True:
+        result = eng.step(0.0)
+        if result.preempted:
+            assert result.preempted == ["new"]
+            assert eng.output_tokens("new") == produced, "a preempted request keeps its tokens"
+            break
+        produced = eng.output_tokens("new")
+    assert produced > 0 and eng.stats().waiting == 1
+    # Rescheduled, it prefills its prompt plus the tokens it already produced.
+    recompute = next(s for s in iter(lambda: eng.step(0.0), None) if s.prefill_tokens > 0)
+    assert recompute.prefill_tokens == 16 + produced
+    assert recompute.first_token == [], "not a first token: it had produced some before"
 
 
 def test_priority_policy_preempts_the_highest_priority_value() -> None:
@@ -109,7 +170,7 @@ def test_priority_policy_preempts_the_highest_priority_value() -> None:
     steps = run_to_end(eng)
     preempted = {rid for s in steps for rid in s.preempted}
     assert preempted == {"background"}
-    finish_order = [e.request_id for s in steps for e in s.events if e.finish_reason]
+    finish_order = [f.request_id for s in steps for f in s.finished]
     assert finish_order == ["urgent", "background"]
 
 
@@ -141,7 +202,7 @@ def test_abort_frees_blocks_and_drops_the_request() -> None:
     assert not eng.abort("a")
     assert "a" not in eng
     steps = run_to_end(eng)
-    assert {e.request_id for s in steps for e in s.events} == {"b"}
+    assert [f.request_id for s in steps for f in s.finished] == ["b"]
     assert eng.stats().kv_blocks_used == 0
 
 
@@ -154,7 +215,7 @@ def test_abort_while_waiting() -> None:
     assert eng.abort("b")
     assert eng.stats().waiting == 0
     steps = run_to_end(eng)
-    assert all(e.request_id == "a" for s in steps for e in s.events)
+    assert [f.request_id for s in steps for f in s.finished] == ["a"]
 
 
 def test_request_that_can_never_fit_is_refused() -> None:

@@ -25,7 +25,14 @@ from turbogate.emulator.metrics import EmulatorMetrics
 from turbogate.emulator.runner import Aborted, EngineRunner, Handle
 from turbogate.emulator.text import TextSource
 from turbogate.emulator.tokens import TokenCounter
-from turbogate.engine import Engine, FinishReason, Request, RequestTooLarge
+from turbogate.engine import (
+    Engine,
+    Request,
+    RequestTooLarge,
+    default_max_tokens,
+    finish_reason,
+    output_length,
+)
 from turbogate.errors import ValidationError
 
 log = logging.getLogger("turbogate.emulator")
@@ -167,12 +174,13 @@ class EmulatorApp(AsgiApp):
             return
         seq = next(self._ids)
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{self._id_prefix}{seq:x}"
-        text = TextSource(gen.seed if gen.seed is not None else self.settings.seed * 1_000_003 + seq)
+        seed = gen.seed if gen.seed is not None else self.settings.seed * 1_000_003 + seq
+        text = TextSource(seed)
         capped = gen.max_tokens is not None
-        max_tokens = gen.max_tokens if capped else self.settings.max_model_len - gen.prompt_tokens
-        assert max_tokens is not None
-        n_out = text.output_length(max_tokens, gen.min_tokens, gen.ignore_eos, capped)
-        finish: FinishReason = "length" if n_out >= max_tokens else "stop"
+        max_tokens = gen.max_tokens if gen.max_tokens is not None else \
+            default_max_tokens(self.settings.max_model_len, gen.prompt_tokens)
+        n_out = output_length(seed, max_tokens, min_tokens=gen.min_tokens, ignore_eos=gen.ignore_eos, capped=capped)
+        finish = finish_reason(n_out, max_tokens)
         runner = self.runner
         assert runner is not None
         try:
@@ -188,13 +196,12 @@ class EmulatorApp(AsgiApp):
                 await self._stream(chat, rid, gen, handle, text, send)
             else:
                 try:
-                    event = await handle.done
+                    done = await handle.done
                 except Aborted:
                     return
-                words = "".join(text.words(event.output_tokens))
+                words = "".join(text.words(done.output_tokens))
                 build = protocol.chat_response if chat else protocol.completion_response
-                body = build(rid, gen.model, words, event.finish_reason or finish, gen.prompt_tokens,
-                             event.output_tokens)
+                body = build(rid, gen.model, words, done.finish_reason, gen.prompt_tokens, done.output_tokens)
                 await send_bytes(send, 200, orjson.dumps(body))
             self._count_answer()
         finally:
@@ -211,12 +218,12 @@ class EmulatorApp(AsgiApp):
             if chat else b""
         produced = 0
         while True:
-            event = await handle.queue.get()
-            if event is None:
+            item = await handle.queue.get()
+            if item is None:
                 return  # aborted: the client is gone
-            piece = "".join(text.words(event.new_tokens))
-            produced = event.output_tokens
-            finish = event.finish_reason
+            total, finish = item
+            piece = "".join(text.words(total - produced))
+            produced = total
             chunk = (protocol.chat_chunk(rid, created, model, {"content": piece}, finish) if chat
                      else protocol.completion_chunk(rid, created, model, piece, finish))
             await send({"type": "http.response.body", "body": role + _sse(chunk), "more_body": True})

@@ -9,6 +9,7 @@ objects: a free run is a stretch of zero bytes.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 
 
 class BlockManager:
@@ -54,6 +55,15 @@ class BlockManager:
             used[block] = 1
             into.append(block)
         return True
+
+    def allocate_each(self, holders: Iterable[list[int]]) -> None:
+        """Append one block to each list; the caller has checked that enough are free."""
+        free = self._free
+        used = self._used
+        for into in holders:
+            block = free.popleft()
+            used[block] = 1
+            into.append(block)
 
     def free(self, blocks: list[int]) -> None:
         """Return ``blocks`` to the back of the free queue, last block first (as vLLM does)."""

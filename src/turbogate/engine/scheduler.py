@@ -1,71 +1,52 @@
-"""An emulated continuous-batching engine shaped like vLLM V1's scheduler.
+"""An emulated continuous-batching engine shaped like vLLM V1's scheduler, O(changes) per step.
 
-Each :meth:`Engine.step` schedules one forward pass under a token budget
-(``max_num_batched_tokens``): running requests first, in order, each taking one decode token
-or the next chunk of its prefill (chunked prefill); then, if nothing was preempted, waiting
-requests are admitted while ``max_num_seqs``, the token budget and free KV blocks allow.
-Blocks are allocated only for the tokens computed in the step.  When a running request needs
-a block and none is free, the engine preempts by recompute: the victim's blocks are freed and
-it goes back to the front of the waiting queue; when it is rescheduled it prefills its prompt
-plus the tokens it already produced, then continues.  The victim is the last running request
-(FCFS) or the one with the highest ``(priority, arrival)`` (priority policy), as in vLLM.
+A step is planned at its start (:meth:`Engine.schedule`) and takes effect at its end
+(:meth:`Engine.finish_step`); :meth:`Engine.step` does both.  Under a token budget
+(``max_num_batched_tokens``) a step schedules, in this order:
 
-A request that completes its prefill samples a token in the same step (its first output
-token); each decode step samples one more.  The step's duration comes from the roofline model
-``Deployment.step_time``.  The engine is pure: it takes ``now`` and does no I/O.
+1. every decoding sequence, one token each (they always fit: ``max_num_batched_tokens >=
+   max_num_seqs`` is enforced, as vLLM does);
+2. running requests still prefilling, in admission order, each its next chunk (chunked prefill);
+3. if nothing was preempted, waiting requests, while ``max_num_seqs``, the budget and free KV
+   blocks for the scheduled tokens allow.
+
+KV blocks of ``block_size`` tokens are allocated for the tokens computed in the step.  When
+they run out the engine preempts by recompute: the victim (the newest admission under FCFS,
+the highest ``(priority, arrival)`` under the priority policy) frees its blocks and returns to
+the front of the waiting queue; rescheduled, it prefills prompt + tokens already produced.  A
+prefilling request that would have to preempt itself stops the running pass, as in vLLM.
+
+Approximations of vLLM, for speed: decodes go before prefill chunks in a step (vLLM walks its
+running list in order, where a request still prefilling may come first); decoders short of
+blocks preempt victims until the step's new blocks fit, before any is handed out (vLLM
+allocates request by request, which preempts the same newest victims).
+
+Cost per step does not grow with the batch: decoders are tracked by counts
+(:mod:`turbogate.engine.decode`); only prefilling requests (few) are visited one by one, plus
+one KV-block hand-out per decoder that crosses a block boundary (1/block_size of them).  The
+engine is pure: it takes ``now`` and does no I/O.
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
-from collections import deque
 
 from turbogate.engine.blocks import BlockManager
-from turbogate.engine.types import EngineConfig, EngineStats, Request, StepResult, TokenEvent
+from turbogate.engine.decode import DecodeSet
+from turbogate.engine.queues import Victims, WaitingQueue
+from turbogate.engine.seq import DECODE, GONE, PREFILL, WAITING, Seq
+from turbogate.engine.types import EngineConfig, EngineStats, Finished, Request, StepResult
+from turbogate.errors import TurbogateError
 from turbogate.perf import Deployment
 
 
-class RequestTooLarge(ValueError):
+class RequestTooLarge(TurbogateError, ValueError):
     """The request's prompt plus output can never fit in the KV cache, even alone."""
 
 
-class _Seq:
-    """Mutable per-request state (one object per request, not per token)."""
-
-    __slots__ = (
-        "aborted",
-        "arrival",
-        "blocks",
-        "computed",
-        "num_tokens",
-        "order",
-        "output",
-        "prompt_counted",
-        "req",
-        "scheduled_new",
-        "started",
-    )
-
-    def __init__(self, req: Request, arrival: float, order: int) -> None:
-        self.req = req
-        self.arrival = arrival
-        self.order = order  # arrival sequence number: breaks ties between equal timestamps
-        self.computed = 0  # tokens whose KV is in the cache
-        self.num_tokens = req.prompt_tokens  # prompt + sampled output tokens
-        self.output = 0
-        self.blocks: list[int] = []
-        self.scheduled_new = 0  # tokens scheduled in the step being built
-        self.started = False  # scheduled at least once
-        self.prompt_counted = False
-        self.aborted = False
-
-    def rank(self) -> tuple[int, float, int]:
-        return (self.req.priority, self.arrival, self.order)
-
-
 class Engine:
-    """Stepped engine: ``add_request(req, now)``, ``abort(id)``, ``step(now)``, ``stats()``."""
+    """``add_request(req, now)``, ``abort(id)``, ``step(now)`` (or ``schedule`` + ``finish_step``),
+    ``output_tokens(id)``, ``stats()``."""
 
     def __init__(self, deployment: Deployment, config: EngineConfig | None = None) -> None:
         self.deployment = deployment
@@ -74,102 +55,57 @@ class Engine:
         if blocks < 1:
             raise ValueError(f"{deployment.model.name} leaves no KV cache on {deployment.gpu.name}")
         self.blocks = BlockManager(blocks, self.config.block_size)
-        self._priority = self.config.policy == "priority"
-        self._waiting_fcfs: deque[_Seq] = deque()
-        self._waiting_heap: list[tuple[tuple[int, float, int], _Seq]] = []
-        self._num_waiting = 0
-        self._running: list[_Seq] = []
-        self._by_id: dict[str, _Seq] = {}
+        priority = self.config.policy == "priority"
+        self._waiting = WaitingQueue(priority)
+        self._victims = Victims(priority)
+        self._decode = DecodeSet(self.config.block_size)
+        self._prefill: list[Seq] = []  # running, still prefilling, in admission order
+        self._by_id: dict[str, Seq] = {}
         self._order = itertools.count()
+        self._admits = itertools.count()
         self._num_preemptions = 0
         self._prompt_tokens = 0
         self._generation_tokens = 0
         self._finished = 0
         self._steps = 0
         self._busy_time = 0.0
+        # The step in flight (between schedule and finish_step).
+        self._in_flight = False
+        self._start = 0.0
+        self._duration = 0.0
+        self._sched: list[Seq] = []
+        self._preempted: list[str] = []
+        self._first_sched: list[str] = []
+        self._step_prefill = 0
+        self._step_decode = 0
 
-    # ---- capacity ---------------------------------------------------------------------------
+    # ---- capacity and queries -----------------------------------------------------------------
 
     @property
     def max_tokens_per_request(self) -> int:
         """Prompt + output tokens one request may hold (the whole KV cache)."""
         return self.blocks.num_blocks * self.blocks.block_size
 
-    # ---- queue plumbing ---------------------------------------------------------------------
-
-    def _push_waiting(self, seq: _Seq, front: bool) -> None:
-        if self._priority:
-            heapq.heappush(self._waiting_heap, (seq.rank(), seq))
-        elif front:
-            self._waiting_fcfs.appendleft(seq)
-        else:
-            self._waiting_fcfs.append(seq)
-        self._num_waiting += 1
-
-    def _peek_waiting(self) -> _Seq | None:
-        """Head of the waiting queue, dropping aborted entries (aborts are lazy)."""
-        if self._priority:
-            heap = self._waiting_heap
-            while heap and heap[0][1].aborted:
-                heapq.heappop(heap)
-            return heap[0][1] if heap else None
-        queue = self._waiting_fcfs
-        while queue and queue[0].aborted:
-            queue.popleft()
-        return queue[0] if queue else None
-
-    def _pop_waiting(self) -> None:
-        if self._priority:
-            heapq.heappop(self._waiting_heap)
-        else:
-            self._waiting_fcfs.popleft()
-        self._num_waiting -= 1
-
-    # ---- public API -------------------------------------------------------------------------
-
-    def add_request(self, req: Request, now: float) -> None:
-        """Queue ``req`` (arrived at ``now``).  Raises RequestTooLarge if it can never fit."""
-        if req.request_id in self._by_id:
-            raise ValueError(f"duplicate request id {req.request_id!r}")
-        # The last sampled token is never written to the cache, so P + O - 1 tokens must fit.
-        if req.prompt_tokens + req.output_tokens - 1 > self.max_tokens_per_request:
-            raise RequestTooLarge(
-                f"request needs {req.prompt_tokens + req.output_tokens} tokens of KV cache but the engine holds "
-                f"{self.max_tokens_per_request}"
-            )
-        seq = _Seq(req, now, next(self._order))
-        self._by_id[req.request_id] = seq
-        self._push_waiting(seq, front=False)
-
-    def abort(self, request_id: str) -> bool:
-        """Drop a request wherever it is; False if unknown or already finished."""
-        seq = self._by_id.pop(request_id, None)
-        if seq is None:
-            return False
-        seq.aborted = True
-        if seq.blocks:
-            self.blocks.free(seq.blocks)
-        try:
-            self._running.remove(seq)
-        except ValueError:
-            self._num_waiting -= 1  # stays in the queue structure until it reaches the head
-        return True
-
     def has_work(self) -> bool:
-        return bool(self._running) or self._num_waiting > 0
+        return self._decode.count > 0 or bool(self._prefill) or self._waiting.count > 0
 
     def __contains__(self, request_id: str) -> bool:
         return request_id in self._by_id
 
+    def output_tokens(self, request_id: str) -> int:
+        """Output tokens the request has produced so far (KeyError once finished or aborted)."""
+        seq = self._by_id[request_id]
+        return self._decode.output(seq) if seq.state == DECODE else seq.output
+
     def held_blocks(self) -> int:
-        """Blocks held by running requests (equals ``blocks.num_used`` unless something leaked)."""
-        return sum(len(seq.blocks) for seq in self._running)
+        """Blocks held by running requests (equals ``blocks.num_used`` unless something leaked); O(running)."""
+        return sum(len(seq.blocks) for seq in self._decode.members()) + sum(len(s.blocks) for s in self._prefill)
 
     def stats(self) -> EngineStats:
         bm = self.blocks
         return EngineStats(
-            running=len(self._running),
-            waiting=self._num_waiting,
+            running=self._decode.count + len(self._prefill),
+            waiting=self._waiting.count,
             kv_usage=bm.usage,
             kv_blocks_total=bm.num_blocks,
             kv_blocks_used=bm.num_used,
@@ -182,119 +118,205 @@ class Engine:
             busy_time=self._busy_time,
         )
 
-    # ---- the step ---------------------------------------------------------------------------
+    # ---- requests in and out ------------------------------------------------------------------
 
-    def _preempt_victim(self) -> _Seq:
-        if self._priority:
-            return max(self._running, key=_Seq.rank)
-        return self._running[-1]
+    def add_request(self, req: Request, now: float) -> None:
+        """Queue ``req`` (arrived at ``now``).  Raises RequestTooLarge if it can never fit."""
+        if req.request_id in self._by_id:
+            raise ValueError(f"duplicate request id {req.request_id!r}")
+        # The last sampled token is never written to the cache, so P + O - 1 tokens must fit.
+        if req.prompt_tokens + req.output_tokens - 1 > self.max_tokens_per_request:
+            raise RequestTooLarge(
+                f"request needs {req.prompt_tokens + req.output_tokens} tokens of KV cache but the engine holds "
+                f"{self.max_tokens_per_request}"
+            )
+        seq = Seq(req, now, next(self._order))
+        self._by_id[req.request_id] = seq
+        self._waiting.push(seq, front=False)
+
+    def abort(self, request_id: str) -> bool:
+        """Drop a request wherever it is; False if unknown or already finished."""
+        seq = self._by_id.pop(request_id, None)
+        if seq is None:
+            return False
+        state = seq.state
+        if state == DECODE:
+            self._decode.leave(seq)
+        elif state == PREFILL:
+            self._prefill.remove(seq)  # a chunk scheduled in the step in flight is skipped at its end
+        else:
+            self._waiting.count -= 1  # stays in the queue structure until it reaches the head
+        seq.state = GONE
+        if seq.blocks:
+            self.blocks.free(seq.blocks)
+        self._victims.compact(self._decode.count + len(self._prefill))
+        return True
+
+    def _preempt(self, seq: Seq) -> None:
+        if seq.state == DECODE:
+            self._decode.leave(seq)
+        else:
+            self._prefill.remove(seq)
+        self.blocks.free(seq.blocks)
+        seq.computed = 0
+        seq.state = WAITING
+        self._waiting.push(seq, front=True)
+        self._num_preemptions += 1
+        self._preempted.append(seq.req.request_id)
+
+    def _admit(self, seq: Seq) -> None:
+        seq.state = PREFILL
+        seq.admit = next(self._admits)
+        self._prefill.append(seq)
+        self._victims.add(seq)
+
+    # ---- the step -----------------------------------------------------------------------------
 
     def step(self, now: float) -> StepResult:
-        """Schedule and run one forward pass starting at ``now``."""
+        """Schedule one forward pass at ``now`` and apply it at once."""
+        self.schedule(now)
+        return self.finish_step()
+
+    def schedule(self, now: float) -> float:
+        """Plan the step that starts at ``now``; returns its duration.  Its tokens count at finish_step()."""
+        if self._in_flight:
+            raise RuntimeError("a step is already in flight: call finish_step() first")
         bm = self.blocks
         block_size = bm.block_size
         budget = self.config.max_num_batched_tokens
-        running = self._running
-        scheduled: list[_Seq] = []
+        decode = self._decode
+        victims = self._victims
         preempted: list[str] = []
-        scheduled_first: list[str] = []
+        first_sched: list[str] = []
+        sched: list[Seq] = []
+        self._preempted, self._first_sched, self._sched = preempted, first_sched, sched
 
-        # 1. Running requests, in order; preempt from the back when blocks run out.
-        i = 0
-        while i < len(running) and budget > 0:
-            seq = running[i]
+        # 1. Decoders: one token each; those crossing a block boundary need a block each.
+        needy = decode.needy()
+        while len(needy) > bm.num_free:
+            self._preempt(victims.pop())
+        if needy:
+            bm.allocate_each(seq.blocks for seq in needy)
+        budget -= decode.count
+
+        # 2. Running prefills, in admission order.
+        for seq in tuple(self._prefill):
+            if budget <= 0:
+                break
+            if seq.state != PREFILL:
+                continue  # preempted earlier in this step
             new = min(seq.num_tokens - seq.computed, budget)
             need = -(-(seq.computed + new) // block_size) - len(seq.blocks)
-            self_preempted = False
-            while need > 0 and need > bm.num_free:  # most decode steps need no new block
-                victim = self._preempt_victim()
-                j = running.index(victim)
-                del running[j]
-                if victim.scheduled_new:
-                    budget += victim.scheduled_new
-                    victim.scheduled_new = 0
-                    scheduled.remove(victim)
-                bm.free(victim.blocks)
-                victim.computed = 0
-                self._push_waiting(victim, front=True)
-                self._num_preemptions += 1
-                preempted.append(victim.req.request_id)
+            while need > bm.num_free:
+                victim = victims.pop()
+                if victim.state == DECODE:
+                    budget += 1
+                elif victim.new:
+                    budget += victim.new
+                    victim.new = 0
+                    sched.remove(victim)
+                self._preempt(victim)
                 if victim is seq:
-                    self_preempted = True
                     break
-                if j < i:
-                    i -= 1
-            if self_preempted:
-                continue
+            if seq.state != PREFILL:
+                break  # it preempted itself: vLLM stops scheduling running requests here
             if need > 0:
                 bm.allocate(need, seq.blocks)
-            seq.scheduled_new = new
-            scheduled.append(seq)
+            seq.new = new
+            sched.append(seq)
             budget -= new
-            i += 1
 
-        # 2. Waiting requests, while nothing was preempted and limits allow.
+        # 3. Waiting requests, while nothing was preempted and limits allow.
         if not preempted:
-            max_seqs = self.config.max_num_seqs
-            while budget > 0 and len(running) < max_seqs:
-                seq_or_none = self._peek_waiting()
-                if seq_or_none is None:
+            waiting = self._waiting
+            room = self.config.max_num_seqs - decode.count - len(self._prefill)
+            while budget > 0 and room > 0:
+                head = waiting.peek()
+                if head is None:
                     break
-                seq = seq_or_none
-                new = min(seq.num_tokens - seq.computed, budget)
-                need = -(-(seq.computed + new) // block_size) - len(seq.blocks)
+                new = min(head.num_tokens - head.computed, budget)
+                need = -(-(head.computed + new) // block_size) - len(head.blocks)
                 if need > bm.num_free:
                     break
-                self._pop_waiting()
-                bm.allocate(need, seq.blocks)
-                running.append(seq)
-                seq.scheduled_new = new
-                scheduled.append(seq)
+                waiting.pop()
+                bm.allocate(need, head.blocks)
+                self._admit(head)
+                head.new = new
+                sched.append(head)
                 budget -= new
-                if not seq.started:
-                    seq.started = True
-                    scheduled_first.append(seq.req.request_id)
+                room -= 1
+                if not head.started:
+                    head.started = True
+                    first_sched.append(head.req.request_id)
 
-        # 3. Time the step.
-        prefill = prefill_seqs = decode = decode_ctx = prefill_ctx = 0
-        for seq in scheduled:
-            new = seq.scheduled_new
-            if new == 1 and seq.output > 0 and seq.num_tokens - seq.computed == 1:
-                decode += 1
-                decode_ctx += seq.computed
-            else:
-                prefill += new
-                prefill_seqs += 1
-                prefill_ctx += seq.computed
-        duration = (self.deployment.step_time(prefill, decode, decode_ctx, prefill_ctx, prefill_seqs=prefill_seqs)
-                    if scheduled else 0.0)
+        # 4. Time it.
+        prefill = prefill_ctx = 0
+        for seq in sched:
+            prefill += seq.new
+            prefill_ctx += seq.computed
+        n_dec = decode.count
+        self._duration = (self.deployment.step_time(prefill, n_dec, decode.context, prefill_ctx,
+                                                    prefill_seqs=len(sched))
+                          if prefill or n_dec else 0.0)
+        self._start = now
+        self._step_prefill = prefill
+        self._step_decode = n_dec
+        self._in_flight = True
+        return self._duration
 
-        # 4. Apply it: advance computed tokens, sample where a sequence caught up, finish.
-        events: list[TokenEvent] = []
-        any_finished = False
-        for seq in scheduled:
-            seq.computed += seq.scheduled_new
-            seq.scheduled_new = 0
+    def finish_step(self) -> StepResult:
+        """Apply the step in flight: count its tokens, start decodes, finish requests."""
+        if not self._in_flight:
+            raise RuntimeError("no step in flight: call schedule(now) first")
+        self._in_flight = False
+        bm = self.blocks
+        decode = self._decode
+        by_id = self._by_id
+        first: list[str] = []
+        finished: list[Finished] = []
+        new_tokens = decode.count  # decoders aborted mid-step have left the set already
+
+        for seq in decode.tick():
+            req = seq.req
+            seq.state = GONE
+            bm.free(seq.blocks)
+            del by_id[req.request_id]
+            finished.append(Finished(req.request_id, seq.output, req.finish_reason))
+
+        completed = False
+        for seq in self._sched:
+            new = seq.new
+            seq.new = 0
+            if seq.state != PREFILL:
+                continue  # aborted mid-step
+            seq.computed += new
             if seq.computed < seq.num_tokens:
                 continue  # mid-prefill chunk
+            completed = True
             req = seq.req
             if not seq.prompt_counted:
                 seq.prompt_counted = True
                 self._prompt_tokens += req.prompt_tokens
             seq.output += 1
             seq.num_tokens += 1
-            self._generation_tokens += 1
+            new_tokens += 1
+            if seq.output == 1:
+                first.append(req.request_id)
             if seq.output >= req.output_tokens:
-                events.append(TokenEvent(req.request_id, 1, seq.output, seq.output == 1, req.finish_reason))
+                seq.state = GONE
                 bm.free(seq.blocks)
-                del self._by_id[req.request_id]
-                seq.aborted = True  # marks it gone for the running filter below
-                self._finished += 1
-                any_finished = True
+                del by_id[req.request_id]
+                finished.append(Finished(req.request_id, seq.output, req.finish_reason))
             else:
-                events.append(TokenEvent(req.request_id, 1, seq.output, seq.output == 1, None))
-        if any_finished:
-            self._running = [s for s in running if not s.aborted]
+                decode.join(seq)
+        if completed:
+            self._prefill = [seq for seq in self._prefill if seq.state == PREFILL]
+        if finished:
+            self._finished += len(finished)
+            self._victims.compact(decode.count + len(self._prefill))
+        self._generation_tokens += new_tokens
         self._steps += 1
-        self._busy_time += duration
-        return StepResult(duration, events, preempted, scheduled_first, prefill, decode)
+        self._busy_time += self._duration
+        self._sched = []
+        return StepResult(self._start, self._duration, first, finished, self._preempted, self._first_sched,
+                          self._step_prefill, self._step_decode, new_tokens)

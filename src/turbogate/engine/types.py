@@ -1,4 +1,4 @@
-"""Values the engine takes and returns.  Tuples where one is made per request per step (speed)."""
+"""Values the engine takes and returns."""
 
 from __future__ import annotations
 
@@ -51,31 +51,42 @@ class EngineConfig:
             raise ValueError(f"policy must be 'fcfs' or 'priority', got {self.policy!r}")
         if self.num_gpu_blocks is not None and self.num_gpu_blocks < 1:
             raise ValueError("num_gpu_blocks must be >= 1")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            # vLLM refuses this too; it also lets every running sequence decode in every step.
+            raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be greater than or equal "
+                             f"to max_num_seqs ({self.max_num_seqs})")
+        if self.block_size < 1:
+            raise ValueError("block_size must be >= 1")
 
 
-class TokenEvent(NamedTuple):
-    """A request made progress in a step: it produced ``new_tokens`` output tokens.
-
-    first_token marks the step that produced its first output token; finish_reason is set on
-    the step that finished it (the request is gone from the engine afterwards).
-    """
+class Finished(NamedTuple):
+    """A request that produced its last token in a step (it is gone from the engine afterwards)."""
 
     request_id: str
-    new_tokens: int
     output_tokens: int
-    first_token: bool
-    finish_reason: FinishReason | None
+    finish_reason: FinishReason
 
 
 class StepResult(NamedTuple):
-    """What one engine step did.  Its events take effect ``duration`` seconds after it starts."""
+    """What one engine step did: only what changed, never one entry per running request.
 
+    Its effects take place at ``start + duration``.  Streaming callers read a running request's
+    progress with ``Engine.output_tokens(request_id)``.
+    """
+
+    start: float
     duration: float
-    events: list[TokenEvent]
+    first_token: list[str]  # produced their first output token in this step
+    finished: list[Finished]
     preempted: list[str]  # sent back to the waiting queue, KV freed (recompute later)
-    scheduled_first: list[str]  # left the waiting queue for the first time (queue time ends)
+    scheduled_first: list[str]  # left the waiting queue for the first time (queue time ends at ``start``)
     prefill_tokens: int
     decode_seqs: int
+    new_tokens: int  # output tokens sampled in this step (decodes plus prefills that completed)
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
 
 
 @dataclass(frozen=True, slots=True)

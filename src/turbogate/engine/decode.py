@@ -1,0 +1,80 @@
+"""Decoding sequences tracked by counts: one clock advances them all, a heap says who finishes.
+
+Every decoding sequence gains one token per step, so none is touched per step:
+
+* ``clock`` counts decode steps; a member's output is ``clock - out_off`` and its cached
+  tokens ``clock - c_off``;
+* a completion heap keyed by the clock value at which a member reaches its output count;
+* ``context`` = Σ cached tokens of the members, moved by ``count`` each step (``step_time``
+  needs only the sum);
+* KV blocks: a member writes into a new block in the step where its cached-token count is
+  ≡ 0 (mod block_size), i.e. where ``clock ≡ c_off``; members are kept in ``block_size``
+  buckets by ``c_off mod block_size``, so the step's new blocks are one bucket.
+
+Stale heap entries (members that left by preemption or abort) are skipped when they surface.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from turbogate.engine.seq import DECODE, Seq
+
+
+class DecodeSet:
+    __slots__ = ("_buckets", "_done", "block_size", "clock", "context", "count")
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.clock = 0
+        self.count = 0
+        self.context = 0
+        # dicts, not sets: insertion order keeps block handout (and fragmentation) deterministic.
+        self._buckets: list[dict[Seq, None]] = [{} for _ in range(block_size)]
+        self._done: list[tuple[int, int, Seq]] = []
+
+    def join(self, seq: Seq) -> None:
+        """Start decoding ``seq`` from its current ``output`` and ``computed`` (``admit`` set)."""
+        clock = self.clock
+        seq.state = DECODE
+        seq.out_off = clock - seq.output
+        seq.c_off = clock - seq.computed
+        seq.bucket = seq.c_off % self.block_size
+        self._buckets[seq.bucket][seq] = None
+        self.count += 1
+        self.context += seq.computed
+        heapq.heappush(self._done, (seq.req.output_tokens + seq.out_off, seq.admit, seq))
+
+    def leave(self, seq: Seq) -> None:
+        """Stop tracking ``seq``, writing its progress back; the caller sets its new state."""
+        clock = self.clock
+        seq.output = clock - seq.out_off
+        seq.computed = clock - seq.c_off
+        seq.num_tokens = seq.req.prompt_tokens + seq.output
+        del self._buckets[seq.bucket][seq]
+        self.count -= 1
+        self.context -= seq.computed
+
+    def output(self, seq: Seq) -> int:
+        return self.clock - seq.out_off
+
+    def needy(self) -> dict[Seq, None]:
+        """Members that need one new KV block in the step at the current clock (live view)."""
+        return self._buckets[self.clock % self.block_size]
+
+    def members(self) -> list[Seq]:
+        return [seq for bucket in self._buckets for seq in bucket]
+
+    def tick(self) -> list[Seq]:
+        """One decode step done: every member gained a token.  Returns (and drops) those that finished."""
+        self.clock += 1
+        self.context += self.count
+        clock = self.clock
+        done = self._done
+        finished: list[Seq] = []
+        while done and done[0][0] <= clock:
+            _, admit, seq = heapq.heappop(done)
+            if seq.state == DECODE and seq.admit == admit:
+                self.leave(seq)
+                finished.append(seq)
+        return finished

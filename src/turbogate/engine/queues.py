@@ -1,0 +1,81 @@
+"""The waiting queue (FCFS or priority) and the running requests ordered as preemption victims."""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+from turbogate.engine.seq import DECODE, GONE, PREFILL, Seq
+
+
+class WaitingQueue:
+    """FCFS deque or ``(priority, arrival)`` heap; aborted entries are dropped when they reach the head."""
+
+    __slots__ = ("_fifo", "_heap", "_priority", "count")
+
+    def __init__(self, priority: bool) -> None:
+        self._priority = priority
+        self._fifo: deque[Seq] = deque()
+        self._heap: list[tuple[tuple[int, float, int], Seq]] = []
+        self.count = 0  # live entries
+
+    def push(self, seq: Seq, front: bool) -> None:
+        if self._priority:
+            heapq.heappush(self._heap, (seq.rank(), seq))
+        elif front:
+            self._fifo.appendleft(seq)
+        else:
+            self._fifo.append(seq)
+        self.count += 1
+
+    def peek(self) -> Seq | None:
+        if self._priority:
+            heap = self._heap
+            while heap and heap[0][1].state == GONE:
+                heapq.heappop(heap)
+            return heap[0][1] if heap else None
+        fifo = self._fifo
+        while fifo and fifo[0].state == GONE:
+            fifo.popleft()
+        return fifo[0] if fifo else None
+
+    def pop(self) -> None:
+        """Remove the head returned by the last :meth:`peek`."""
+        if self._priority:
+            heapq.heappop(self._heap)
+        else:
+            self._fifo.popleft()
+        self.count -= 1
+
+
+class Victims:
+    """Running requests, the next preemption victim on top: the newest admission (FCFS) or the
+    highest ``(priority, arrival)`` (priority policy), as vLLM picks them.  Lazy deletion: an
+    entry is live while its request runs under the same admission; the heap is rebuilt when
+    dead entries outnumber live ones."""
+
+    __slots__ = ("_heap", "_priority")
+
+    def __init__(self, priority: bool) -> None:
+        self._priority = priority
+        self._heap: list[tuple[tuple[float, ...], int, Seq]] = []
+
+    def add(self, seq: Seq) -> None:
+        if self._priority:
+            key: tuple[float, ...] = (-seq.req.priority, -seq.arrival, -seq.order)
+        else:
+            key = (-seq.admit,)
+        heapq.heappush(self._heap, (key, seq.admit, seq))
+
+    def pop(self) -> Seq:
+        heap = self._heap
+        while True:
+            _, admit, seq = heapq.heappop(heap)  # IndexError = bookkeeping bug: a running request is missing
+            if seq.admit == admit and seq.state in (PREFILL, DECODE):
+                return seq
+
+    def compact(self, running: int) -> None:
+        heap = self._heap
+        if len(heap) > 2 * running + 64:
+            self._heap = [e for e in heap if e[2].admit == e[1] and e[2].state in (PREFILL, DECODE)]
+            heapq.heapify(self._heap)
