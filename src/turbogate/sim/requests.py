@@ -23,8 +23,8 @@ from typing import NamedTuple
 from turbogate.bench.arrivals import send_times
 from turbogate.bench.options import LoadOptions
 from turbogate.bench.workload import _WORDS, Workload
-from turbogate.emulator.text import TextSource
 from turbogate.emulator.tokens import BOS_TOKENS, CHAT_ASSISTANT_HEADER, CHAT_MESSAGE_OVERHEAD, CharEstimator
+from turbogate.engine.lengths import output_length
 from turbogate.results import Step
 
 _WORD_COST = tuple(len(w) + 1 for w in _WORDS)  # a word and the space after it
@@ -65,11 +65,6 @@ def skip_synthetic_prompt(n_tokens: int, rng: random.Random) -> None:
         size += c[bits(k)] + c[bits(k)] + c[bits(k)] + c[bits(k)] + c[bits(k)] + c[bits(k)] + c[bits(k)] + c[bits(k)]
     while size <= target:
         size += c[bits(k)]
-
-
-def output_length(max_tokens: int, min_tokens: int, ignore_eos: bool, seed: int) -> int:
-    """The emulator's draw of where "EOS" falls (bench always sends max_tokens)."""
-    return max_tokens if ignore_eos else TextSource(seed).output_length(max_tokens, min_tokens, False, True)
 
 
 def _framed(text_tokens: int, chat: bool) -> int:
@@ -121,8 +116,9 @@ class RequestSource:
             tier = w.tiers.pick(rng)
             api_key = rng.randrange(w.n_api_keys) if w.n_api_keys else None
             seed = rng.randrange(2**31) if w.per_request_seed else None
-            out = output_length(max_tokens, max_tokens if self._min_tokens else 0, self._ignore_eos,
-                                seed if seed is not None else i)
+            # The emulator draws from the request's seed (else from its own counter: here the id).
+            out = output_length(seed if seed is not None else i, max_tokens,
+                                min_tokens=max_tokens if self._min_tokens else 0, ignore_eos=self._ignore_eos)
             step = steps[max(0, bisect.bisect_right(starts, t) - 1)].index
             yield SimRequest(i, t, step, shape.rate_at(t), prompt, max_tokens, out,
                              "length" if out >= max_tokens else "stop", tier, api_key, seed)
