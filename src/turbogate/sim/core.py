@@ -108,7 +108,10 @@ class Simulation:
                 call.attempt += 1
                 rep = self.replicas[a.replica.id]
                 call.rep = rep
-                self._push(now + rep.delay, self._at_replica, (call, call.attempt))
+                if rep.delay:
+                    self._push(now + rep.delay, self._at_replica, (call, call.attempt))
+                else:  # no wire: skip the heap (the hot path of a large fleet)
+                    self._at_replica(now, (call, call.attempt))
             elif kind is Respond:
                 self._respond(a, now)
             elif kind is Cancel:
@@ -196,20 +199,29 @@ class Simulation:
         rep, gen = arg
         if gen != rep.gen:
             return  # the replica went down: this engine is gone
-        res = rep.loop.advance(now)
+        loop = rep.loop
+        res = loop.advance(now)
+        nt = loop.next_time()
+        if nt is not None:  # armed before the news is handled, so a submit below finds it busy
+            self._push(nt, self._step, arg)
         d, on = rep.delay, rep.on
         if self.stream:
             for rid in res.first_token:
                 call = on.get(rid)
-                if call is not None:
+                if call is None:
+                    continue
+                if d:
                     self._push(now + d, self._first_byte, (call, call.attempt))
+                else:
+                    self._first_byte(now, (call, call.attempt))
         for rid, out, _reason in res.finished:
             call = on.pop(rid, None)
-            if call is not None:
+            if call is None:
+                continue
+            if d:
                 self._push(now + d, self._finished, (call, call.attempt, out))
-        nt = rep.loop.next_time()
-        if nt is not None:
-            self._push(nt, self._step, arg)
+            else:
+                self._finished(now, (call, call.attempt, out))
 
     def _first_byte(self, now: float, arg: tuple[Call, int]) -> None:
         call, attempt = arg
