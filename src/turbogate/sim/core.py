@@ -148,6 +148,8 @@ class Simulation:
         self._act(self.flow.arrive(r, now), now)
 
     def _respond(self, a: Respond, now: float) -> None:
+        if a.req is None:
+            return  # only open() answers without a request, and _arrive handles that
         call: Call = a.req.handle
         self._close(call, now + self.c2g, a.status, f"HTTP {a.status}: {a.message}")
 
