@@ -180,9 +180,7 @@ def write_config(path: Path, emulator_urls: list[str]) -> None:
     key_sha256: {hash_key(KEY)}
     tiers: [turbo, standard, relax]
 tiers:
-  turbo: {{weight: 4}}
-  standard: {{weight: 2, capacity_share: 1.0, max_utilization: 1.0, queue_bound: 100000}}
-  relax: {{weight: 1}}
+  standard: {{capacity_share: 1.0, max_utilization: 1.0, queue_bound: 100000}}
 pools:
   - name: bench
     models: [{MODEL}]

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import typer
+import typer.rich_utils
 
 from turbogate import __version__
 from turbogate.bench.cli import app as bench_app
@@ -47,7 +51,18 @@ def _root(
     """turbogate command line."""
 
 
+# Help printed to a pipe or a file gets this width, not Rich's 80-column fallback, which cut defaults
+# such as "http://127.0.0.1:…" off.  A terminal keeps its own width; COLUMNS or TERMINAL_WIDTH win.
+PIPED_HELP_WIDTH = 200
+
+
+def set_help_width() -> None:
+    if typer.rich_utils.MAX_WIDTH is None and "COLUMNS" not in os.environ and not sys.stdout.isatty():
+        typer.rich_utils.MAX_WIDTH = PIPED_HELP_WIDTH
+
+
 def main() -> None:
+    set_help_width()
     app()
 
 

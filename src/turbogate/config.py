@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -17,6 +18,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from turbogate.errors import ConfigError
+from turbogate.sched.admission import TierPolicy
+from turbogate.sched.picker import PickerConfig
+from turbogate.sched.policy import FlowPolicy, Mode, PoolSpec, ReplicaSpec, TenantSpec
+from turbogate.sched.tiers import Tier
 
 EngineKind = Literal["vllm", "sglang", "tgi", "llamacpp", "openai", "emulator"]
 TierName = Literal["turbo", "standard", "relax"]
@@ -37,10 +42,18 @@ class Listen(_Model):
     port: int = Field(8080, ge=0, le=65535)
 
 
+_REMOVED_TIER_KEYS = {
+    "weight": "tiers now take strict precedence (Turbo, then Standard, then Relax); give a lower tier a "
+              "guaranteed share of dispatches with min_share instead (docs/gateway.md)",
+}
+
+
 class TierConfig(_Model):
     """One tier's policy (see docs/gateway.md for how L1 uses each value)."""
 
-    weight: float = Field(gt=0, description="priority weight; the score is weight × (1 + age / aging_s)")
+    min_share: float = Field(
+        0.0, ge=0, lt=1, description="least share of dispatches this tier gets while it has requests queued, "
+        "however busy the tiers above it are (starvation protection)")
     capacity_share: float = Field(1.0, gt=0, le=1, description="most of a pool's slots this tier may hold")
     max_utilization: float = Field(
         1.0, gt=0, le=1, description="holdback: dispatch only while the pool's use is under this fraction"
@@ -50,14 +63,23 @@ class TierConfig(_Model):
     deadline_s: float = Field(300.0, gt=0, description="arrival to full answer (first byte for streams) → 504")
     enabled: bool = True
 
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key, why in _REMOVED_TIER_KEYS.items():
+                if key in data:
+                    raise ValueError(f"{key!r} was removed: {why}")
+        return data
+
 
 def _default_tiers() -> dict[str, TierConfig]:
     return {
-        "turbo": TierConfig(weight=4, capacity_share=1.0, max_utilization=1.0, queue_bound=256,
+        "turbo": TierConfig(min_share=0.0, capacity_share=1.0, max_utilization=1.0, queue_bound=256,
                             queue_budget_s=5, deadline_s=120),
-        "standard": TierConfig(weight=2, capacity_share=0.9, max_utilization=0.85, queue_bound=1024,
+        "standard": TierConfig(min_share=0.2, capacity_share=0.9, max_utilization=0.85, queue_bound=1024,
                                queue_budget_s=30, deadline_s=300),
-        "relax": TierConfig(weight=1, capacity_share=0.5, max_utilization=0.7, queue_bound=4096,
+        "relax": TierConfig(min_share=0.05, capacity_share=0.5, max_utilization=0.7, queue_bound=4096,
                             queue_budget_s=120, deadline_s=600),
     }
 
@@ -85,7 +107,9 @@ class Tenant(_Model):
 class Replica(_Model):
     url: str = Field(pattern=r"^https?://", description="base URL of the engine (without /v1)")
     engine: EngineKind = "vllm"
-    max_concurrency: int = Field(64, ge=1)
+    max_concurrency: int | None = Field(
+        None, ge=1, description="optional cap on the requests in flight to this replica; the working limit is "
+        "learned from the engine's running/waiting metrics (adaptive concurrency)")
     metrics_path: str = "/metrics"
     health_path: str = "/health"
     name: str | None = None
@@ -132,6 +156,18 @@ class Bands(_Model):
     scale_out_after_s: float = Field(30, ge=0)
 
 
+class Concurrency(_Model):
+    """How each replica's concurrency limit is learned (sched/picker.py)."""
+
+    initial: int = Field(8, ge=1, description="limit before the first scrape; it then doubles while the engine "
+                         "keeps up (slow start)")
+    queue_tolerance: float = Field(0.0, ge=0, description="engine waiting count tolerated before the limit shrinks")
+    grow_every_scrapes: int = Field(20, ge=1, description="once the limit has been cut, probe one more slot only "
+                                    "every this many scrapes")
+    unscraped_limit: int = Field(64, ge=1, description="limit of a replica without load metrics (engine: openai), "
+                                 "unless its max_concurrency says otherwise")
+
+
 class Admin(_Model):
     token_sha256: Sha256 | None = Field(None, description="sha256 of the admin bearer token; no admin API if unset")
 
@@ -145,13 +181,24 @@ class GatewayConfig(_Model):
     listen: Listen = Listen.model_validate({})  # frozen, so one shared default is safe
     admin: Admin = Admin.model_validate({})  # frozen, so one shared default is safe
     limits: Limits = Limits.model_validate({})  # frozen, so one shared default is safe
-    aging_s: float = Field(10.0, gt=0, description="seconds for a queued request's priority to double")
     tiers: dict[TierName, TierConfig] = Field(_default_tiers())  # type: ignore[arg-type]
     tenants: list[Tenant] = Field(min_length=1)
     pools: list[Pool] = Field(min_length=1)
     scrape: Scrape = Scrape.model_validate({})  # frozen, so one shared default is safe
     health: HealthConfig = HealthConfig.model_validate({})  # frozen, so one shared default is safe
     bands: Bands = Bands.model_validate({})  # frozen, so one shared default is safe
+    concurrency: Concurrency = Concurrency.model_validate({})  # frozen, so one shared default is safe
+    service_tier_names: Literal["turbogate", "openai"] = Field(
+        "turbogate", description="words for the tier served in answers' service_tier: turbogate's (turbo / "
+        "standard / relax) or OpenAI's (priority / default / flex); X-Turbogate-Tier always uses turbogate's")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "aging_s" in data:
+            raise ValueError("'aging_s' was removed: aging let old Standard requests outrank Turbo under "
+                             "sustained overload; lower tiers now get tiers.<tier>.min_share of dispatches")
+        return data
 
     @field_validator("tiers")
     @classmethod
@@ -209,6 +256,67 @@ def load_config(path: str | Path) -> GatewayConfig:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML ({exc})") from None
     return parse_config(data, str(p))
+
+
+def replica_ids(pool: Pool) -> list[tuple[str, Replica]]:
+    """Each replica of ``pool`` with the id the flow and the metrics know it by (its name, else
+    its URL; a repeated one gets ``#index``)."""
+    out: list[tuple[str, Replica]] = []
+    seen: set[str] = set()
+    for i, r in enumerate(pool.replicas):
+        rid = r.name or r.url
+        if rid in seen:
+            rid = f"{rid}#{i}"
+        seen.add(rid)
+        out.append((rid, r))
+    return out
+
+
+def flow_policy(config: GatewayConfig, pools: Sequence[PoolSpec] | None = None, mode: Mode = "turbogate") -> FlowPolicy:
+    """The pure core's policy from a gateway config — the one place config values become
+    policy, for the gateway and the simulator alike.  ``pools`` replaces the config's own
+    (the simulator's fleet file); ``mode`` selects a baseline policy (sched/policy.py)."""
+    tiers = {
+        Tier(name): TierPolicy(
+            capacity_share=t.capacity_share,
+            max_utilization=t.max_utilization,
+            queue_bound=t.queue_bound,
+            queue_budget_s=t.queue_budget_s,
+            deadline_s=t.deadline_s,
+            min_share=t.min_share,
+        )
+        for name, t in config.tiers.items()
+    }
+    tenants = tuple(
+        TenantSpec(t.name, frozenset(Tier(x) for x in t.tiers), Tier(t.default_tier), t.weight, t.max_in_flight)
+        for t in config.tenants
+    )
+    if pools is None:
+        pools = [
+            PoolSpec(p.name, tuple(p.models),
+                     tuple(ReplicaSpec(rid, r.max_concurrency, r.engine != "openai") for rid, r in replica_ids(p)),
+                     p.scheduling_policy == "priority")
+            for p in config.pools
+        ]
+    bands, cc = config.bands, config.concurrency
+    picker = PickerConfig(
+        light_kv=bands.light_kv,
+        saturated_kv=bands.saturated_kv,
+        light_queue_s=bands.light_queue_ms / 1000,
+        saturated_queue_s=bands.saturated_queue_ms / 1000,
+        stale_after_s=config.scrape.stale_after_s,
+        eject_after_failures=config.health.eject_after_failures,
+        probe_backoff_s=config.health.probe_backoff_s,
+        probe_backoff_max_s=config.health.probe_backoff_max_s,
+        scale_out_after_s=bands.scale_out_after_s,
+        initial_limit=cc.initial,
+        queue_tolerance=cc.queue_tolerance,
+        grow_every_scrapes=cc.grow_every_scrapes,
+        unscraped_limit=cc.unscraped_limit,
+    )
+    disabled = frozenset(Tier(name) for name, t in config.tiers.items() if not t.enabled and name != "standard")
+    return FlowPolicy(tiers=tiers, tenants=tenants, pools=tuple(pools), picker=picker, disabled=disabled, mode=mode,
+                      health_interval_s=config.health.interval_s)
 
 
 def json_schema() -> dict[str, Any]:

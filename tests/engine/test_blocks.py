@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from turbogate.engine import BlockManager
@@ -60,3 +62,30 @@ def test_full_pool_has_no_fragmentation() -> None:
     held: list[int] = []
     bm.allocate(3, held)
     assert bm.fragmentation() == 0.0 and bm.largest_free_run() == 0
+
+
+def test_largest_free_run_matches_a_plain_scan_under_churn() -> None:
+    rng = random.Random(5)
+    for _ in range(200):
+        bm = BlockManager(rng.randint(1, 200), 16)
+        holders: list[list[int]] = [[] for _ in range(12)]
+        for _ in range(40):
+            held = rng.choice(holders)
+            if rng.random() < 0.6:
+                bm.allocate(rng.randint(0, 9), held)
+            else:
+                bm.free(held)
+            taken = {b for h in holders for b in h}
+            runs = bytes(b in taken for b in range(bm.num_blocks)).split(b"\x01")
+            assert bm.largest_free_run() == max(len(r) for r in runs)
+
+
+def test_allocate_each_gives_one_block_to_each_holder_in_queue_order() -> None:
+    bm = BlockManager(8, 16)
+    first: list[int] = []
+    bm.allocate(3, first)
+    holders: list[list[int]] = [[], [], []]
+    bm.allocate_each(holders)
+    assert holders == [[3], [4], [5]] and bm.num_free == 2
+    bm.free(first)
+    assert bm.allocate(4, first) and first == [6, 7, 2, 1], "returned blocks go to the back, tail first"

@@ -86,6 +86,7 @@ def test_engine_invariants(workload: list[Spec], blocks: int, max_seqs: int, bud
         assert eng.held_blocks() == stats.kv_blocks_used
         assert 0.0 <= stats.kv_usage <= 1.0 and 0.0 <= stats.fragmentation < 1.0
         assert stats.running <= max_seqs
+        assert (eng.num_running, eng.num_waiting) == (stats.running, stats.waiting)
         assert result.prefill_tokens + result.decode_seqs <= budget
         assert result.duration >= 0.0
 

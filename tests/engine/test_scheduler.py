@@ -243,3 +243,20 @@ def test_duplicate_ids_rejected() -> None:
     eng.add_request(Request("a", 10, 1), 0.0)
     with pytest.raises(ValueError):
         eng.add_request(Request("a", 10, 1), 0.0)
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "priority"])
+def test_many_aborted_waiting_requests_are_compacted_away_in_order(policy: str) -> None:
+    eng = engine(max_num_seqs=1, policy=policy)
+    eng.add_request(Request("busy", 10, 5), 0.0)
+    for i in range(300):
+        eng.add_request(Request(f"w{i}", 10, 1, priority=i % 3 if policy == "priority" else 0), float(i))
+    eng.step(0.0)
+    for i in range(300):
+        if i % 3:
+            assert eng.abort(f"w{i}")
+    assert eng.num_waiting == 100
+    queue = eng._waiting
+    assert len(queue._heap) + len(queue._fifo) < 300, "dead entries do not pile up"
+    order = [rid for s in run_to_end(eng) for rid in s.scheduled_first]
+    assert order == [f"w{i}" for i in range(0, 300, 3)]

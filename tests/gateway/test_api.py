@@ -46,7 +46,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Servic
 def gw(fleet: dict[str, Service], gateway_factory: Callable[[dict[str, Any]], Service]) -> Service:
     cfg = gateway_config(
         [pool("fast", [MODEL], [fleet["fast"].url]), pool("slow", [SLOW], [fleet["slow"].url])],
-        tiers={"relax": {"weight": 1, "deadline_s": 0.5}},
+        tiers={"relax": {"deadline_s": 0.5}},
         limits={"max_body_bytes": 4096},
     )
     return gateway_factory(cfg)

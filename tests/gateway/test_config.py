@@ -36,8 +36,10 @@ def test_minimal_config_gets_defaults() -> None:
 @pytest.mark.parametrize(
     ("overrides", "field"),
     [
-        ({"tiers": {"turbo": {"weight": 0}}}, "tiers.turbo.weight: must be > 0"),
-        ({"tiers": {"gold": {"weight": 1}}}, "tiers.gold"),
+        ({"tiers": {"turbo": {"weight": 4}}}, "'weight' was removed"),
+        ({"aging_s": 10}, "'aging_s' was removed"),
+        ({"tiers": {"standard": {"min_share": 1.5}}}, "tiers.standard.min_share"),
+        ({"tiers": {"gold": {"deadline_s": 1}}}, "tiers.gold"),
         ({"tenants": [{"name": "a", "key_sha256": "not-a-hash"}]}, "tenants.0.key_sha256.0"),
         ({"tenants": [{"name": "a", "key_sha256": hash_key("k"), "tiers": ["relax"], "default_tier": "standard"}]},
          "default_tier"),
@@ -73,11 +75,11 @@ def test_schema_file_is_current() -> None:
 
 def test_serve_refuses_a_bad_config_with_the_field_named(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(minimal(tiers={"turbo": {"weight": -1}})))
+    path.write_text(yaml.safe_dump(minimal(tiers={"turbo": {"deadline_s": -1}})))
     proc = subprocess.run([sys.executable, "-m", "turbogate", "serve", "--config", str(path)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
-    assert "tiers.turbo.weight: must be > 0" in proc.stderr
+    assert "tiers.turbo.deadline_s: must be > 0" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

@@ -140,6 +140,6 @@ def test_lone_dead_replica_gives_502_then_503_with_retry_after(
     with pytest.raises(openai.InternalServerError) as info:
         client.chat.completions.create(model=MODEL, messages=MSG, max_tokens=2)
     assert info.value.status_code == 503
-    assert info.value.body["code"] == "no_capacity"  # type: ignore[index]
+    assert info.value.body["code"] == "no_healthy_replica"  # type: ignore[index]
     assert int(info.value.response.headers["retry-after"]) >= 1
     assert httpx.get(gw.url + "/ready").status_code == 503

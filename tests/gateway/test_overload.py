@@ -30,11 +30,10 @@ def test_turbo_queue_time_under_standard_overload(
                  for i in range(2)]
     cfg = gateway_config(
         [pool("main", [MODEL], [e.url for e in emulators], max_concurrency=4)],
-        aging_s=0.5,
         tiers={
-            "turbo": {"weight": 4, "queue_budget_s": 30},
-            "standard": {"weight": 2, "max_utilization": 0.75, "queue_bound": 1000, "queue_budget_s": 60},
-            "relax": {"weight": 1, "capacity_share": 0.25, "max_utilization": 0.5, "queue_budget_s": 60},
+            "turbo": {"queue_budget_s": 30},
+            "standard": {"max_utilization": 0.75, "queue_bound": 1000, "queue_budget_s": 60},
+            "relax": {"min_share": 0.05, "capacity_share": 0.25, "max_utilization": 0.5, "queue_budget_s": 60},
         },
     )
     gw = gateway_factory(cfg)

@@ -22,7 +22,7 @@ def test_full_queue_and_queue_timeout_are_503_with_retry_after(
     emu = emulator_factory("--time-scale", "1", "--model", MODEL)
     gw = gateway_factory(gateway_config(
         [pool("main", [MODEL], [emu.url], max_concurrency=1)],
-        tiers={"standard": {"weight": 2, "max_utilization": 1.0, "queue_bound": 2, "queue_budget_s": 1.5}},
+        tiers={"standard": {"max_utilization": 1.0, "queue_bound": 2, "queue_budget_s": 1.5}},
     ))
     # One long stream holds the only slot.
     hold = httpx.Client(timeout=60)

@@ -44,6 +44,8 @@ def test_capacity_tables_and_fp8_kv() -> None:
     text = _ok("capacity", "--gpu", "H100-SXM", "--kv-dtype", "fp8", "--output-tokens", "128")
     assert "65,536" in text  # fp8 KV bytes per token
     assert "saturation request rate" in text and "Decode step time" in text
+    # the two bandwidth columns say what they are
+    assert "naive bw_util: the formula in circulation" in text and "HBM traffic: the bytes" in text
 
 
 def test_custom_model_from_config(tmp_path: Path) -> None:

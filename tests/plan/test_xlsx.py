@@ -1,4 +1,5 @@
-"""The workbook: live formulas (openpyxl), and a headless LibreOffice recalculation agreeing with the CLI."""
+"""The workbook: live formulas with cached values a data-only reader sees, and a headless LibreOffice
+recalculation agreeing with the CLI."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from turbogate.cli import app
 from turbogate.perf import deployment, get_gpu, get_model
 from turbogate.plan.latency import latency_model
 from turbogate.plan.matrix import LABELS, MatrixInputs, decide
-from turbogate.plan.xlsx import RECOMMENDATION_COLUMN, Scenario, build_workbook, write_workbook
+from turbogate.plan.xlsx import RECOMMENDATION_COLUMN, Scenario, build_sheets, write_workbook
 
 # Three input rows that land on the three recommendations (checked against the CLI below).
 ROWS: list[dict[str, object]] = [
@@ -37,12 +38,12 @@ def _scenario(i: int, row: dict[str, object]) -> Scenario:
                     8192, inputs)
 
 
-def _cli_decision(row: dict[str, object]) -> dict[str, object]:
+def _cli_decision(row: dict[str, object], *extra: str) -> dict[str, object]:
     args = ["plan", "matrix", "--gpu", str(row["gpu"]), "--model", str(row["model"]), "--tp", str(row["tp"]),
             "--dtype", str(row["dtype"]), "--prompt-tokens", str(row["prompt"]), "--max-tokens",
             str(row["max_tokens"]), "--batch-size", str(row["batch"]), "--peak-rps", str(row["peak"]),
             "--replicas", str(row["replicas"]), "--lora" if row["lora"] else "--no-lora",
-            "--http2" if row["http2"] else "--no-http2", "--json"]
+            "--http2" if row["http2"] else "--no-http2", "--json", *extra]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     out: dict[str, object] = json.loads(result.output)
@@ -73,7 +74,30 @@ def test_workbook_has_live_formulas(tmp_path: Path) -> None:
 
 def test_empty_workbook_is_refused() -> None:
     with pytest.raises(ValueError):
-        build_workbook([])
+        build_sheets([])
+
+
+def test_data_only_read_gives_the_cli_numbers(tmp_path: Path) -> None:
+    """What pandas or a previewer sees (the cached values, no recalculation) is what the CLI printed."""
+    seen = set()
+    for i, row in enumerate(ROWS):
+        path = tmp_path / f"cli{i}.xlsx"
+        cli = _cli_decision(row, "--xlsx", str(path))
+        assert cli["xlsx"] == str(path)
+        ws = openpyxl.load_workbook(path, data_only=True)["matrix"]
+        col = {c.value: k for k, c in enumerate(ws[1])}
+        values = [c.value for c in ws[2]]
+        assert all(v is not None for v in values), values  # no blank cell
+        assert not any(isinstance(v, str) and v.startswith("#") for v in values), values  # no error value
+        assert values[col["recommendation"]] == cli["label"]
+        assert values[col["knee (req/s per replica)"]] == pytest.approx(cli["knee_rps"], rel=1e-9)
+        assert values[col["KV utilization at peak"]] == pytest.approx(cli["kv_utilization"], rel=1e-9)
+        assert values[col["peak per replica (req/s)"]] == pytest.approx(cli["per_replica_rps"])
+        assert values[col["saturation rate (req/s)"]] == pytest.approx(cli["saturation_rps"], rel=1e-9)
+        assert values[col["Turbo cap (share of traffic)"]] == pytest.approx(cli["turbo_cap_share"], rel=1e-9)
+        assert values[col["replicas for peak at knee"]] == cli["replicas_needed"]
+        seen.add(cli["label"])
+    assert seen == set(LABELS.values())
 
 
 def _recalculate(src: Path, out_dir: Path) -> Path:
@@ -81,6 +105,15 @@ def _recalculate(src: Path, out_dir: Path) -> Path:
     if soffice is None:
         pytest.skip("LibreOffice (soffice) is not installed: apt-get install libreoffice-calc")
     profile = out_dir / "lo-profile"
+    # The file carries cached values; make LibreOffice recompute every formula on load anyway
+    # (OOXMLRecalcMode 0 = always), so what is read back is LibreOffice's own arithmetic.
+    (profile / "user").mkdir(parents=True)
+    (profile / "user" / "registrymodifications.xcu").write_text(
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        '<oor:items xmlns:oor="http://openoffice.org/2001/registry" xmlns:xs="http://www.w3.org/2001/XMLSchema"'
+        ' xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">\n'
+        '<item oor:path="/org.openoffice.Office.Calc/Formula/Load"><prop oor:name="OOXMLRecalcMode" oor:op="fuse">'
+        "<value>0</value></prop></item>\n</oor:items>\n")
     subprocess.run(
         [soffice, f"-env:UserInstallation=file://{profile}", "--headless", "--calc", "--convert-to",
          "xlsx:Calc MS Excel 2007 XML", "--outdir", str(out_dir / "out"), str(src)],

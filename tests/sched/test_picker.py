@@ -13,7 +13,7 @@ CFG = PickerConfig(stale_after_s=2.0, eject_after_failures=2, probe_backoff_s=1.
 
 def fleet(n: int = 2, cap: int = 8) -> tuple[Picker, list[Replica]]:
     picker = Picker(CFG)
-    return picker, [picker.add(Replica(id=f"r{i}", pool="p", max_concurrency=cap)) for i in range(n)]
+    return picker, [picker.add(Replica(id=f"r{i}", pool="p", cap=cap)) for i in range(n)]
 
 
 def test_bands_follow_kv_and_expected_queue() -> None:
@@ -69,7 +69,7 @@ def test_own_in_flight_spreads_load_and_caps_concurrency() -> None:
         taken.append(r.id)
     assert sorted(taken) == ["r0", "r0", "r1", "r1"]
     assert picker.pick("p", 0.1) is None
-    picker.on_success(reps[0], 0.5)
+    picker.on_response(reps[0], 200, 0.5, 0.2)
     assert picker.pick("p", 0.2) is reps[0]
 
 
@@ -121,17 +121,34 @@ def test_probe_backoff_is_capped() -> None:
     assert a.backoff_s == CFG.probe_backoff_max_s
 
 
-def test_slots_shrink_for_other_clients_load_and_saturation() -> None:
+def test_slots_follow_the_learned_limit_saturation_and_staleness() -> None:
     picker, (a, _) = fleet(cap=8)
-    picker.on_metrics(a, ReplicaLoad(running=5, waiting=0, kv_usage=0.2), 0.0)
-    assert picker.replica_slots(a, 0.1) == 3  # 5 requests the gateway did not send
-    picker.on_dispatch(a)
-    picker.on_dispatch(a)
+    assert picker.replica_slots(a, 0.0) == 4  # no metrics yet: stale, half of the limit (8)
+    a.in_flight = 7
+    picker.on_metrics(a, ReplicaLoad(running=5, waiting=2, kv_usage=0.2), 0.0)
+    assert a.limit == 5 and picker.replica_slots(a, 0.1) == 5  # the engine runs 5 of our 7
+    a.in_flight = 2
     picker.on_metrics(a, ReplicaLoad(running=3, waiting=0, kv_usage=0.95), 0.2)
     assert picker.replica_slots(a, 0.3) == 2  # saturated KV: keeps only what it has
-    picker.on_metrics(a, ReplicaLoad(running=8, waiting=8, kv_usage=0.95), 0.2)
-    assert picker.replica_slots(a, 0.3) == 1  # others alone overfill it: one slot, never zero
-    assert picker.replica_slots(a, 10.0) == 4  # stale: half
+    picker.on_metrics(a, ReplicaLoad(running=8, waiting=30, kv_usage=0.95), 0.2)
+    assert picker.replica_slots(a, 0.3) == 1  # others overfill it: one slot, never zero
+    assert picker.replica_slots(a, 10.0) == 1  # stale: half, at least one
+
+
+def test_limit_never_exceeds_the_configured_cap() -> None:
+    picker, (a, _) = fleet(cap=6)
+    for t in range(10):
+        a.peak_in_flight = int(a.limit)
+        picker.on_metrics(a, ReplicaLoad(running=a.limit, waiting=0, kv_usage=0.1), float(t))
+    assert a.limit == 6
+
+
+def test_a_good_scrape_does_not_clear_request_failures() -> None:
+    picker, (a, _) = fleet()
+    picker.on_failure(a, 0.0, hard=False, reason="deadline")
+    picker.on_scrape(a, ReplicaLoad(running=0, waiting=0, kv_usage=0.0), 0.5)
+    picker.on_failure(a, 1.0, hard=False, reason="deadline")
+    assert a.health is Health.EJECTED and "deadline" in a.eject_reason
 
 
 def test_scale_out_desired_only_after_a_saturated_spell() -> None:
@@ -157,7 +174,7 @@ def test_scale_out_desired_only_after_a_saturated_spell() -> None:
 @given(st.lists(st.tuples(st.floats(0, 1), st.integers(0, 20), st.integers(0, 20)), min_size=2, max_size=6))
 def test_never_picks_saturated_when_a_lighter_replica_has_room(loads: list[tuple[float, int, int]]) -> None:
     picker = Picker(CFG)
-    reps = [picker.add(Replica(id=f"r{i}", pool="p", max_concurrency=16)) for i in range(len(loads))]
+    reps = [picker.add(Replica(id=f"r{i}", pool="p", cap=16)) for i in range(len(loads))]
     for r, (kv, running, waiting) in zip(reps, loads, strict=True):
         picker.on_metrics(r, ReplicaLoad(running=running, waiting=waiting, kv_usage=kv), 0.0)
     chosen = picker.pick("p", 0.1)

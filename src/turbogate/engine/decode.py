@@ -30,7 +30,7 @@ class DecodeSet:
         self.count = 0
         self.context = 0
         # dicts, not sets: insertion order keeps block handout (and fragmentation) deterministic.
-        self._buckets: list[dict[Seq, None]] = [{} for _ in range(block_size)]
+        self._buckets: list[dict[Seq, list[int]]] = [{} for _ in range(block_size)]  # member -> its blocks
         self._done: list[tuple[int, int, Seq]] = []
 
     def join(self, seq: Seq) -> None:
@@ -40,7 +40,7 @@ class DecodeSet:
         seq.out_off = clock - seq.output
         seq.c_off = clock - seq.computed
         seq.bucket = seq.c_off % self.block_size
-        self._buckets[seq.bucket][seq] = None
+        self._buckets[seq.bucket][seq] = seq.blocks
         self.count += 1
         self.context += seq.computed
         heapq.heappush(self._done, (seq.req.output_tokens + seq.out_off, seq.admit, seq))
@@ -58,8 +58,8 @@ class DecodeSet:
     def output(self, seq: Seq) -> int:
         return self.clock - seq.out_off
 
-    def needy(self) -> dict[Seq, None]:
-        """Members that need one new KV block in the step at the current clock (live view)."""
+    def needy(self) -> dict[Seq, list[int]]:
+        """Members (and their block lists) that need one new KV block in the step at the current clock (live view)."""
         return self._buckets[self.clock % self.block_size]
 
     def members(self) -> list[Seq]:

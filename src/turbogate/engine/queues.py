@@ -9,15 +9,17 @@ from turbogate.engine.seq import DECODE, GONE, PREFILL, Seq
 
 
 class WaitingQueue:
-    """FCFS deque or ``(priority, arrival)`` heap; aborted entries are dropped when they reach the head."""
+    """FCFS deque or ``(priority, arrival)`` heap.  Aborted entries are dropped when they reach the
+    head, or all at once when they outnumber the live ones (a low priority may never reach it)."""
 
-    __slots__ = ("_fifo", "_heap", "_priority", "count")
+    __slots__ = ("_dead", "_fifo", "_heap", "_priority", "count")
 
     def __init__(self, priority: bool) -> None:
         self._priority = priority
         self._fifo: deque[Seq] = deque()
         self._heap: list[tuple[tuple[int, float, int], Seq]] = []
         self.count = 0  # live entries
+        self._dead = 0  # aborted entries still in the structure
 
     def push(self, seq: Seq, front: bool) -> None:
         if self._priority:
@@ -33,11 +35,23 @@ class WaitingQueue:
             heap = self._heap
             while heap and heap[0][1].state == GONE:
                 heapq.heappop(heap)
+                self._dead -= 1
             return heap[0][1] if heap else None
         fifo = self._fifo
         while fifo and fifo[0].state == GONE:
             fifo.popleft()
+            self._dead -= 1
         return fifo[0] if fifo else None
+
+    def discard(self) -> None:
+        """One queued request was aborted (its state is GONE)."""
+        self.count -= 1
+        self._dead += 1
+        if self._dead > self.count + 64:
+            self._heap = [e for e in self._heap if e[1].state != GONE]
+            heapq.heapify(self._heap)
+            self._fifo = deque(seq for seq in self._fifo if seq.state != GONE)
+            self._dead = 0
 
     def pop(self) -> None:
         """Remove the head returned by the last :meth:`peek`."""

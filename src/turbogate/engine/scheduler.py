@@ -86,6 +86,16 @@ class Engine:
         """Prompt + output tokens one request may hold (the whole KV cache)."""
         return self.blocks.num_blocks * self.blocks.block_size
 
+    @property
+    def num_running(self) -> int:
+        """Requests in the running batch (O(1); ``stats()`` also measures fragmentation, which is not)."""
+        return self._decode.count + len(self._prefill)
+
+    @property
+    def num_waiting(self) -> int:
+        """Requests queued, preempted ones included (O(1))."""
+        return self._waiting.count
+
     def has_work(self) -> bool:
         return self._decode.count > 0 or bool(self._prefill) or self._waiting.count > 0
 
@@ -104,8 +114,8 @@ class Engine:
     def stats(self) -> EngineStats:
         bm = self.blocks
         return EngineStats(
-            running=self._decode.count + len(self._prefill),
-            waiting=self._waiting.count,
+            running=self.num_running,
+            waiting=self.num_waiting,
             kv_usage=bm.usage,
             kv_blocks_total=bm.num_blocks,
             kv_blocks_used=bm.num_used,
@@ -144,9 +154,9 @@ class Engine:
             self._decode.leave(seq)
         elif state == PREFILL:
             self._prefill.remove(seq)  # a chunk scheduled in the step in flight is skipped at its end
-        else:
-            self._waiting.count -= 1  # stays in the queue structure until it reaches the head
         seq.state = GONE
+        if state == WAITING:
+            self._waiting.discard()
         if seq.blocks:
             self.blocks.free(seq.blocks)
         self._victims.compact(self._decode.count + len(self._prefill))
@@ -196,7 +206,7 @@ class Engine:
         while len(needy) > bm.num_free:
             self._preempt(victims.pop())
         if needy:
-            bm.allocate_each(seq.blocks for seq in needy)
+            bm.allocate_each(needy.values())
         budget -= decode.count
 
         # 2. Running prefills, in admission order.
@@ -229,7 +239,7 @@ class Engine:
         # 3. Waiting requests, while nothing was preempted and limits allow.
         if not preempted:
             waiting = self._waiting
-            room = self.config.max_num_seqs - decode.count - len(self._prefill)
+            room = self.config.max_num_seqs - self.num_running
             while budget > 0 and room > 0:
                 head = waiting.peek()
                 if head is None:

@@ -32,24 +32,27 @@ class TenantSwitch(BaseModel):
 
 
 def state(app: GatewayApp) -> dict[str, Any]:
-    rt = app.rt
+    flow = app.rt.flow
+    picker = flow.picker
     now = time.perf_counter()
     return {
-        "tiers": {t.value: {"enabled": t in rt.enabled} for t in TIERS},
-        "tenants": {name: {"turbo_enabled": t.turbo_enabled, "tiers": sorted(x.value for x in t.allowed),
-                           "default_tier": t.default_tier.value} for name, t in rt.tenants.items()},
+        "tiers": {t.value: {"enabled": t in flow.enabled} for t in TIERS},
+        "tenants": {name: {"turbo_enabled": flow.turbo_available(name), "turbo_switched_off": name in flow.turbo_off,
+                           "tiers": sorted(x.value for x in t.allowed), "default_tier": t.default_tier.value}
+                    for name, t in flow.tenants.items()},
         "pools": {
-            p.name: {
-                "models": list(p.models),
-                "slots": rt.picker.slots(p.name, now),
-                "in_flight": p.admission.in_flight,
-                "queues": p.admission.snapshot(),
-                "scale_out_desired": rt.picker.scale_out_desired(p.name, now),
-                "holdback": p.admission.holdback,
+            name: {
+                "models": list(flow.pools[name].spec.models),
+                "slots": picker.slots(name, now),
+                "healthy_replicas": picker.healthy(name),
+                "in_flight": admission.in_flight,
+                "queues": admission.snapshot(),
+                "scale_out_desired": picker.scale_out_desired(name, now),
+                "holdback": admission.holdback,
             }
-            for p in rt.pools.values()
+            for name, admission in flow.admissions()
         },
-        "replicas": list(rt.picker.describe(now)),
+        "replicas": list(picker.describe(now)),
     }
 
 
@@ -81,23 +84,23 @@ async def handle(app: GatewayApp, scope: Scope, receive: Receive, send: Send) ->
         return
     if len(parts) == 3 and parts[1] == "tiers" and method == "POST":
         tier = parse_tier(parts[2])
-        if tier is None or tier is Tier.STANDARD:
+        if tier is None or tier is Tier.STANDARD:  # the flow refuses it too; say so before reading a body
             await send_error(send, 400, "only turbo and relax can be switched (standard is the fallback)",
                              param="tier", code="invalid_value")
             return
         body = await _body(receive, send, TierSwitch)
         if isinstance(body, TierSwitch):
-            app.rt.set_enabled(tier, body.enabled)
+            app.rt.flow.set_tier(tier, body.enabled)
             await send_json(send, 200, {"tier": tier.value, "enabled": body.enabled})
         return
     if len(parts) == 3 and parts[1] == "tenants" and method == "POST":
-        tenant = app.rt.tenants.get(parts[2])
+        tenant = app.rt.flow.tenants.get(parts[2])
         if tenant is None:
             await send_error(send, 404, f"no tenant {parts[2]!r}", param="tenant", code="not_found")
             return
         body = await _body(receive, send, TenantSwitch)
         if isinstance(body, TenantSwitch):
-            tenant.turbo_enabled = body.turbo_enabled
+            app.rt.flow.set_tenant_turbo(tenant.name, body.turbo_enabled)
             await send_json(send, 200, {"tenant": tenant.name, "turbo_enabled": body.turbo_enabled})
         return
     await send_error(send, 404, f"no admin route {method} {path}", code="not_found")

@@ -1,7 +1,8 @@
-"""The gateway as a raw ASGI app (no framework on the hot path; chosen by measured overhead).
-
-Per request: auth → parse and validate → tier → L1 ``submit`` (maybe queue) → L2 ``pick`` →
-upstream (lean keep-alive pool per replica, turbogate/httpclient.py) → tag the answer with the tier served.
+"""The gateway's edge as a raw ASGI app (no framework on the hot path; chosen by measured
+overhead): routes, auth, body parsing and validation.  Every decision about a request — its
+tier, admission, replica, retry, deadline, shedding — is the pure flow's (sched/flow.py); this
+module and its neighbours only move bytes (driver.py carries out the flow's actions, proxy.py
+makes the upstream calls, scrape.py feeds it engine metrics).
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import os
 import time
 
@@ -23,7 +23,6 @@ from turbogate.asgi import (
     Receive,
     Scope,
     Send,
-    error_body,
     header,
     read_body,
     send_bytes,
@@ -33,86 +32,75 @@ from turbogate.asgi import (
 from turbogate.config import GatewayConfig, load_config
 from turbogate.errors import ConfigError
 from turbogate.gateway import admin
+from turbogate.gateway.driver import FlowDriver, Handle
 from turbogate.gateway.metrics import GatewayMetrics
-from turbogate.gateway.runtime import PoolRt, ReplicaRt, Runtime, TenantRt, build_runtime, pump
-from turbogate.gateway.scrape import health_loop, scrape_all, scrape_loop
-from turbogate.gateway.sse import SSERewriter, tag_json_body
-from turbogate.httpclient import UpstreamError, UpstreamPool
-from turbogate.sched import Admitted, Shed, Ticket, Tier, parse_tier
-from turbogate.sched.admission import State
-
-_QUEUED = State.QUEUED
+from turbogate.gateway.proxy import attempt
+from turbogate.gateway.runtime import Runtime, TenantRt, build_runtime
+from turbogate.gateway.scrape import probe_once, scrape_all, scrape_loop
+from turbogate.httpclient import UpstreamPool
+from turbogate.sched import FlowRequest, Health, Replica, Respond, Tier
 
 log = logging.getLogger("turbogate.gateway")
 
-#: vLLM's ``priority`` field: lower is served first.
-PRIORITY = {Tier.TURBO: 0, Tier.STANDARD: 1, Tier.RELAX: 2}
+#: ``service_tier`` words in answers: turbogate's own, or OpenAI's (config: service_tier_names).
+TIER_WORDS = {
+    "turbogate": {t: t.value for t in Tier},
+    "openai": {Tier.TURBO: "priority", Tier.STANDARD: "default", Tier.RELAX: "flex"},
+}
 _TIER_HEADERS = {t: (b"x-turbogate-tier", t.value.encode()) for t in Tier}
-_SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+_DOWNGRADE = b"x-turbogate-downgrade"
 _ENDPOINTS = {
     "/v1/chat/completions": ("chat", "/v1/chat/completions"),
     "/v1/completions": ("completions", "/v1/completions"),
     "/v1/embeddings": ("embeddings", "/v1/embeddings"),
 }
 _REQUIRED = {"chat": "messages", "completions": "prompt", "embeddings": "input"}
+_WATCH_AFTER_S = 0.05
+_SWEEP_S = 0.05
 
 
-def _timing(l1: float, l2: float, upstream: float) -> tuple[bytes, bytes]:
-    return (b"server-timing", b"l1;dur=%.3f, l2;dur=%.3f, upstream;dur=%.3f" % (l1 * 1e3, l2 * 1e3, upstream * 1e3))
+class _Watch:
+    """Notices a client that leaves.  Queued requests are watched at once; running ones only
+    after ``_WATCH_AFTER_S`` (by the sweeper): a watcher task per request was a large share of
+    the gateway's CPU per request, and a quick request is over before it matters."""
 
+    __slots__ = ("born", "finished", "gone", "handle", "receive", "req", "task")
 
-def _stream_timing(l1: float, l2: float, ttft: float) -> tuple[bytes, bytes]:
-    return (b"server-timing", b"l1;dur=%.3f, l2;dur=%.3f, ttft;dur=%.3f" % (l1 * 1e3, l2 * 1e3, ttft * 1e3))
-
-
-class _Flight:
-    """A request between admission and its answer.
-
-    One sweeper task (``GatewayApp._sweep``) serves all of them instead of two helpers per
-    request: it cancels those past their tier deadline (→ 504), and starts a disconnect watcher
-    only for requests still running after ``_WATCH_AFTER_S`` (queued ones get it at once).  A
-    timer and a watcher task per request were the largest share of the gateway's own CPU per
-    request, and a quick request is over before either matters.
-    """
-
-    __slots__ = ("born", "deadline", "finished", "gone", "receive", "task", "timed_out", "watcher")
-
-    def __init__(self, task: asyncio.Task[object], receive: Receive, born: float, deadline: float) -> None:
-        self.task = task
+    def __init__(self, receive: Receive, req: FlowRequest, handle: Handle, born: float) -> None:
         self.receive = receive
+        self.req = req
+        self.handle = handle
         self.born = born
-        self.deadline = deadline
-        self.timed_out = False
         self.finished = False
         self.gone = False
-        self.watcher: asyncio.Task[None] | None = None
+        self.task: asyncio.Task[None] | None = None
 
-    def watch(self) -> None:
-        if self.watcher is None:
-            self.watcher = asyncio.get_running_loop().create_task(self._watch())
+    def start(self, app: GatewayApp) -> None:
+        if self.task is None:
+            self.task = asyncio.get_running_loop().create_task(self._watch(app))
 
-    async def _watch(self) -> None:
+    async def _watch(self, app: GatewayApp) -> None:
         message = await self.receive()
         if message["type"] == "http.disconnect" and not self.finished:
-            self.gone = True  # the client left: cancel upstream and free the slot
-            self.task.cancel()
-
-
-_WATCH_AFTER_S = 0.05
-_SWEEP_S = 0.02
+            self.gone = True
+            app.driver.run(app.rt.flow.client_gone(self.req, time.perf_counter()))
+            if not self.handle.cancelled:
+                self.handle.task.cancel()
 
 
 class GatewayApp(AsgiApp):
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
         self.rt: Runtime = build_runtime(config)
+        self.driver = FlowDriver(self.rt.flow, self._probe)
         self.metrics = GatewayMetrics(self.rt)
         self.max_body = config.limits.max_body_bytes
+        self.tier_words = TIER_WORDS[config.service_tier_names]
         models = [{"id": m, "object": "model", "created": 0, "owned_by": p.name}
-                  for p in self.rt.pools.values() for m in p.models]
+                  for p in config.pools for m in p.models]
         self._models_body = orjson.dumps({"object": "list", "data": models})
         self._started = False
-        self._flights: set[_Flight] = set()
+        self._watches: set[_Watch] = set()
 
     # ---- ASGI entry (AsgiApp) ---------------------------------------------------------------
     async def handle_http(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -132,8 +120,8 @@ class GatewayApp(AsgiApp):
         elif path == "/health":
             await send_bytes(send, 200, b'{"status":"ok"}')
         elif path == "/ready":
-            ready = all(any(r.state.health.value == "healthy" for r in p.replicas.values())
-                        for p in self.rt.pools.values())
+            picker = self.rt.flow.picker
+            ready = all(picker.healthy(pool) > 0 for pool in picker.pools())
             await send_bytes(send, 200 if ready else 503, b'{"ready":true}' if ready else b'{"ready":false}')
         elif path == "/metrics":
             body = self.metrics.render()
@@ -155,41 +143,55 @@ class GatewayApp(AsgiApp):
         if self._started:
             return
         self._started = True
-        for pool in self.rt.pools.values():
-            for r in pool.replicas.values():
-                headers = None
-                if r.api_key_env:
-                    key = os.environ.get(r.api_key_env)
-                    if not key:
-                        raise ConfigError(f"replica {r.state.id}: environment variable {r.api_key_env} is not set")
-                    headers = {"Authorization": f"Bearer {key}"}
-                r.client = UpstreamPool(r.url, self.config.limits.upstream_connect_timeout_s, headers)
+        for r in self.rt.replicas.values():
+            headers = None
+            if r.api_key_env:
+                key = os.environ.get(r.api_key_env)
+                if not key:
+                    raise ConfigError(f"replica {r.state.id}: environment variable {r.api_key_env} is not set")
+                headers = {"Authorization": f"Bearer {key}"}
+            r.client = UpstreamPool(r.url, self.config.limits.upstream_connect_timeout_s, headers)
+        cfg = self.config
+        for p in cfg.pools:
+            log.info("pool %s: models %s, %d replicas (%s)", p.name, ", ".join(p.models), len(p.replicas),
+                     ", ".join(r.url for r in p.replicas))
+        log.info("tiers: %s", ", ".join(f"{name} ({'on' if t.enabled else 'off'}, queue budget {t.queue_budget_s:g}s,"
+                                        f" deadline {t.deadline_s:g}s)" for name, t in cfg.tiers.items()))
         with contextlib.suppress(Exception):  # a replica down at start is ejected, not fatal
-            await asyncio.wait_for(scrape_all(self.rt), self.config.scrape.timeout_s + 0.5)
+            await asyncio.wait_for(scrape_all(self.rt, self.driver), cfg.scrape.timeout_s + 0.5)
+        for pool in self.rt.flow.picker.pools():
+            if self.rt.flow.picker.healthy(pool) == 0:
+                log.warning("pool %s has no healthy replica at start", pool)
         loop = asyncio.get_running_loop()
-        self.rt.tasks = [loop.create_task(scrape_loop(self.rt)), loop.create_task(health_loop(self.rt)),
-                         loop.create_task(self._sweep())]
+        self.rt.tasks = [loop.create_task(scrape_loop(self.rt, self.driver)), loop.create_task(self._sweep())]
+
+    async def _probe(self, replica: Replica) -> bool:
+        io = self.rt.replicas[replica.id]
+        ok = await probe_once(self.rt, io)
+        if ok and replica.health is Health.EJECTED and replica.scraped:
+            # Fresh metrics with the comeback, so L2 need not treat it as stale for a second.
+            from turbogate.gateway.scrape import scrape_once
+
+            result = await scrape_once(self.rt, io)
+            self.driver.run(self.rt.flow.scraped(replica.id, result, time.perf_counter()))
+        return ok
 
     async def _sweep(self) -> None:
-        """Deadlines and disconnect watchers for every request in flight (see ``_Flight``)."""
+        """Start disconnect watchers for requests still running after ``_WATCH_AFTER_S``."""
         while True:
             await asyncio.sleep(_SWEEP_S)
-            now = time.perf_counter()
-            watch_before = now - _WATCH_AFTER_S
-            for flight in list(self._flights):
-                if flight.deadline < now and not flight.timed_out:
-                    flight.timed_out = True
-                    flight.task.cancel()
-                elif flight.watcher is None and flight.born < watch_before:
-                    flight.watch()
+            watch_before = time.perf_counter() - _WATCH_AFTER_S
+            for w in list(self._watches):
+                if w.task is None and w.born < watch_before:
+                    w.start(self)
 
     async def shutdown(self) -> None:
         for task in self.rt.tasks:
             task.cancel()
-        for pool in self.rt.pools.values():
-            for r in pool.replicas.values():
-                if r.client is not None:
-                    r.client.close()
+        self.driver.close()
+        for r in self.rt.replicas.values():
+            if r.client is not None:
+                r.client.close()
 
     # ---- edge ------------------------------------------------------------------------------
     def _tenant(self, scope: Scope) -> TenantRt | None:
@@ -240,11 +242,6 @@ class GatewayApp(AsgiApp):
             await self._bad(send, tenant, 400, "you must provide a model parameter (a string)", "model",
                             "missing_required_parameter")
             return
-        pool = self.rt.pool_of_model.get(model)
-        if pool is None:
-            await self._bad(send, tenant, 404, f"The model `{model}` does not exist or you do not have access "
-                            "to it", "model", "model_not_found")
-            return
         field = _REQUIRED[kind]
         value = obj.get(field)
         if value is None or (kind == "chat" and (not isinstance(value, list) or not value)):
@@ -256,230 +253,93 @@ class GatewayApp(AsgiApp):
             await self._bad(send, tenant, 400, "'stream' must be true or false (and false for embeddings)",
                             "stream", "invalid_value")
             return
-        asked_word = obj.get("service_tier")
-        if asked_word is not None:
-            asked = parse_tier(asked_word)
-            if asked is None:
-                await self._bad(send, tenant, 400, f"unknown service_tier {asked_word!r}; use priority/turbo, "
-                                "default/auto/standard or flex/relax", "service_tier", "invalid_value")
-                return
-        else:
-            word = header(scope, b"x-turbogate-tier")
-            if word is not None:
-                asked = parse_tier(word.decode("latin-1"))
-                if asked is None:
-                    await self._bad(send, tenant, 400, "unknown X-Turbogate-Tier header value", "X-Turbogate-Tier",
-                                    "invalid_value")
-                    return
-            else:
-                asked = tenant.default_tier
-        served = self.rt.served_tier(tenant, asked)
-        if "service_tier" in obj or pool.priority_field:
-            obj.pop("service_tier", None)
-            if pool.priority_field:
-                obj["priority"] = PRIORITY[served]
-            body = orjson.dumps(obj)
-        max_tokens = obj.get("max_tokens") or obj.get("max_completion_tokens") or 256
-        cost = float(max_tokens if isinstance(max_tokens, int) else 256) + len(body) / 4
-        await self._serve(receive, send, tenant, pool, asked, served, body, stream, cost, arrival, upstream_path)
-
-    # ---- L1 → L2 → upstream ----------------------------------------------------------------
-    async def _serve(self, receive: Receive, send: Send, tenant: TenantRt, pool: PoolRt, asked: Tier, served: Tier,
-                     body: bytes, stream: bool, cost: float, arrival: float, upstream_path: str) -> None:
-        rt = self.rt
-        metrics = self.metrics
-        admission = pool.admission
-        now = time.perf_counter()
-        ticket = Ticket(tenant.name, served, now, cost)
-        slots = rt.picker.slots(pool.name, now)
-        decision = admission.submit(ticket, now, slots)
-        if not isinstance(decision, Admitted):
-            await self._shed(send, tenant, asked, served, decision)
+        tier_header = header(scope, b"x-turbogate-tier")
+        req = self.rt.flow.open(
+            tenant=tenant.name, model=model, tier_body=obj.get("service_tier"),
+            tier_header=None if tier_header is None else tier_header.decode("latin-1"),
+            max_tokens=obj.get("max_tokens") or obj.get("max_completion_tokens"), prompt_bytes=len(body),
+            stream=stream, now=arrival)
+        if isinstance(req, Respond):
+            await self._bad(send, tenant, req.status, req.message, req.param, req.code)
             return
-        pump(pool, rt.picker, now, slots)
-        status = 499
+        if "service_tier" in obj or req.priority is not None:
+            obj.pop("service_tier", None)
+            if req.priority is not None:
+                obj["priority"] = req.priority
+            body = orjson.dumps(obj)
+        await self._serve(receive, send, tenant, req, body, upstream_path)
+
+    # ---- the request's life, as the flow directs it -----------------------------------------
+    async def _serve(self, receive: Receive, send: Send, tenant: TenantRt, req: FlowRequest, body: bytes,
+                     upstream_path: str) -> None:
         task = asyncio.current_task()
         assert task is not None
-        flight = _Flight(task, receive, now, math.inf)
-        self._flights.add(flight)
+        handle = Handle(task)
+        req.handle = handle
+        watch = _Watch(receive, req, handle, req.arrival)
         orig_send = send
 
         async def tracked_send(message: Message) -> None:
             if message["type"] == "http.response.body" and not message.get("more_body", False):
-                flight.finished = True  # from here a disconnect is the normal end, not the client leaving
+                watch.finished = True  # from here a disconnect is the normal end, not the client leaving
             await orig_send(message)
 
-        policy = rt.policies[served]
-        ok = False
+        tier_headers = [_TIER_HEADERS[req.served]]
+        if req.downgrade is not None:  # the client asked for more than it got: say why
+            tier_headers.append((_DOWNGRADE, req.downgrade.encode()))
+        word = self.tier_words[req.served]
+        status = 499
+        observed_queue = False
+        self._watches.add(watch)
         try:
-            if ticket.state is _QUEUED:
-                flight.watch()  # a queued request may wait long: notice at once if its client leaves
-                waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                ticket.payload = waiter
-                limit = min(policy.queue_budget_s, policy.deadline_s) - (time.perf_counter() - arrival)
-                try:
-                    await asyncio.wait_for(waiter, max(limit, 0.0))
-                except TimeoutError:
-                    if ticket.state is _QUEUED:
-                        shed = admission.timed_out(ticket, time.perf_counter())
-                        status = shed.status
-                        await self._shed(tracked_send, tenant, asked, served, shed)
-                        return
-            l1 = time.perf_counter() - arrival
-            metrics.observe_queue(served, l1)
-            flight.deadline = arrival + policy.deadline_s
-            status, ok = await self._upstream(tracked_send, pool, served, body, stream, upstream_path, l1, flight)
-        except asyncio.CancelledError:
-            if not flight.gone:
-                raise
-            task.uncancel()
-            status = 499
-        finally:
-            flight.finished = True
-            self._flights.discard(flight)
-            if flight.watcher is not None:
-                flight.watcher.cancel()
-            end = time.perf_counter()
-            admission.on_complete(ticket, end, count_service=ok)
-            pump(pool, rt.picker, end)
-            metrics.count(tenant.label, asked, served, status)
-
-    async def _shed(self, send: Send, tenant: TenantRt, asked: Tier, served: Tier, shed: Shed) -> None:
-        self.metrics.shed.labels(shed.reason, served.value).inc()
-        self.metrics.count(tenant.label, asked.value, served.value, shed.status)
-        await send_error(send, shed.status, shed.message, code=shed.reason,
-                         headers=[(b"retry-after", str(shed.retry_after_s).encode()), _TIER_HEADERS[served]])
-
-    async def _upstream(self, send: Send, pool: PoolRt, served: Tier, body: bytes, stream: bool, path: str,
-                        l1: float, flight: _Flight) -> tuple[int, bool]:
-        """Send the request to a replica (retrying once elsewhere if it failed before any byte);
-        returns (HTTP status sent to the client, whether the replica answered)."""
-        picker = self.rt.picker
-        tried: list[str] = []
-        for attempt in range(2):
-            t_l2 = time.perf_counter()
-            replica_state = picker.pick(pool.name, t_l2, exclude=tried)
-            if replica_state is None and tried:
-                await send_error(send, 502, "the engine replica failed before answering and no other could take "
-                                 "the retry", code="upstream_unavailable", headers=[_TIER_HEADERS[served]])
-                return 502, False
-            if replica_state is None:
-                await send_error(send, 503, f"no replica of pool {pool.name!r} can take the request now",
-                                 code="no_replica", headers=[(b"retry-after", b"1"), _TIER_HEADERS[served]])
-                return 503, False
-            replica = pool.replicas[replica_state.id]
-            picker.on_dispatch(replica_state)
-            start = time.perf_counter()
-            l2 = start - t_l2
-            try:
-                if stream:
-                    return await self._stream(send, pool, replica, served, body, path, l1, l2, start, flight)
-                return await self._unary(send, pool, replica, served, body, path, l1, l2, start, flight)
-            except UpstreamError as exc:
-                # Only a refused connection ejects at once; a reset counts toward eject_after_failures.
-                picker.on_failure(replica_state, time.perf_counter(), hard=exc.connect_failed)
-                if not exc.before_response:  # bytes had come: no retry (a broken stream never gets here)
-                    await send_error(send, 502, f"the engine connection broke mid-answer: {exc}",
-                                     code="upstream_error", headers=[_TIER_HEADERS[served]])
-                    return 502, False
-                tried.append(replica_state.id)
-                log.info("upstream %s failed before any byte: %s", replica_state.id, exc)
-                if attempt == 0:
-                    self.metrics.retries.labels(pool.name).inc()
+            self.driver.run(self.rt.flow.arrive(req, req.arrival))
+            while True:
+                if handle.respond is not None:
+                    status = await self._respond(tracked_send, req, handle.respond)
+                    break
+                replica = handle.replica
+                if replica is None:
+                    watch.start(self)  # a queued request may wait long: notice at once if its client leaves
+                    await handle.next_step()
                     continue
-                await send_error(send, 502, "the engine replicas could not be reached", code="upstream_unavailable",
-                                 headers=[_TIER_HEADERS[served]])
-                return 502, False
-            except asyncio.CancelledError:
-                picker.on_release(replica_state)
-                if not flight.timed_out:
-                    raise
-                flight.task.uncancel()
-                await send_error(send, 504, f"the {served.value} tier deadline passed before the engine answered",
-                                 code="deadline_exceeded", headers=[_TIER_HEADERS[served]])
-                return 504, False
-            except BaseException:
-                picker.on_release(replica_state)
+                handle.replica = None
+                if handle.retry:
+                    self.metrics.retries.labels(replica.pool).inc()
+                elif not observed_queue:
+                    observed_queue = True
+                    self.metrics.observe_queue(req.served.value, (req.dispatched_at or req.arrival) - req.arrival)
+                sent = await attempt(self, req, replica, tracked_send, body, upstream_path, word, tier_headers)
+                if sent is not None:
+                    status = sent
+                    break
+        except asyncio.CancelledError:
+            if watch.gone:
+                task.uncancel()
+                status = 499
+            elif handle.cancelled and handle.respond is not None:  # the flow's deadline: answer its 504
+                task.uncancel()
+                status = await self._respond(tracked_send, req, handle.respond)
+            else:
                 raise
-        return 502, False  # not reached
-
-    async def _unary(self, send: Send, pool: PoolRt, replica: ReplicaRt, served: Tier, body: bytes, path: str,
-                     l1: float, l2: float, start: float, flight: _Flight) -> tuple[int, bool]:
-        client = replica.client
-        assert client is not None
-        resp = await client.request(b"POST", path, body)
-        try:
-            data = await resp.read()
         finally:
-            resp.release()  # reused if complete; dropped (cancelling the engine's work) if not
-        flight.deadline = math.inf  # answered in time; from here on only the client can stop us
-        status = resp.status
-        end = time.perf_counter()
-        self._account(replica, status, end - start)
-        self.metrics.observe_upstream(pool.name, served, end - start)
-        ctype = resp.content_type
-        if status == 200 and ctype.startswith(b"application/json"):
-            data = tag_json_body(data, served)
-        await send({"type": "http.response.start", "status": status, "headers": [
-            (b"content-type", ctype), (b"content-length", str(len(data)).encode()), _TIER_HEADERS[served],
-            _timing(l1, l2, end - start)]})
-        await send({"type": "http.response.body", "body": data})
-        return status, status < 500
+            watch.finished = True
+            self._watches.discard(watch)
+            if watch.task is not None:
+                watch.task.cancel()
+            if not req.done:  # ended here without the flow knowing (a bug or shutdown): free its place
+                self.driver.run(self.rt.flow.client_gone(req, time.perf_counter()))
+            self.metrics.count(tenant.label, req.asked.value, req.served.value, status)
 
-    def _account(self, replica: ReplicaRt, status: int, seconds: float) -> None:
-        if status in (502, 503, 504):
-            self.rt.picker.on_failure(replica.state, time.perf_counter(), hard=False)
-        else:
-            self.rt.picker.on_success(replica.state, seconds)
-
-    async def _stream(self, send: Send, pool: PoolRt, replica: ReplicaRt, served: Tier, body: bytes, path: str,
-                      l1: float, l2: float, start: float, flight: _Flight) -> tuple[int, bool]:
-        client = replica.client
-        assert client is not None
-        tier_header = _TIER_HEADERS[served]
-        resp = await client.request(b"POST", path, body)
-        try:
-            if resp.status != 200:
-                data = await resp.read()
-                flight.deadline = math.inf
-                end = time.perf_counter()
-                self._account(replica, resp.status, end - start)
-                await send({"type": "http.response.start", "status": resp.status, "headers": [
-                    (b"content-type", resp.content_type), (b"content-length", str(len(data)).encode()), tier_header,
-                    _timing(l1, l2, end - start)]})
-                await send({"type": "http.response.body", "body": data})
-                return resp.status, resp.status < 500
-            try:
-                first = await resp.next_chunk()
-            except UpstreamError as exc:  # nothing reached the client yet: as if it failed before any byte
-                raise UpstreamError(str(exc), True) from None
-            flight.deadline = math.inf  # the deadline covers the first token; the rest may take its time
-            ttft = time.perf_counter() - start
-            self.metrics.observe_ttft(pool.name, served, ttft)
-            # Headers wait for the first chunk, so Server-Timing can carry ttft; total upstream
-            # time of a stream is not known at header time (see docs/gateway.md).
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [*_SSE_HEADERS, tier_header, _stream_timing(l1, l2, ttft)]})
-            rewriter = SSERewriter(served.value)
-            chunk = first
-            try:
-                while chunk:
-                    out = rewriter.feed(chunk)
-                    if out:
-                        await send({"type": "http.response.body", "body": out, "more_body": True})
-                    chunk = await resp.next_chunk()
-            except UpstreamError as exc:
-                self.rt.picker.on_failure(replica.state, time.perf_counter(), hard=False)
-                err = error_body(502, f"the engine stream broke: {exc}", code="upstream_error")
-                await send({"type": "http.response.body", "body": rewriter.flush() + b"data: " + err + b"\n\n"})
-                return 502, False
-        finally:
-            resp.release()
-        end = time.perf_counter()
-        self._account(replica, 200, end - start)
-        self.metrics.observe_upstream(pool.name, served, end - start)
-        await send({"type": "http.response.body", "body": rewriter.flush()})
-        return 200, True
+    async def _respond(self, send: Send, req: FlowRequest, respond: Respond) -> int:
+        headers = [_TIER_HEADERS[req.served]]
+        if req.downgrade is not None:
+            headers.append((_DOWNGRADE, req.downgrade.encode()))
+        if respond.retry_after_s is not None:
+            headers.append((b"retry-after", str(respond.retry_after_s).encode()))
+            self.metrics.shed.labels(respond.code, req.served.value).inc()
+        await send_error(send, respond.status, respond.message, param=respond.param, code=respond.code,
+                         headers=headers)
+        return respond.status
 
 
 def create_app(config: GatewayConfig) -> GatewayApp:

@@ -30,32 +30,36 @@ class _StateCollector(Collector):
         self.rt = rt
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        rt = self.rt
+        flow = self.rt.flow
+        picker = flow.picker
         now = time.perf_counter()
         depth = GaugeMetricFamily("turbogate_queue_depth", "Requests waiting in L1", labels=["pool", "tier"])
         in_flight = GaugeMetricFamily("turbogate_in_flight", "Requests dispatched upstream", labels=["pool", "tier"])
         slots = GaugeMetricFamily("turbogate_pool_slots", "Dispatch slots L2 offers L1", labels=["pool"])
         scale = GaugeMetricFamily("turbogate_scale_out_desired", "1 while the pool stays saturated", labels=["pool"])
-        for pool in rt.pools.values():
+        for name, admission in flow.admissions():
             for tier in TIERS:
-                depth.add_metric([pool.name, tier.value], pool.admission.queue_length(tier))
-                in_flight.add_metric([pool.name, tier.value], pool.admission.tier_in_flight(tier))
-            slots.add_metric([pool.name], rt.picker.slots(pool.name, now))
-            scale.add_metric([pool.name], 1.0 if rt.picker.scale_out_desired(pool.name, now) else 0.0)
+                depth.add_metric([name, tier.value], admission.queue_length(tier))
+                in_flight.add_metric([name, tier.value], admission.tier_in_flight(tier))
+            slots.add_metric([name], picker.slots(name, now))
+            scale.add_metric([name], 1.0 if picker.scale_out_desired(name, now) else 0.0)
         band = GaugeMetricFamily("turbogate_replica_band", "0 light, 1 busy, 2 saturated", labels=["pool", "replica"])
         score = GaugeMetricFamily("turbogate_replica_score", "L2 score (lower is chosen)", labels=["pool", "replica"])
         healthy = GaugeMetricFamily("turbogate_replica_healthy", "1 healthy, 0 ejected", labels=["pool", "replica"])
         r_flight = GaugeMetricFamily("turbogate_replica_in_flight", "Own in-flight", labels=["pool", "replica"])
-        for r in rt.picker.replicas():
+        limit = GaugeMetricFamily("turbogate_replica_concurrency_limit", "Learned concurrency limit",
+                                  labels=["pool", "replica"])
+        for r in picker.replicas():
             labels = [r.pool, r.id]
-            band.add_metric(labels, int(rt.picker.band(r, now)))
-            score.add_metric(labels, rt.picker.score(r, now))
+            band.add_metric(labels, int(picker.band(r, now)))
+            score.add_metric(labels, picker.score(r, now))
             healthy.add_metric(labels, 1.0 if r.health.value == "healthy" else 0.0)
             r_flight.add_metric(labels, r.in_flight)
+            limit.add_metric(labels, r.limit)
         enabled = GaugeMetricFamily("turbogate_tier_enabled", "Hot switch state", labels=["tier"])
         for tier in TIERS:
-            enabled.add_metric([tier.value], 1.0 if tier in rt.enabled else 0.0)
-        yield from (depth, in_flight, slots, scale, band, score, healthy, r_flight, enabled)
+            enabled.add_metric([tier.value], 1.0 if tier in flow.enabled else 0.0)
+        yield from (depth, in_flight, slots, scale, band, score, healthy, r_flight, limit, enabled)
 
 
 class _FastCounter:

@@ -1,4 +1,6 @@
-"""Background loops: scrape each replica's ``/metrics`` into L2, re-probe ejected replicas."""
+"""Background I/O: scrape each replica's ``/metrics`` and hand the result to the flow, and
+health-check replicas when the flow asks (``Probe``).  What a result *means* (ejection,
+staleness, the adaptive limit) is decided in the core (``Picker.on_scrape``/``on_probe``)."""
 
 from __future__ import annotations
 
@@ -9,13 +11,13 @@ import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from turbogate.gateway.runtime import ReplicaRt, Runtime, pump
+from turbogate.gateway.driver import FlowDriver
+from turbogate.gateway.runtime import ReplicaIO, Runtime
 from turbogate.httpclient import UpstreamError
-from turbogate.sched import Health, load_from_samples
+from turbogate.sched import Health, ReplicaLoad, ScrapeFailed, load_from_samples
 from turbogate.sched.load import METRIC_NAMES
 
 log = logging.getLogger("turbogate.gateway")
-
 
 _WANTED = tuple(sorted(METRIC_NAMES))
 
@@ -33,7 +35,7 @@ def samples_from_text(text: str, wanted: tuple[str, ...] = _WANTED) -> dict[str,
     return out
 
 
-async def _get(r: ReplicaRt, path: str, timeout_s: float) -> tuple[int, bytes]:
+async def _get(r: ReplicaIO, path: str, timeout_s: float) -> tuple[int, bytes]:
     assert r.client is not None
     async with asyncio.timeout(timeout_s):
         resp = await r.client.request(b"GET", path)
@@ -43,33 +45,23 @@ async def _get(r: ReplicaRt, path: str, timeout_s: float) -> tuple[int, bytes]:
             resp.release()
 
 
-async def scrape_once(rt: Runtime, r: ReplicaRt) -> bool:
-    picker = rt.picker
+async def scrape_once(rt: Runtime, r: ReplicaIO) -> ReplicaLoad | ScrapeFailed:
+    """One scrape of ``r``, as the core's input: a load, or how it failed."""
     try:
         status, raw = await _get(r, r.metrics_path, rt.config.scrape.timeout_s)
-        if status != 200:
-            picker.on_failure(r.state, time.perf_counter(), hard=False, dispatched=False)
-            return False
-        load = load_from_samples(r.engine, samples_from_text(raw.decode("utf-8", "replace")))
     except UpstreamError as exc:
-        log.info("scrape of %s failed: %s", r.state.id, exc)
-        picker.on_failure(r.state, time.perf_counter(), hard=exc.connect_failed, dispatched=False)
-        return False
+        return ScrapeFailed("connect" if exc.connect_failed else "status")
     except TimeoutError:
-        # A slow /metrics under load says "busy", not "dead": the load goes stale (counted as
-        # saturated) but the replica is not ejected for it.
-        log.info("scrape of %s timed out", r.state.id)
-        return False
-    except ValueError as exc:
-        log.info("scrape of %s failed: %s", r.state.id, type(exc).__name__)
-        picker.on_failure(r.state, time.perf_counter(), hard=False, dispatched=False)
-        return False
-    picker.on_metrics(r.state, load, time.perf_counter())
-    r.state.failures = 0
-    return True
+        return ScrapeFailed("timeout")
+    if status != 200:
+        return ScrapeFailed("status")
+    try:
+        return load_from_samples(r.engine, samples_from_text(raw.decode("utf-8", "replace")))
+    except ValueError:
+        return ScrapeFailed("parse")
 
 
-async def probe_once(rt: Runtime, r: ReplicaRt) -> bool:
+async def probe_once(rt: Runtime, r: ReplicaIO) -> bool:
     try:
         status, _ = await _get(r, r.health_path, rt.config.scrape.timeout_s)
     except (UpstreamError, TimeoutError):
@@ -77,50 +69,40 @@ async def probe_once(rt: Runtime, r: ReplicaRt) -> bool:
     return status == 200
 
 
-def _refresh(rt: Runtime) -> None:
+class ScrapeLog:
+    """Scrape failures summarized once per interval at warning level (not one line per scrape)."""
+
+    def __init__(self, interval_s: float = 30.0) -> None:
+        self.interval_s = interval_s
+        self._failed: dict[str, str] = {}
+        self._last = time.perf_counter()
+
+    def note(self, replica: str, result: ReplicaLoad | ScrapeFailed) -> None:
+        if isinstance(result, ScrapeFailed):
+            self._failed[replica] = result.kind
+        now = time.perf_counter()
+        if self._failed and now - self._last >= self.interval_s:
+            parts = ", ".join(f"{rid} ({kind})" for rid, kind in sorted(self._failed.items()))
+            log.warning("scrape failures in the last %.0fs: %s", now - self._last, parts)
+            self._failed.clear()
+            self._last = now
+
+
+async def scrape_all(rt: Runtime, driver: FlowDriver, notes: ScrapeLog | None = None) -> None:
+    targets = [r for r in rt.replicas.values() if r.state.scraped and r.state.health is Health.HEALTHY]
+    if not targets:
+        return
+    results = await asyncio.gather(*(scrape_once(rt, r) for r in targets))
     now = time.perf_counter()
-    for pool in rt.pools.values():
-        pool.scale_out = rt.picker.scale_out_desired(pool.name, now)
-        pump(pool, rt.picker, now)
+    for r, result in zip(targets, results, strict=True):
+        if notes is not None:
+            notes.note(r.state.id, result)
+        driver.run(rt.flow.scraped(r.state.id, result, now))
 
 
-async def scrape_all(rt: Runtime) -> None:
-    replicas = [
-        r for p in rt.pools.values() for r in p.replicas.values()
-        if r.state.scraped and r.state.health is Health.HEALTHY
-    ]
-    if replicas:
-        await asyncio.gather(*(scrape_once(rt, r) for r in replicas))
-    _refresh(rt)
-
-
-async def scrape_loop(rt: Runtime) -> None:
+async def scrape_loop(rt: Runtime, driver: FlowDriver) -> None:
+    notes = ScrapeLog()
     while True:
         await asyncio.sleep(rt.config.scrape.interval_s)
         with contextlib.suppress(Exception):
-            await scrape_all(rt)
-
-
-async def health_loop(rt: Runtime) -> None:
-    """Re-probe ejected replicas when their backoff is due; health-check unscraped ones."""
-    interval = min(rt.config.health.interval_s, 0.25)
-    last_check = 0.0
-    while True:
-        await asyncio.sleep(interval)
-        now = time.perf_counter()
-        picker = rt.picker
-        by_id = {r.state.id: r for p in rt.pools.values() for r in p.replicas.values()}
-        for state in picker.due_probes(now):
-            r = by_id[state.id]
-            ok = await probe_once(rt, r)
-            picker.on_probe(state, ok, time.perf_counter())
-            if ok:
-                log.info("replica %s is back", state.id)
-                if state.scraped:
-                    await scrape_once(rt, r)
-        if now - last_check >= rt.config.health.interval_s:
-            last_check = now
-            for r in by_id.values():
-                if not r.state.scraped and r.state.health is Health.HEALTHY and not await probe_once(rt, r):
-                    picker.on_failure(r.state, time.perf_counter(), hard=False, dispatched=False)
-        _refresh(rt)
+            await scrape_all(rt, driver, notes)

@@ -23,7 +23,7 @@ from turbogate.perf import GPUS, MODELS, Deployment, GiB, deployment, get_gpu, k
 from turbogate.plan.calibrate import Calibration, calibrate, rel_error
 from turbogate.plan.capacity import DEFAULT_BATCH_SIZES, CapacityReport, capacity
 from turbogate.plan.latency import DEFAULT_KNEE_FACTOR, LatencyModel, latency_model
-from turbogate.plan.matrix import DEFAULT_KV_THRESHOLD, LABELS, Decision, MatrixInputs, decide
+from turbogate.plan.matrix import DEFAULT_KV_THRESHOLD, LABELS, Decision, MatrixInputs, Thresholds, decide, thresholds
 from turbogate.plan.roi import RoiInputs, RoiReport, reuse_model, roi
 from turbogate.plan.xlsx import Scenario, write_workbook
 
@@ -184,7 +184,12 @@ def _capacity_tables(r: CapacityReport) -> list[Table]:
         dec.add_column(col, justify="right")
     for d in r.decode:
         dec.add_row(str(d.batch), f"{d.step_time_s * 1000:.2f}", f"{d.output_tokens_per_s:,.0f}", d.bound)
-    load = Table(title="Predicted latency against request rate (one replica; means)")
+    load = Table(title="Predicted latency against request rate (one replica; means)",
+                 caption="HBM traffic: the bytes the modelled steps move (weights + KV read + KV written) per second, "
+                         "as a share of datasheet bandwidth.\nnaive bw_util: the formula in circulation, req/s × KV "
+                         "bytes/token × (prompt + output tokens) / peak bandwidth — the rate new KV is written once, "
+                         "not what bounds decode; shown for comparison (docs/plan.md, worked example).",
+                 caption_justify="left")
     for col in ("req/s", "util", "batch", "TTFT ms", "TPOT ms", "E2E s", "KV used", "HBM traffic",
                 "naive bw_util"):
         load.add_column(col, justify="right")
@@ -351,6 +356,25 @@ def _decision_table(d: Decision) -> Table:
     return t
 
 
+def _thresholds_table(th: Thresholds, what: str) -> Table:
+    n = th.replicas
+    t = Table(title=f"Up to what load is Turbo on, capped, off? {what}, {n} replica(s); knee {th.knee_rps:.2f} "
+                    f"req/s per replica ({th.knee_source}), saturation {th.saturation_rps:.2f}",
+              caption="Give --peak-rps for the recommendation at one load.")
+    for col, right in (("fleet req/s", True), ("per replica req/s", True), ("recommendation", False),
+                       ("why", False)):
+        t.add_column(col, justify="right" if right else "left")
+    for b in th.bands:
+        if b.to_rps is None:
+            fleet, per = f"from {b.from_rps * n:.2f}", f"from {b.from_rps:.2f}"
+        elif b.from_rps == 0:
+            fleet, per = f"up to {b.to_rps * n:.2f}", f"up to {b.to_rps:.2f}"
+        else:
+            fleet, per = f"{b.from_rps * n:.2f} – {b.to_rps * n:.2f}", f"{b.from_rps:.2f} – {b.to_rps:.2f}"
+        t.add_row(fleet, per, b.label, "; ".join(b.reasons))
+    return t
+
+
 @app.command("matrix")
 def matrix_cmd(
     gpu: str = GPU_OPT,
@@ -364,7 +388,8 @@ def matrix_cmd(
                                    help="Max output tokens per request (every request is assumed to use them)."),
     batch_size: int = typer.Option(256, "--batch-size", "--max-num-seqs", min=1, help="Engine batch size."),
     max_num_batched_tokens: int = BATCHED_OPT,
-    peak_rps: float = typer.Option(..., "--peak-rps", help="Peak request rate of the whole fleet (req/s)."),
+    peak_rps: float = typer.Option(None, "--peak-rps", help="Peak request rate of the whole fleet (req/s). "
+                                   "Without it: the loads up to which Turbo is on, capped, off."),
     replicas: int = typer.Option(1, "--replicas", min=1, help="Replicas in the fleet."),
     kv_threshold: float = typer.Option(DEFAULT_KV_THRESHOLD, "--kv-threshold", help="KV utilization threshold."),
     lora: bool = typer.Option(False, "--lora/--no-lora", help="Are LoRA adapters hot-loaded on demand?"),
@@ -374,22 +399,36 @@ def matrix_cmd(
     from_run: Path = RUN_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:
-    """Recommend Turbo on, Turbo capped or Standard only — with the reason of every rule."""
+    """Recommend Turbo on, Turbo capped or Standard only — with the reason of every rule.
+
+    Without --peak-rps: the loads up to which Turbo is on, capped, off (the thresholds)."""
 
     def go() -> None:
         dep = _deployment(gpu, model, tp, dtype, kv_dtype, gpu_mem_util)
         lm = latency_model(dep, prompt_tokens, max_tokens, batch_size, max_num_batched_tokens)
-        inputs = MatrixInputs(peak_rps=peak_rps, replicas=replicas, kv_threshold=kv_threshold,
-                              lora_hot_loading=lora, http2_reuse=http2, knee_factor=knee_factor)
         cal = None
         if from_run is not None:
             cal = _load_calibration(from_run, lm, replicas, knee_factor)
+        measured: dict[str, Any] = {}
         if cal is not None and cal.knee_per_replica is not None:
-            sat = max(cal.measured_max_rps / replicas, cal.knee_per_replica)
-            decision = decide(lm, inputs, knee_rps=cal.knee_per_replica, saturation_rps=sat,
-                              knee_source=f"measured ({cal.kind}, {cal.knee_method})")
-        else:
-            decision = decide(lm, inputs)
+            measured = {"knee_rps": cal.knee_per_replica,
+                        "saturation_rps": max(cal.measured_max_rps / replicas, cal.knee_per_replica),
+                        "knee_source": f"measured ({cal.kind}, {cal.knee_method})"}
+        if peak_rps is None:
+            if xlsx is not None:
+                raise ValueError("--xlsx needs --peak-rps (the workbook's peak load input)")
+            th = thresholds(lm, replicas=replicas, kv_threshold=kv_threshold, lora_hot_loading=lora,
+                            http2_reuse=http2, knee_factor=knee_factor, **measured)
+            if as_json:
+                _print_json({**th.to_dict(), **({"calibration": cal.to_dict()} if cal is not None else {})})
+                return
+            console.print(_thresholds_table(th, f"{dep.model.name} on {tp}× {dep.gpu.name}"))
+            if cal is not None:
+                console.print(_calibration_summary(cal))
+            return
+        inputs = MatrixInputs(peak_rps=peak_rps, replicas=replicas, kv_threshold=kv_threshold,
+                              lora_hot_loading=lora, http2_reuse=http2, knee_factor=knee_factor)
+        decision = decide(lm, inputs, **measured)
         written = None
         if xlsx is not None:
             if cal is not None:

@@ -164,3 +164,98 @@ def decide(
     needed = max(1, math.ceil(inputs.peak_rps / knee)) if knee > 0 else inputs.replicas
     return Decision(mode=mode, rules=rules, per_replica_rps=x, knee_rps=knee, saturation_rps=sat,
                     kv_utilization=util, turbo_cap_share=share, replicas_needed=needed, knee_source=knee_source)
+
+
+# ---- without a peak: up to what load is Turbo on, capped, off? ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Band:
+    """A range of per-replica load with one recommendation; ``to_rps`` None: no upper end."""
+
+    mode: str
+    from_rps: float
+    to_rps: float | None
+    reasons: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return LABELS[self.mode]
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    replicas: int
+    knee_rps: float  # per replica
+    saturation_rps: float
+    kv_limit_rps: float | None  # where KV use passes the threshold; None: not below saturation
+    kv_threshold: float
+    bands: tuple[Band, ...]
+    knee_source: str = "predicted"
+
+    def to_dict(self) -> dict[str, Any]:
+        n = self.replicas
+
+        def fleet(x: float | None) -> float | None:
+            return None if x is None else x * n
+
+        return {
+            "replicas": n, "knee_rps": self.knee_rps, "knee_source": self.knee_source,
+            "saturation_rps": self.saturation_rps, "kv_limit_rps": self.kv_limit_rps,
+            "kv_threshold": self.kv_threshold,
+            "bands": [{"mode": b.mode, "label": b.label, "from_rps_per_replica": b.from_rps,
+                       "to_rps_per_replica": b.to_rps, "from_fleet_rps": fleet(b.from_rps),
+                       "to_fleet_rps": fleet(b.to_rps), "reasons": list(b.reasons)} for b in self.bands],
+        }
+
+
+def kv_limit(model: LatencyModel, threshold: float) -> float | None:
+    """The per-replica rate at which predicted KV use reaches ``threshold`` (None: not below saturation).
+
+    Inverts ``batch(x) = x·O·s_idle / (1 − x·O·δ)`` at the batch that fills ``threshold`` of the cache.
+    """
+    if model.kv_capacity_tokens <= 0:
+        return 0.0
+    b = threshold * model.kv_capacity_tokens / model.kv_tokens_per_seq
+    if b >= model.batch_cap:
+        return None
+    return b / (model.output_tokens * (model.s_idle + b * model.delta))
+
+
+def thresholds(
+    model: LatencyModel,
+    replicas: int = 1,
+    kv_threshold: float = DEFAULT_KV_THRESHOLD,
+    lora_hot_loading: bool = False,
+    http2_reuse: bool = True,
+    knee_factor: float = DEFAULT_KNEE_FACTOR,
+    knee_rps: float | None = None,
+    saturation_rps: float | None = None,
+    knee_source: str = "predicted",
+) -> Thresholds:
+    """The loads where :func:`decide`'s answer changes, for the same inputs less the peak."""
+    MatrixInputs(peak_rps=0.0, replicas=replicas, kv_threshold=kv_threshold)  # the same validation
+    knee = model.knee(knee_factor) if knee_rps is None else knee_rps
+    sat = model.saturation_rate if saturation_rps is None else saturation_rps
+    x_kv = kv_limit(model, kv_threshold)
+    if x_kv is not None and x_kv >= sat:
+        x_kv = None
+    switches = [r.reason for r in (lora_rule(lora_hot_loading), http2_rule(http2_reuse)) if r.verdict != TURBO_ON]
+    on_end = 0.0 if switches else min(knee, math.inf if x_kv is None else x_kv)
+    bands: list[Band] = []
+    if on_end > 0:
+        kv_why = (f"KV use stays under {kv_threshold:.0%} up to saturation" if x_kv is None
+                  else f"KV use under {kv_threshold:.0%} up to {x_kv:.2f} req/s")
+        bands.append(Band(TURBO_ON, 0.0, on_end, (f"at or under the knee ({knee:.2f} req/s per replica)", kv_why)))
+    capped: list[str] = list(switches)
+    if knee < sat:
+        capped.append(f"past the knee ({knee:.2f} req/s per replica): cap Turbo at knee / load of the traffic")
+    if x_kv is not None:
+        capped.append(f"from {x_kv:.2f} req/s KV use passes {kv_threshold:.0%}: Turbo bursts would wait for "
+                      "blocks or preempt running sequences")
+    if on_end < sat:
+        bands.append(Band(TURBO_CAPPED, on_end, sat, tuple(capped)))
+    bands.append(Band(STANDARD_ONLY, sat, None,
+                      (f"saturation ({sat:.2f} req/s per replica): no headroom to sell; add replicas",)))
+    return Thresholds(replicas=replicas, knee_rps=knee, saturation_rps=sat, kv_limit_rps=x_kv,
+                      kv_threshold=kv_threshold, bands=tuple(bands), knee_source=knee_source)

@@ -1,4 +1,5 @@
-"""The decision matrix as an Excel workbook with live formulas (openpyxl; the only I/O is ``save``).
+"""The decision matrix as an Excel workbook with live formulas and their computed values (the only I/O is
+:func:`write_workbook`).
 
 Sheets:
 
@@ -22,12 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from openpyxl import Workbook
-from openpyxl.styles import Font, PatternFill
-from openpyxl.utils import get_column_letter
-from openpyxl.worksheet.datavalidation import DataValidation
-
 from turbogate.perf import DTYPE_BYTES, GPUS, Deployment
+from turbogate.plan.formula import Book, col_letter, col_number
 from turbogate.plan.latency import KNEE_ITERATIONS
 from turbogate.plan.matrix import LABELS, MODES, MatrixInputs
 
@@ -83,7 +80,7 @@ INPUT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("allreduce", "TP all-reduce per layer (s)"),
 )
 
-_IN = {name: get_column_letter(i + 1) for i, (name, _h) in enumerate(INPUT_COLUMNS)}
+_IN = {name: col_letter(i + 1) for i, (name, _h) in enumerate(INPUT_COLUMNS)}
 
 HW_FIRST_ROW = 2
 HW_COLUMNS = ("name", "hbm_bytes", "hbm_bandwidth", "bf16_flops", "fp8_flops", "price_per_hour", "source")
@@ -198,7 +195,7 @@ _d("recommendation", "recommendation",
    'IF(NOT({m:fits}),"Does not fit",CHOOSE({m:mode}+1,'
    + ",".join(f'"{LABELS[m]}"' for m in MODES) + "))")
 
-_M = {name: get_column_letter(i + 1) for i, (name, _h, _t) in enumerate(_DERIVED)}
+_M = {name: col_letter(i + 1) for i, (name, _h, _t) in enumerate(_DERIVED)}
 RECOMMENDATION_COLUMN = _M["recommendation"]
 
 # Knee sheet: per iteration, six cells: lo, hi, mid, s(mid), n(mid), e2e(mid).
@@ -206,7 +203,7 @@ _K_PER_IT = 6
 
 
 def _k_col(iteration: int, offset: int) -> str:
-    return str(get_column_letter(2 + iteration * _K_PER_IT + offset))
+    return str(col_letter(2 + iteration * _K_PER_IT + offset))
 
 
 def _fill(template: str, row: int, sheet: str = "") -> str:
@@ -249,7 +246,7 @@ def _knee_cells(row: int) -> list[str]:
 
 
 def knee_result_column() -> str:
-    return str(get_column_letter(2 + KNEE_ITERATIONS * _K_PER_IT))
+    return str(col_letter(2 + KNEE_ITERATIONS * _K_PER_IT))
 
 
 def _input_values(sc: Scenario) -> dict[str, object]:
@@ -269,72 +266,109 @@ def _input_values(sc: Scenario) -> dict[str, object]:
     }
 
 
-def build_workbook(scenarios: Sequence[Scenario]) -> Workbook:
-    """A workbook whose ``matrix!recommendation`` column recomputes from the ``inputs`` sheet."""
+@dataclass(frozen=True, slots=True)
+class Sheets:
+    """The workbook's cells before writing: sheet → (row, col) 1-based → constant or ``=formula``."""
+
+    cells: dict[str, dict[tuple[int, int], object]]
+    bold: frozenset[tuple[str, int, int]]  # header cells and the recommendation
+    filled: frozenset[tuple[str, int, int]]  # header cells with a background
+    gpu_validation: tuple[int, int, int]  # inputs column, first row, last row: a GPU list
+
+
+def build_sheets(scenarios: Sequence[Scenario]) -> Sheets:
+    """The ``inputs``, ``hardware``, ``matrix`` and ``knee`` sheets; ``matrix!recommendation`` recomputes
+    from ``inputs``."""
     if not scenarios:
         raise ValueError("at least one scenario is needed")
-    wb = Workbook()
-    bold = Font(bold=True)
-    head_fill = PatternFill("solid", fgColor="DDEBF7")
+    cells: dict[str, dict[tuple[int, int], object]] = {"inputs": {}, "hardware": {}, "matrix": {}, "knee": {}}
+    bold: set[tuple[str, int, int]] = set()
+    filled: set[tuple[str, int, int]] = set()
 
-    inputs = wb.active
-    assert inputs is not None
-    inputs.title = "inputs"
-    for c, (_name, header) in enumerate(INPUT_COLUMNS, start=1):
-        cell = inputs.cell(row=1, column=c, value=header)
-        cell.font, cell.fill = bold, head_fill
+    def header(sheet: str, col: int, text: str, fill: bool = True) -> None:
+        cells[sheet][(1, col)] = text
+        bold.add((sheet, 1, col))
+        if fill:
+            filled.add((sheet, 1, col))
+
+    for c, (_name, head) in enumerate(INPUT_COLUMNS, start=1):
+        header("inputs", c, head)
     for r, sc in enumerate(scenarios, start=2):
         values = _input_values(sc)
         for c, (name, _h) in enumerate(INPUT_COLUMNS, start=1):
-            inputs.cell(row=r, column=c, value=values[name])
+            cells["inputs"][(r, c)] = values[name]
 
-    hw = wb.create_sheet("hardware")
-    for c, header in enumerate(HW_COLUMNS, start=1):
-        hw.cell(row=1, column=c, value=header).font = bold
+    hw = cells["hardware"]
+    for c, head in enumerate(HW_COLUMNS, start=1):
+        header("hardware", c, head, fill=False)
     for r, gpu in enumerate(GPUS.values(), start=HW_FIRST_ROW):
-        hw.cell(row=r, column=1, value=gpu.name)
-        hw.cell(row=r, column=2, value=gpu.hbm_bytes)
-        hw.cell(row=r, column=3, value=gpu.hbm_bandwidth)
-        hw.cell(row=r, column=4, value=gpu.bf16_flops)
-        hw.cell(row=r, column=5, value=gpu.fp8_flops if gpu.fp8_flops is not None else "")
-        hw.cell(row=r, column=6, value=gpu.price_per_hour)
-        hw.cell(row=r, column=7, value=gpu.source)
-    hw[f"{DTYPE_COL}1"], hw[f"{DTYPE_BYTES_COL}1"] = "dtype", "bytes"
-    hw[f"{DTYPE_COL}1"].font = hw[f"{DTYPE_BYTES_COL}1"].font = bold
+        for c, v in enumerate((gpu.name, gpu.hbm_bytes, gpu.hbm_bandwidth, gpu.bf16_flops, gpu.fp8_flops,
+                               gpu.price_per_hour, gpu.source), start=1):
+            if v is not None:  # no FP8 figure: a blank cell (the matrix falls back to BF16)
+                hw[(r, c)] = v
+    dt, db = col_number(DTYPE_COL), col_number(DTYPE_BYTES_COL)
+    header("hardware", dt, "dtype", fill=False)
+    header("hardware", db, "bytes", fill=False)
     for r, (name, size) in enumerate(DTYPE_BYTES.items(), start=2):
-        hw[f"{DTYPE_COL}{r}"], hw[f"{DTYPE_BYTES_COL}{r}"] = name, size
+        hw[(r, dt)], hw[(r, db)] = name, size
 
     last = len(scenarios) + 1
-    gpu_list = DataValidation(type="list", formula1=_hw_range("A"), allow_blank=False)
-    inputs.add_data_validation(gpu_list)
-    gpu_list.add(f"{_IN['gpu']}2:{_IN['gpu']}{last}")
-
-    matrix = wb.create_sheet("matrix")
-    for c, (_name, header, _t) in enumerate(_DERIVED, start=1):
-        cell = matrix.cell(row=1, column=c, value=header)
-        cell.font, cell.fill = bold, head_fill
+    for c, (_name, head, _t) in enumerate(_DERIVED, start=1):
+        header("matrix", c, head)
     knee_col = knee_result_column()
+    rec = col_number(RECOMMENDATION_COLUMN)
     for r in range(2, last + 1):
         for c, (name, _h, template) in enumerate(_DERIVED, start=1):
-            formula = f"=knee!${knee_col}{r}" if name == "knee" else "=" + _fill(template, r)
-            matrix.cell(row=r, column=c, value=formula)
-        matrix[f"{RECOMMENDATION_COLUMN}{r}"].font = bold
+            cells["matrix"][(r, c)] = f"=knee!${knee_col}{r}" if name == "knee" else "=" + _fill(template, r)
+        bold.add(("matrix", r, rec))
 
-    knee = wb.create_sheet("knee")
-    knee.cell(row=1, column=1, value="scenario").font = bold
+    knee = cells["knee"]
+    header("knee", 1, "scenario", fill=False)
     for it in range(KNEE_ITERATIONS):
         for k, label in enumerate(("lo", "hi", "mid", "s", "n", "e2e")):
-            knee[f"{_k_col(it, k)}1"] = f"{label}{it}"
-    knee[f"{knee_col}1"] = "knee"
+            knee[(1, col_number(_k_col(it, k)))] = f"{label}{it}"
+    knee[(1, col_number(knee_col))] = "knee"
     for r in range(2, last + 1):
         for c, formula in enumerate(_knee_cells(r), start=1):
-            knee.cell(row=r, column=c, value=formula)
-
-    wb.calculation.fullCalcOnLoad = True
-    return wb
+            knee[(r, c)] = formula
+    return Sheets(cells, frozenset(bold), frozenset(filled), (col_number(_IN["gpu"]), 2, last))
 
 
 def write_workbook(path: str | Path, scenarios: Sequence[Scenario]) -> Path:
+    """Write the sheets with XlsxWriter: each formula with its computed value (:mod:`.formula`), so
+    readers that do not recalculate (pandas, previewers) see numbers; spreadsheet apps recalculate on
+    load all the same (XlsxWriter sets ``fullCalcOnLoad``)."""
+    import xlsxwriter  # the shell's one I/O dependency
+
+    sheets = build_sheets(scenarios)
+    book = Book(sheets.cells)
+    for (r, c) in sorted(sheets.cells["knee"]):  # the bisection chain left to right: shallow recursion
+        book.value("knee", r, c)
     p = Path(path)
-    build_workbook(scenarios).save(p)
+    wb = xlsxwriter.Workbook(str(p))
+    formats = {
+        (True, False): wb.add_format({"bold": True}),
+        (True, True): wb.add_format({"bold": True, "bg_color": "#DDEBF7", "pattern": 1}),
+    }
+    try:
+        for name, grid in sheets.cells.items():
+            ws = wb.add_worksheet(name)
+            for (r, c), raw in sorted(grid.items()):
+                key = (name, r, c)
+                fmt = formats.get((key in sheets.bold, key in sheets.filled))
+                if isinstance(raw, str) and raw.startswith("="):
+                    value = book.value(name, r, c)
+                    ws.write_formula(r - 1, c - 1, raw, fmt, 0 if value is None else value)
+                elif isinstance(raw, bool):
+                    ws.write_boolean(r - 1, c - 1, raw, fmt)
+                elif isinstance(raw, str):
+                    ws.write_string(r - 1, c - 1, raw, fmt)
+                else:
+                    ws.write_number(r - 1, c - 1, raw, fmt)
+            if name == "inputs":
+                col, first, last = sheets.gpu_validation
+                ws.data_validation(first - 1, col - 1, last - 1, col - 1,
+                                   {"validate": "list", "source": "=" + _hw_range("A")})
+    finally:
+        wb.close()
     return p

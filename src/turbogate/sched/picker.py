@@ -1,15 +1,38 @@
 """L2 replica choice: bands from scraped engine load plus the gateway's own in-flight counts,
-ejection of failing replicas with re-probing, and a scale-out signal.  Pure and ``now``-driven.
+an adaptive concurrency limit per replica, health (ejection, re-probing) and a scale-out
+signal.  Pure and ``now``-driven.
 
 Bands (per replica):
 
-* **light** — KV use < ``light_kv`` and expected engine queue time < ``light_queue_s``:
-  dispatch directly;
+* **light** — KV use < ``light_kv`` and expected engine queue time < ``light_queue_s``;
 * **busy** — in between: still used, its score doubled (lower weight);
 * **saturated** — KV use > ``saturated_kv`` or expected queue > ``saturated_queue_s``, or
   metrics older than ``stale_after_s``: avoided while any light or busy replica can take it.
 
 Expected queue time = engine waiting count × the replica's observed service time / running.
+
+**Adaptive concurrency.**  How many requests a replica should hold is learned, not configured:
+the queue — and with it the tiers' priority — must live in the gateway, not in the engine's
+own FIFO.  At each scrape of an engine that reports its waiting count:
+
+* waiting above ``queue_tolerance`` (default 0) → the limit drops by the excess (one scrape
+  converges: an engine running 16 with 48 waiting takes the limit from 64 to 16), and that
+  value becomes the slow-start threshold;
+* no queue, and the limit was reached since the last scrape (so it may be what holds us back)
+  and KV use is below ``saturated_kv`` → the limit grows: doubling below the threshold (slow
+  start), one step every ``grow_every_scrapes`` above it (a rare probe), as TCP does.
+
+Overshoot is what hurts: a limit above what the engine runs puts requests in the engine's
+FIFO, where a Turbo request waits behind Standard ones for a completion, and it erases the
+holdback's headroom.  Hence no tolerance by default and slow probing above the threshold;
+undershooting by a slot costs little.
+
+``max_concurrency`` from the config is only an optional cap.  A replica without metrics
+(``scraped=False``) keeps ``unscraped_limit`` (or its cap): nothing tells us its queue.
+
+**Health.**  A refused connection ejects at once; soft failures (5xx answers, resets, a failed
+scrape, a deadline hit while waiting for the first byte) eject after ``eject_after_failures``
+in a row.  Ejected replicas are re-probed with doubling backoff.
 """
 
 from __future__ import annotations
@@ -18,6 +41,7 @@ import math
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
+from typing import Literal, NamedTuple
 
 from turbogate.sched.load import ReplicaLoad
 
@@ -33,6 +57,18 @@ class Health(StrEnum):
     EJECTED = "ejected"
 
 
+ScrapeFailureKind = Literal["connect", "status", "timeout", "parse"]
+
+
+class ScrapeFailed(NamedTuple):
+    """A scrape of ``/metrics`` that gave no load: the connection was refused (``connect``),
+    the answer was not 200 (``status``), it did not come in time (``timeout``: the load goes
+    stale, counted as saturated, but a slow /metrics under load is "busy", not "dead"), or it
+    could not be parsed (``parse``)."""
+
+    kind: ScrapeFailureKind
+
+
 @dataclass(frozen=True, slots=True)
 class PickerConfig:
     light_kv: float = 0.60
@@ -45,6 +81,11 @@ class PickerConfig:
     probe_backoff_max_s: float = 30.0
     scale_out_after_s: float = 30.0
     default_service_s: float = 1.0
+    initial_limit: int = 8
+    min_limit: int = 1
+    queue_tolerance: float = 0.0
+    grow_every_scrapes: int = 20
+    unscraped_limit: int = 64
 
 
 @dataclass(slots=True, eq=False)
@@ -53,19 +94,38 @@ class Replica:
 
     id: str
     pool: str
-    max_concurrency: int
+    cap: int | None = None  # max_concurrency from the config: an optional upper bound
     scraped: bool = True
+    limit: float = 8.0
+    ssthresh: float = math.inf
+    peak_in_flight: int = 0
+    hold: int = 0  # scrapes to wait before the next additive probe
     in_flight: int = 0
     load: ReplicaLoad | None = None
     load_at: float = -math.inf
     health: Health = Health.HEALTHY
-    failures: int = 0
+    failures: int = 0  # request-path failures in a row (a good answer resets them)
+    scrape_failures: int = 0  # failed scrapes in a row (a good scrape resets them)
     backoff_s: float = 0.0
     next_probe_at: float = 0.0
     ejections: int = 0
     served: int = 0
     service_s: float | None = None
     foreign: float = 0.0  # engine load not sent by this gateway, as of the last scrape
+    eject_reason: str = ""
+
+    @property
+    def max_concurrency(self) -> int:
+        """The working limit now (learned, within the cap)."""
+        return int(self.limit)
+
+
+class HealthChange(NamedTuple):
+    """A replica was ejected (``healthy`` False) or came back, and why."""
+
+    replica: Replica
+    healthy: bool
+    reason: str
 
 
 @dataclass(slots=True)
@@ -81,10 +141,20 @@ class Picker:
     def __init__(self, config: PickerConfig | None = None) -> None:
         self.config = config or PickerConfig()
         self._pools: dict[str, _Pool] = {}
+        self._by_id: dict[str, Replica] = {}
+        #: Health changes since the caller last took them (``take_health_changes``).
+        self._changes: list[HealthChange] = []
 
     def add(self, replica: Replica) -> Replica:
+        cfg = self.config
+        start = cfg.initial_limit if replica.scraped else cfg.unscraped_limit
+        replica.limit = float(min(start, replica.cap) if replica.cap is not None else start)
         self._pools.setdefault(replica.pool, _Pool()).replicas.append(replica)
+        self._by_id[replica.id] = replica
         return replica
+
+    def get(self, replica_id: str) -> Replica:
+        return self._by_id[replica_id]
 
     def pools(self) -> list[str]:
         return list(self._pools)
@@ -93,6 +163,10 @@ class Picker:
         if pool is not None:
             return list(self._pools[pool].replicas)
         return [r for p in self._pools.values() for r in p.replicas]
+
+    def take_health_changes(self) -> list[HealthChange]:
+        changes, self._changes = self._changes, []
+        return changes
 
     # ---- state -----------------------------------------------------------------------------
     def expected_queue_s(self, replica: Replica) -> float:
@@ -105,7 +179,7 @@ class Picker:
     def band(self, replica: Replica, now: float) -> Band:
         cfg = self.config
         if not replica.scraped:
-            ratio = replica.in_flight / replica.max_concurrency
+            ratio = replica.in_flight / max(1.0, replica.limit)
             return Band.LIGHT if ratio < cfg.light_kv else Band.BUSY if ratio <= cfg.saturated_kv else Band.SATURATED
         if replica.load is None or now - replica.load_at > cfg.stale_after_s:
             return Band.SATURATED
@@ -118,23 +192,18 @@ class Picker:
         return Band.LIGHT
 
     def score(self, replica: Replica, now: float) -> float:
-        """Lower is better: load relative to capacity, doubled when busy."""
-        load = replica.load
-        running = load.running if load is not None and load.running is not None else 0.0
-        waiting = load.waiting if load is not None and load.waiting is not None else 0.0
-        ratio = (max(float(replica.in_flight), running) + waiting) / replica.max_concurrency
+        """Lower is better: own in-flight relative to the learned limit, doubled when busy."""
+        ratio = replica.in_flight / max(1.0, replica.limit)
         return ratio * (2.0 if self.band(replica, now) is Band.BUSY else 1.0)
 
     def replica_slots(self, replica: Replica, now: float) -> int:
-        """Dispatch slots this replica offers L1: its concurrency less what other clients of
-        the engine use; a saturated replica only keeps what it has; a stale one half."""
+        """Dispatch slots this replica offers L1: its learned limit; a saturated replica only
+        keeps what it has (at least one); a stale one half; an ejected one none."""
         if replica.health is not Health.HEALTHY:
             return 0
-        cap = replica.max_concurrency
+        cap = max(1, int(replica.limit))
         if replica.scraped and (replica.load is None or now - replica.load_at > self.config.stale_after_s):
             return max(1, cap // 2)
-        if replica.load is not None:
-            cap = max(1, cap - math.ceil(replica.foreign))
         if self.band(replica, now) is Band.SATURATED:
             cap = min(cap, max(1, replica.in_flight))
         return cap
@@ -142,6 +211,13 @@ class Picker:
     def slots(self, pool: str, now: float) -> int:
         """Total dispatch slots of ``pool`` for L1's ``slots`` argument."""
         return sum(self.replica_slots(r, now) for r in self._pools[pool].replicas)
+
+    def healthy(self, pool: str) -> int:
+        return sum(1 for r in self._pools[pool].replicas if r.health is Health.HEALTHY)
+
+    def next_probe_at(self, pool: str | None = None) -> float:
+        """When the earliest ejected replica (of ``pool``) is re-probed (inf: none ejected)."""
+        return min((r.next_probe_at for r in self.replicas(pool) if r.health is Health.EJECTED), default=math.inf)
 
     # ---- choice ----------------------------------------------------------------------------
     def pick(self, pool: str, now: float, exclude: Collection[str] = ()) -> Replica | None:
@@ -156,7 +232,7 @@ class Picker:
         state.rotor = (state.rotor + 1) % max(n, 1)
         for i in range(n):  # start at a rotating index so ties spread evenly
             r = replicas[(state.rotor + i) % n]
-            if r.health is not Health.HEALTHY or r.in_flight >= r.max_concurrency or r.id in exclude:
+            if r.health is not Health.HEALTHY or r.in_flight >= int(r.limit) or r.id in exclude:
                 continue
             band = self.band(r, now)
             key = (Band.BUSY if band is Band.LIGHT else band, self.score(r, now))
@@ -164,36 +240,85 @@ class Picker:
                 best, best_key = r, key
         return best
 
+    def pick_plain(self, pool: str, how: str, exclude: Collection[str] = ()) -> Replica | None:
+        """Baselines without limits or metrics: ``round-robin`` over healthy replicas, or
+        ``least-outstanding`` (fewest in flight)."""
+        state = self._pools.get(pool)
+        if state is None:
+            return None
+        candidates = [r for r in state.replicas if r.health is Health.HEALTHY and r.id not in exclude]
+        if not candidates:
+            return None
+        if how == "least-outstanding":
+            state.rotor += 1
+            n = len(candidates)
+            return min((candidates[(state.rotor + i) % n] for i in range(n)), key=lambda r: r.in_flight)
+        state.rotor = (state.rotor + 1) % len(candidates)
+        return candidates[state.rotor]
+
     def on_dispatch(self, replica: Replica) -> None:
         replica.in_flight += 1
+        if replica.in_flight > replica.peak_in_flight:
+            replica.peak_in_flight = replica.in_flight
 
-    def on_success(self, replica: Replica, latency_s: float) -> None:
-        """A request finished well (any HTTP answer from the engine counts as alive)."""
+    # ---- outcomes --------------------------------------------------------------------------
+    def on_response(self, replica: Replica, status: int, latency_s: float, now: float) -> None:
+        """The replica answered (any HTTP status).  502/503/504 from the engine count as soft
+        failures; anything else proves it alive and feeds its service time."""
         replica.in_flight = max(0, replica.in_flight - 1)
+        if status in (502, 503, 504):
+            self._fail(replica, now, hard=False, reason=f"answered HTTP {status}")
+            return
         replica.failures = 0
         replica.served += 1
         prev = replica.service_s
         replica.service_s = latency_s if prev is None else prev + 0.2 * (latency_s - prev)
 
-    def on_failure(self, replica: Replica, now: float, *, hard: bool, dispatched: bool = True) -> None:
-        """A request or scrape failed.  ``hard`` (connection refused/reset) ejects at once;
+    def on_failure(self, replica: Replica, now: float, *, hard: bool, dispatched: bool = True,
+                   reason: str = "") -> None:
+        """A request failed without an answer.  ``hard`` (connection refused) ejects at once;
         soft failures eject after ``eject_after_failures`` in a row."""
         if dispatched:
             replica.in_flight = max(0, replica.in_flight - 1)
-        replica.failures += 1
-        if replica.health is Health.HEALTHY and (hard or replica.failures >= self.config.eject_after_failures):
-            self._eject(replica, now)
+        self._fail(replica, now, hard=hard, reason=reason or ("connection refused" if hard else "request failed"))
 
     def on_release(self, replica: Replica) -> None:
         """A request ended without telling anything about the replica (client went away)."""
         replica.in_flight = max(0, replica.in_flight - 1)
 
-    def _eject(self, replica: Replica, now: float) -> None:
+    def _fail(self, replica: Replica, now: float, *, hard: bool, reason: str) -> None:
+        replica.failures += 1
+        if replica.health is Health.HEALTHY and (hard or replica.failures >= self.config.eject_after_failures):
+            why = reason if hard else f"{replica.failures} failures in a row, the last: {reason}"
+            self._eject(replica, now, why)
+
+    def _eject(self, replica: Replica, now: float, reason: str) -> None:
         replica.health = Health.EJECTED
         replica.ejections += 1
         replica.backoff_s = self.config.probe_backoff_s
         replica.next_probe_at = now + replica.backoff_s
         replica.load = None
+        replica.eject_reason = reason
+        self._changes.append(HealthChange(replica, False, reason))
+
+    # ---- scrapes -----------------------------------------------------------------------------
+    def on_scrape(self, replica: Replica, result: ReplicaLoad | ScrapeFailed, now: float) -> None:
+        """Classify one scrape: a load updates the bands and the adaptive limit; a refused
+        connection ejects; a bad status or unparsable body is a soft failure; a timeout only
+        lets the load go stale."""
+        if isinstance(result, ScrapeFailed):
+            if result.kind == "timeout":
+                return
+            what = {"connect": "metrics: connection refused", "status": "metrics: bad HTTP status",
+                    "parse": "metrics: unparsable"}[result.kind]
+            replica.scrape_failures += 1
+            if replica.health is Health.HEALTHY and (
+                    result.kind == "connect" or replica.scrape_failures >= self.config.eject_after_failures):
+                self._eject(replica, now, what)
+            return
+        # A good scrape does not clear request failures: a hung engine may still serve /metrics.
+        replica.scrape_failures = 0
+        self.on_metrics(replica, result, now)
 
     def on_metrics(self, replica: Replica, load: ReplicaLoad, now: float) -> None:
         replica.load = load
@@ -201,6 +326,33 @@ class Picker:
         # Compare with our in-flight count *now*, at scrape time: later our count moves on while
         # the scraped one stands still, and the difference would look like someone else's load.
         replica.foreign = max(0.0, (load.running or 0.0) + (load.waiting or 0.0) - replica.in_flight)
+        self._adapt(replica, load)
+
+    def _adapt(self, replica: Replica, load: ReplicaLoad) -> None:
+        cfg = self.config
+        waiting = load.waiting
+        if waiting is None:
+            return
+        limit = replica.limit
+        if waiting > cfg.queue_tolerance:
+            # What the engine runs of ours now: measured against our in-flight count at scrape
+            # time, not the limit, which our in-flight may still exceed after a previous cut.
+            limit = max(float(cfg.min_limit), min(limit, replica.in_flight - (waiting - cfg.queue_tolerance)))
+            # Slow start may climb back to what the engine showed it runs (others' load may go).
+            replica.ssthresh = max(limit, load.running or 0.0)
+            replica.hold = cfg.grow_every_scrapes
+        elif waiting == 0 and replica.peak_in_flight >= int(limit) and (load.kv_usage or 0.0) < cfg.saturated_kv:
+            if limit < replica.ssthresh:
+                limit = min(limit * 2.0, replica.ssthresh)  # slow start
+            elif replica.hold <= 0:  # past the threshold, probe one more now and then
+                limit += 1.0
+                replica.hold = cfg.grow_every_scrapes
+            else:
+                replica.hold -= 1
+        if replica.cap is not None:
+            limit = min(limit, float(replica.cap))
+        replica.limit = max(float(cfg.min_limit), limit)
+        replica.peak_in_flight = replica.in_flight
 
     # ---- health ----------------------------------------------------------------------------
     def due_probes(self, now: float) -> list[Replica]:
@@ -212,10 +364,15 @@ class Picker:
         return due
 
     def on_probe(self, replica: Replica, ok: bool, now: float) -> None:
+        if replica.health is Health.HEALTHY:
+            if not ok:  # a periodic check of a replica without metrics
+                self._fail(replica, now, hard=False, reason="health check failed")
+            return
         if ok:
             replica.health = Health.HEALTHY
-            replica.failures = 0
+            replica.failures = replica.scrape_failures = 0
             replica.load_at = -math.inf  # stale until the next scrape
+            self._changes.append(HealthChange(replica, True, "health probe answered 200"))
             return
         replica.backoff_s = min(self.config.probe_backoff_max_s, max(replica.backoff_s, 1e-3) * 2.0)
         replica.next_probe_at = now + replica.backoff_s
@@ -241,10 +398,12 @@ class Picker:
                 "id": r.id,
                 "pool": r.pool,
                 "health": r.health.value,
+                "eject_reason": r.eject_reason if r.health is Health.EJECTED else None,
                 "band": self.band(r, now).name.lower(),
                 "score": round(self.score(r, now), 4),
                 "in_flight": r.in_flight,
-                "max_concurrency": r.max_concurrency,
+                "limit": round(r.limit, 2),
+                "max_concurrency": r.cap,
                 "slots": self.replica_slots(r, now),
                 "served": r.served,
                 "ejections": r.ejections,

@@ -1,0 +1,131 @@
+"""The asyncio driver of the pure request flow (sched/flow.py): it feeds events with the real
+clock and carries out the actions, and decides nothing itself.
+
+* ``Dispatch`` / ``Respond`` for a request wake the coroutine serving it (``Handle``);
+* ``Cancel`` cancels that coroutine's upstream call (it then answers the ``Respond`` that follows);
+* ``Probe`` starts a health check whose result goes back as ``flow.probed``;
+* ``HealthChange`` is logged (a warning names the replica and the reason).
+
+One timer per process: after every event the driver arms the loop at ``flow.wake_at()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterable
+
+from turbogate.sched import Cancel, Dispatch, Flow, HealthChange, Probe, Replica, Respond
+
+log = logging.getLogger("turbogate.gateway")
+
+
+class Handle:
+    """The gateway side of one request: the coroutine's task and what the flow told it last."""
+
+    __slots__ = ("cancelled", "replica", "respond", "retry", "task", "waiter")
+
+    def __init__(self, task: asyncio.Task[object]) -> None:
+        self.task = task
+        self.replica: Replica | None = None
+        self.retry = False
+        self.respond: Respond | None = None
+        self.cancelled = False  # the flow cancelled the upstream call (its Respond follows)
+        self.waiter: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def next_step(self) -> None:
+        """Wait until the flow dispatches or answers this request."""
+        if self.replica is not None or self.respond is not None:
+            return
+        self.waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self.waiter
+        finally:
+            self.waiter = None
+
+
+class FlowDriver:
+    def __init__(self, flow: Flow, probe: Callable[[Replica], Awaitable[bool]],
+                 on_health: Callable[[HealthChange], None] | None = None) -> None:
+        self.flow = flow
+        self._probe = probe
+        self._on_health = on_health
+        self._timer: asyncio.TimerHandle | None = None
+        self._armed_at = math.inf
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @staticmethod
+    def now() -> float:
+        return time.perf_counter()
+
+    def run(self, actions: Iterable[object]) -> None:
+        """Carry out ``actions``, then re-arm the timer."""
+        for action in actions:
+            if isinstance(action, Dispatch):
+                handle = action.req.handle
+                if isinstance(handle, Handle):
+                    handle.replica = action.replica
+                    handle.retry = action.retry
+                    handle.wake()
+            elif isinstance(action, Respond):
+                handle = action.req.handle if action.req is not None else None
+                if isinstance(handle, Handle):
+                    handle.respond = action
+                    handle.wake()
+            elif isinstance(action, Cancel):
+                handle = action.req.handle
+                if isinstance(handle, Handle) and not handle.cancelled:
+                    handle.cancelled = True
+                    handle.task.cancel()
+            elif isinstance(action, Probe):
+                self._spawn(self._run_probe(action.replica))
+            elif isinstance(action, HealthChange):
+                if action.healthy:
+                    log.warning("replica %s (pool %s) is back: %s", action.replica.id, action.replica.pool,
+                                action.reason)
+                else:
+                    log.warning("replica %s (pool %s) ejected: %s", action.replica.id, action.replica.pool,
+                                action.reason)
+                if self._on_health is not None:
+                    self._on_health(action)
+        self._arm()
+
+    def _arm(self) -> None:
+        wake = self.flow.wake_at()
+        if wake >= self._armed_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._armed_at = wake
+        if math.isinf(wake):
+            self._timer = None
+            return
+        delay = max(0.0, wake - time.perf_counter())
+        self._timer = asyncio.get_running_loop().call_later(delay, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._armed_at = math.inf
+        self.run(self.flow.tick(time.perf_counter()))
+
+    async def _run_probe(self, replica: Replica) -> None:
+        ok = await self._probe(replica)
+        self.run(self.flow.probed(replica.id, ok, time.perf_counter()))
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        for task in list(self._tasks):
+            task.cancel()

@@ -1,0 +1,104 @@
+"""One upstream attempt: send the request to the replica the flow chose, pass the answer through
+(JSON tagged with the tier, or SSE rewritten chunk by chunk) and report what happened to the
+flow (``first_byte``, ``finished``, ``failed``).  Whether to retry, what a failure means for
+the replica and what the client then gets are the flow's decisions, not this module's.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from turbogate.asgi import Send, error_body
+from turbogate.gateway.sse import SSERewriter, tag_json_body
+from turbogate.httpclient import UpstreamError
+from turbogate.sched import Failure, FlowRequest, Replica
+
+if TYPE_CHECKING:
+    from turbogate.gateway.app import GatewayApp
+
+_SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+
+
+def _timing(l1: float, l2: float, upstream: float) -> tuple[bytes, bytes]:
+    return (b"server-timing", b"l1;dur=%.3f, l2;dur=%.3f, upstream;dur=%.3f" % (l1 * 1e3, l2 * 1e3, upstream * 1e3))
+
+
+def _stream_timing(l1: float, l2: float, ttft: float) -> tuple[bytes, bytes]:
+    return (b"server-timing", b"l1;dur=%.3f, l2;dur=%.3f, ttft;dur=%.3f" % (l1 * 1e3, l2 * 1e3, ttft * 1e3))
+
+
+def _failure(exc: UpstreamError) -> Failure:
+    if exc.connect_failed:
+        return Failure.CONNECT
+    return Failure.RESET if exc.before_response else Failure.BROKEN
+
+
+async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, send: Send, body: bytes, path: str,
+                  tier_name: str, tier_headers: list[tuple[bytes, bytes]]) -> int | None:
+    """Run one attempt; the HTTP status sent to the client, or ``None`` when the client got
+    nothing yet and the flow has a next step for the request (a retry, or an error answer)."""
+    io = app.rt.replicas[replica.id]
+    client = io.client
+    assert client is not None
+    flow, driver = app.rt.flow, app.driver
+    start = time.perf_counter()
+    l1 = (req.dispatched_at or start) - req.arrival
+    l2 = start - (req.dispatched_at or start)
+    try:
+        resp = await client.request(b"POST", path, body)
+    except UpstreamError as exc:
+        driver.run(flow.failed(req, time.perf_counter(), _failure(exc)))
+        return None
+    try:
+        if not req.stream or resp.status != 200:
+            try:
+                data = await resp.read()
+            except UpstreamError as exc:
+                driver.run(flow.failed(req, time.perf_counter(), _failure(exc)))
+                return None
+            end = time.perf_counter()
+            status = resp.status
+            driver.run(flow.finished(req, end, status))
+            app.metrics.observe_upstream(replica.pool, req.served.value, end - start)
+            ctype = resp.content_type
+            if status == 200 and ctype.startswith(b"application/json"):
+                data = tag_json_body(data, tier_name)
+            await send({"type": "http.response.start", "status": status, "headers": [
+                (b"content-type", ctype), (b"content-length", str(len(data)).encode()), *tier_headers,
+                _timing(l1, l2, end - start)]})
+            await send({"type": "http.response.body", "body": data})
+            return status
+        try:
+            first = await resp.next_chunk()
+        except UpstreamError as exc:  # nothing reached the client yet: as if it failed before any byte
+            driver.run(flow.failed(req, time.perf_counter(), Failure.CONNECT if exc.connect_failed else Failure.RESET))
+            return None
+        now = time.perf_counter()
+        driver.run(flow.first_byte(req, now))
+        ttft = now - start
+        app.metrics.observe_ttft(replica.pool, req.served.value, ttft)
+        # Headers wait for the first chunk, so Server-Timing can carry ttft; total upstream
+        # time of a stream is not known at header time (see docs/gateway.md).
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [*_SSE_HEADERS, *tier_headers, _stream_timing(l1, l2, ttft)]})
+        rewriter = SSERewriter(tier_name)
+        chunk = first
+        try:
+            while chunk:
+                out = rewriter.feed(chunk)
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                chunk = await resp.next_chunk()
+        except UpstreamError as exc:
+            driver.run(flow.failed(req, time.perf_counter(), Failure.BROKEN))
+            err = error_body(502, f"the engine stream broke: {exc}", code="upstream_error")
+            await send({"type": "http.response.body", "body": rewriter.flush() + b"data: " + err + b"\n\n"})
+            return 502
+        end = time.perf_counter()
+        driver.run(flow.finished(req, end, 200))
+        app.metrics.observe_upstream(replica.pool, req.served.value, end - start)
+        await send({"type": "http.response.body", "body": rewriter.flush()})
+        return 200
+    finally:
+        resp.release()  # reused if complete; dropped (cancelling the engine's work) if not

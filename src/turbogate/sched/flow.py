@@ -1,0 +1,432 @@
+"""A request's whole life as one pure state machine, shared by the gateway and the simulator.
+
+In the manner of h11: the driver (the asyncio gateway, or the simulator's virtual clock) feeds
+**events** with ``now`` and carries out the **actions** returned.  Nothing here awaits, sleeps
+or reads a clock, so a full gateway scenario runs in a unit test with a fake clock.
+
+    events (driver → flow)                      actions (flow → driver)
+      open(...) → FlowRequest | Respond           Respond(req, status, code, msg, Retry-After)
+      arrive(req)                                 Dispatch(req, replica, retry)
+      first_byte(req) / finished(req, status)     Cancel(req)    (abort its upstream call)
+      failed(req, CONNECT | RESET | BROKEN)       Probe(replica) (health-check it now)
+      client_gone(req)                            HealthChange(replica, healthy, reason)
+      scraped(replica, load | ScrapeFailed)
+      probed(replica, ok)
+      tick(now) at wake_at()
+
+Rules that live here and nowhere else: tier resolution (asked → entitled → switches → served,
+the vLLM ``priority`` value), a request's fair-queue cost (bounded), admission and shedding
+with a truthful ``Retry-After`` (sched/admission.py), one queue limit (the tier's queue budget
+or its deadline, whichever comes first), the deadline (arrival → first byte for streams, →
+full answer otherwise: 504, and a strike against the replica), replica choice (sched/picker.py),
+the single retry on another replica before any byte, and what each upstream failure means.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+from typing import NamedTuple
+
+from turbogate.sched.admission import Admission, Shed, TenantPolicy, Ticket, TierPolicy, clamp_retry
+from turbogate.sched.load import ReplicaLoad
+from turbogate.sched.picker import Health, HealthChange, Picker, Replica, ScrapeFailed
+from turbogate.sched.policy import FlowPolicy, PoolSpec, TenantSpec
+from turbogate.sched.tiers import TIERS, Tier, parse_tier, resolve_tier
+
+#: vLLM's ``priority`` field: lower is served first.
+PRIORITY: dict[Tier, int] = {Tier.TURBO: 0, Tier.STANDARD: 1, Tier.RELAX: 2}
+
+
+class Phase(IntEnum):
+    NEW = 0
+    QUEUED = 1
+    UPSTREAM = 2  # dispatched, no byte back yet
+    ANSWERING = 3  # the replica's answer has begun
+    DONE = 4
+
+
+class Failure(Enum):
+    CONNECT = "connect"  # connection refused: nothing reached the replica
+    RESET = "reset"  # the connection broke before any byte of the answer
+    BROKEN = "broken"  # the answer broke off midway (no retry: bytes had come)
+
+
+@dataclass(slots=True, eq=False)
+class FlowRequest:
+    id: int
+    tenant: str
+    pool: str
+    model: str
+    asked: Tier
+    served: Tier
+    downgrade: str | None  # why served differs from asked
+    stream: bool
+    cost: float
+    arrival: float
+    handle: object  # the driver's own object, untouched here
+    priority: int | None  # vLLM priority to put in the body, or None
+    phase: Phase = Phase.NEW
+    ticket: Ticket | None = None
+    replica: Replica | None = None
+    retried: bool = False
+    dispatched_at: float | None = None
+    first_byte_at: float | None = None
+    status: int | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.phase is Phase.DONE
+
+
+class Dispatch(NamedTuple):
+    req: FlowRequest
+    replica: Replica
+    retry: bool
+
+
+class Respond(NamedTuple):
+    """Answer the client with this OpenAI error (the request never reached, or never got, an
+    engine answer)."""
+
+    req: FlowRequest | None
+    status: int
+    code: str
+    message: str
+    retry_after_s: int | None = None
+    param: str | None = None
+
+
+class Cancel(NamedTuple):
+    req: FlowRequest
+
+
+class Probe(NamedTuple):
+    replica: Replica
+
+
+Action = Dispatch | Respond | Cancel | Probe | HealthChange
+
+_QUEUED, _UPSTREAM, _ANSWERING, _DONE = Phase.QUEUED, Phase.UPSTREAM, Phase.ANSWERING, Phase.DONE
+
+
+class _Pool:
+    __slots__ = ("admission", "spec")
+
+    def __init__(self, spec: PoolSpec, admission: Admission) -> None:
+        self.spec = spec
+        self.admission = admission
+
+
+class Flow:
+    """Every pool, tenant and switch of one gateway.  See the module docstring."""
+
+    def __init__(self, policy: FlowPolicy) -> None:
+        self.policy = policy
+        self.picker = Picker(policy.picker)
+        self.mode = policy.mode
+        self.tenants: dict[str, TenantSpec] = {t.name: t for t in policy.tenants}
+        self.enabled: set[Tier] = set(TIERS) - set(policy.disabled)
+        self.turbo_off: set[str] = set()  # tenants whose Turbo is switched off
+        tier_policies: dict[Tier, TierPolicy] = dict(policy.tiers)
+        if self.mode == "fifo":  # one queue for everybody: the Standard policy, no holdback
+            tier_policies = dict.fromkeys(TIERS, tier_policies.get(Tier.STANDARD, TierPolicy()))
+        tenant_policies = {t.name: TenantPolicy(t.weight, t.max_in_flight) for t in policy.tenants}
+        counts: dict[str, int] = {}  # shared: a tenant's max_in_flight spans every pool
+        self.pools: dict[str, _Pool] = {}
+        self.pool_of_model: dict[str, str] = {}
+        for spec in policy.pools:
+            for r in spec.replicas:
+                self.picker.add(Replica(id=r.id, pool=spec.name, cap=r.max_concurrency, scraped=r.scraped))
+            admission = Admission(tier_policies, tenant_policies, tenant_counts=counts)
+            self.pools[spec.name] = _Pool(spec, admission)
+            for model in spec.models:
+                self.pool_of_model[model] = spec.name
+        self._sync_holdback()
+        # Per tier, the queue-limit and deadline timers in arrival order (each limit is a constant
+        # per tier, so arrival order is due order): O(1) per request instead of a heap.
+        self._queue_timers: dict[Tier, deque[tuple[float, FlowRequest]]] = {t: deque() for t in TIERS}
+        self._deadline_timers: dict[Tier, deque[tuple[float, FlowRequest]]] = {t: deque() for t in TIERS}
+        self._probe_at = math.inf
+        self._unscraped = any(not r.scraped for r in self.picker.replicas())
+        self._health_at = 0.0 if self._unscraped else math.inf
+        self._ids = 0
+
+    # ---- switches ----------------------------------------------------------------------------
+    def set_tier(self, tier: Tier, on: bool) -> None:
+        if tier is Tier.STANDARD and not on:
+            raise ValueError("standard cannot be switched off: it is every other tier's fallback")
+        (self.enabled.add if on else self.enabled.discard)(tier)
+        self._sync_holdback()
+
+    def set_tenant_turbo(self, tenant: str, on: bool) -> None:
+        (self.turbo_off.discard if on else self.turbo_off.add)(tenant)
+
+    def turbo_available(self, tenant: str) -> bool:
+        spec = self.tenants[tenant]
+        return Tier.TURBO in spec.allowed and Tier.TURBO in self.enabled and tenant not in self.turbo_off
+
+    def _sync_holdback(self) -> None:
+        # No headroom to keep for a tier nobody can get, and none in FIFO mode.
+        on = Tier.TURBO in self.enabled and self.mode == "turbogate"
+        for pool in self.pools.values():
+            pool.admission.holdback = on
+
+    # ---- the edge ------------------------------------------------------------------------------
+    def resolve(self, tenant: TenantSpec, asked: Tier) -> tuple[Tier, str | None]:
+        """The tier served for ``asked``, and why it differs (None when it does not)."""
+        enabled = self.enabled
+        if tenant.name in self.turbo_off and Tier.TURBO in enabled:
+            enabled = enabled - {Tier.TURBO}
+        served = resolve_tier(asked, tenant.allowed, frozenset(enabled))
+        if served is asked:
+            return served, None
+        if asked not in tenant.allowed:
+            return served, "not_entitled"
+        if asked not in self.enabled:
+            return served, "tier_disabled"
+        return served, "tenant_switched_off"
+
+    def open(self, *, tenant: str, model: str, tier_body: object = None, tier_header: str | None = None,
+             max_tokens: object = None, prompt_bytes: int = 0, stream: bool = False, now: float,
+             handle: object = None) -> FlowRequest | Respond:
+        """A parsed request from an authenticated ``tenant``: its pool, tier and cost, or the 4xx
+        that refuses it (unknown model, unknown tier word)."""
+        spec = self.tenants[tenant]
+        pool = self.pool_of_model.get(model)
+        if pool is None:
+            return Respond(None, 404, "model_not_found", f"The model `{model}` does not exist or you do not have "
+                           "access to it", param="model")
+        if tier_body is not None:
+            asked = parse_tier(tier_body)
+            if asked is None:
+                return Respond(None, 400, "invalid_value", f"unknown service_tier {tier_body!r}; use priority/turbo, "
+                               "default/auto/standard or flex/relax", param="service_tier")
+        elif tier_header is not None:
+            asked = parse_tier(tier_header)
+            if asked is None:
+                return Respond(None, 400, "invalid_value", "unknown X-Turbogate-Tier header value",
+                               param="X-Turbogate-Tier")
+        else:
+            asked = spec.default_tier
+        served, why = self.resolve(spec, asked)
+        policy = self.policy
+        tokens = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0 \
+            else policy.default_max_tokens
+        cap = policy.max_cost_tokens
+        cost = float(min(tokens, cap)) + min(prompt_bytes / 4.0, float(cap))
+        self._ids += 1
+        priority = PRIORITY[served] if self.pools[pool].spec.priority_field else None
+        return FlowRequest(self._ids, tenant, pool, model, asked, served, why, stream, cost, now, handle, priority)
+
+    # ---- admission -----------------------------------------------------------------------------
+    def arrive(self, req: FlowRequest, now: float) -> list[Action]:
+        """Admit ``req``: dispatch it, queue it, or refuse it."""
+        pool = self.pools[req.pool]
+        tiers = self.policy.tiers
+        tier_policy = tiers.get(req.served) or TierPolicy()
+        self._deadline_timers[req.served].append((req.arrival + tier_policy.deadline_s, req))
+        if self.mode in ("round-robin", "least-outstanding"):
+            replica = self.picker.pick_plain(req.pool, self.mode)
+            if replica is None:
+                return [self._no_replica(req, now)]
+            return [self._dispatch(req, replica, now, retry=False)]
+        slots = self.picker.slots(req.pool, now)
+        if slots <= 0:
+            return [self._no_replica(req, now)]
+        ticket = Ticket(req.tenant, req.served if self.mode == "turbogate" else Tier.STANDARD, req.arrival, req.cost,
+                        req)
+        decision = pool.admission.submit(ticket, now, slots)
+        if isinstance(decision, Shed):
+            return [self._refuse(req, decision.status, decision.reason, decision.message, now,
+                                 decision.retry_after_s)]
+        req.ticket = ticket
+        req.phase = _QUEUED
+        self._queue_timers[req.served].append((req.arrival + tier_policy.queue_limit_s, req))
+        return self._pump(pool, now)
+
+    def _no_replica(self, req: FlowRequest, now: float) -> Respond:
+        wait = self.picker.next_probe_at(req.pool) - now
+        return self._refuse(req, 503, "no_healthy_replica", f"no replica of pool {req.pool!r} is healthy: the "
+                            "backends are down or unreachable (not an overload)", now,
+                            clamp_retry(wait) if math.isfinite(wait) else 5)
+
+    def _pump(self, pool: _Pool, now: float, out: list[Action] | None = None) -> list[Action]:
+        """Dispatch every queued request L1 lets go now and L2 has a replica for."""
+        actions: list[Action] = [] if out is None else out
+        admission = pool.admission
+        if admission.queued == 0:
+            return actions
+        name = pool.spec.name
+        picker = self.picker
+        slots = picker.slots(name, now)
+        while True:
+            ticket = admission.next_dispatch(now, slots)
+            if ticket is None:
+                return actions
+            replica = picker.pick(name, now)
+            if replica is None:  # L1's slot total says yes, but no single replica has room
+                admission.requeue(ticket)
+                return actions
+            req = ticket.payload
+            assert isinstance(req, FlowRequest)
+            actions.append(self._dispatch(req, replica, now, retry=False))
+
+    def _dispatch(self, req: FlowRequest, replica: Replica, now: float, *, retry: bool) -> Dispatch:
+        self.picker.on_dispatch(replica)
+        req.replica = replica
+        req.phase = _UPSTREAM
+        req.dispatched_at = now
+        req.retried = req.retried or retry
+        return Dispatch(req, replica, retry)
+
+    def _close(self, req: FlowRequest, status: int, now: float, *, count_service: bool = False) -> None:
+        """Mark ``req`` done with ``status`` and free its L1 place (the caller pumps)."""
+        req.phase = _DONE
+        req.status = status
+        if req.ticket is not None:
+            self.pools[req.pool].admission.on_complete(req.ticket, now, count_service=count_service)
+
+    def _refuse(self, req: FlowRequest, status: int, code: str, message: str, now: float,
+                retry_after_s: int | None = None) -> Respond:
+        self._close(req, status, now)
+        return Respond(req, status, code, message, retry_after_s)
+
+    # ---- upstream events -----------------------------------------------------------------------
+    def first_byte(self, req: FlowRequest, now: float) -> list[Action]:
+        if req.phase is _UPSTREAM:
+            req.phase = _ANSWERING
+            req.first_byte_at = now
+        return []
+
+    def finished(self, req: FlowRequest, now: float, status: int = 200) -> list[Action]:
+        """The replica's answer is complete (any HTTP status it sent)."""
+        if req.phase is _DONE:
+            return []
+        replica = req.replica
+        if replica is not None:
+            self.picker.on_response(replica, status, now - (req.dispatched_at or now), now)
+        self._close(req, status, now, count_service=status < 500)
+        return self._after(req, now)
+
+    def failed(self, req: FlowRequest, now: float, failure: Failure) -> list[Action]:
+        if req.phase is _DONE:
+            return []
+        replica = req.replica
+        assert replica is not None
+        picker = self.picker
+        hard = failure is Failure.CONNECT
+        picker.on_failure(replica, now, hard=hard, reason=f"connection {'refused' if hard else failure.value}")
+        if failure is Failure.BROKEN or req.phase is _ANSWERING:
+            broke = self._refuse(req, 502, "upstream_error", "the engine connection broke mid-answer", now)
+            out: list[Action] = [broke]
+            return self._after(req, now, out)
+        if not req.retried:
+            plain = self.mode in ("round-robin", "least-outstanding")
+            other = (picker.pick_plain(req.pool, self.mode, exclude=(replica.id,)) if plain
+                     else picker.pick(req.pool, now, exclude=(replica.id,)))
+            if other is not None:
+                return self._health([self._dispatch(req, other, now, retry=True)])
+        gave_up = self._refuse(req, 502, "upstream_unavailable", "the engine replica failed before answering and "
+                               "no other could take the retry", now)
+        final: list[Action] = [gave_up]
+        return self._after(req, now, final)
+
+    def client_gone(self, req: FlowRequest, now: float) -> list[Action]:
+        if req.phase is _DONE:
+            return []
+        out: list[Action] = []
+        if req.phase in (_UPSTREAM, _ANSWERING) and req.replica is not None:
+            self.picker.on_release(req.replica)
+            out.append(Cancel(req))
+        self._close(req, 499, now)
+        return self._after(req, now, out)
+
+    def _after(self, req: FlowRequest, now: float, out: list[Action] | None = None) -> list[Action]:
+        actions = self._health(out if out is not None else [])
+        if self.mode in ("round-robin", "least-outstanding"):
+            return actions
+        return self._pump(self.pools[req.pool], now, actions)
+
+    def _health(self, out: list[Action]) -> list[Action]:
+        changes = self.picker.take_health_changes()
+        if changes:
+            for change in changes:
+                if not change.healthy:
+                    self._probe_at = min(self._probe_at, change.replica.next_probe_at)
+            out.extend(changes)
+        return out
+
+    # ---- timers --------------------------------------------------------------------------------
+    def wake_at(self) -> float:
+        """When ``tick`` next has work (math.inf: nothing is due)."""
+        due = min(self._probe_at, self._health_at)
+        for timers in (self._queue_timers, self._deadline_timers):
+            for q in timers.values():
+                while q and q[0][1].phase is _DONE:
+                    q.popleft()
+                if q and q[0][0] < due:
+                    due = q[0][0]
+        return due
+
+    def tick(self, now: float) -> list[Action]:
+        """Queue limits, deadlines and probes due at ``now``."""
+        out: list[Action] = []
+        touched: set[str] = set()
+        for q in self._queue_timers.values():
+            while q and (q[0][0] <= now or q[0][1].phase is not _QUEUED):
+                _, req = q.popleft()
+                if req.phase is _QUEUED and req.ticket is not None:
+                    pool = self.pools[req.pool]
+                    shed = pool.admission.timed_out(req.ticket, now, self.picker.slots(req.pool, now))
+                    req.phase = _DONE
+                    req.status = shed.status
+                    out.append(Respond(req, shed.status, shed.reason, shed.message, shed.retry_after_s))
+                    touched.add(req.pool)
+        for q in self._deadline_timers.values():
+            while q and (q[0][0] <= now or q[0][1].phase is _DONE):
+                _, req = q.popleft()
+                if req.phase is _UPSTREAM or (req.phase is _ANSWERING and not req.stream):
+                    replica = req.replica
+                    assert replica is not None
+                    what = "the first byte" if req.stream else "the answer"
+                    self.picker.on_failure(replica, now, hard=False, reason=f"no {what} within the "
+                                           f"{req.served.value} deadline")
+                    out.append(Cancel(req))
+                    out.append(self._refuse(req, 504, "deadline_exceeded", f"the {req.served.value} tier deadline "
+                                            f"passed before {what} came", now))
+                    touched.add(req.pool)
+        if now >= self._probe_at:
+            out.extend(Probe(r) for r in self.picker.due_probes(now))
+            self._probe_at = self.picker.next_probe_at()
+        if now >= self._health_at:
+            self._health_at = now + self.policy.health_interval_s
+            out.extend(Probe(r) for r in self.picker.replicas() if not r.scraped and r.health is Health.HEALTHY)
+        self._health(out)
+        for name in touched:
+            self._pump(self.pools[name], now, out)
+        return out
+
+    # ---- replica signals -----------------------------------------------------------------------
+    def scraped(self, replica_id: str, result: ReplicaLoad | ScrapeFailed, now: float) -> list[Action]:
+        replica = self.picker.get(replica_id)
+        self.picker.on_scrape(replica, result, now)
+        return self._pump_all(now, self._health([]))
+
+    def probed(self, replica_id: str, ok: bool, now: float) -> list[Action]:
+        self.picker.on_probe(self.picker.get(replica_id), ok, now)
+        self._probe_at = self.picker.next_probe_at()
+        return self._pump_all(now, self._health([]))
+
+    def _pump_all(self, now: float, out: list[Action]) -> list[Action]:
+        if self.mode not in ("round-robin", "least-outstanding"):
+            for pool in self.pools.values():
+                self._pump(pool, now, out)
+        return out
+
+    # ---- views ---------------------------------------------------------------------------------
+    def admissions(self) -> Iterable[tuple[str, Admission]]:
+        return ((name, pool.admission) for name, pool in self.pools.items())

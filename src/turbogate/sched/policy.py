@@ -1,0 +1,62 @@
+"""The flow's policy as plain values: what the config file says, minus everything that is I/O
+(URLs, keys, paths).  ``turbogate.config.flow_policy`` builds it from a gateway config; the
+simulator builds it from the same config plus a fleet file."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from turbogate.sched.admission import TierPolicy
+from turbogate.sched.picker import PickerConfig
+from turbogate.sched.tiers import Tier
+
+#: ``turbogate``: the full policy.  ``fifo``: the gateway queue ignores tiers (one FIFO, no
+#: holdback), same L2.  ``round-robin`` / ``least-outstanding``: no gateway queue at all, every
+#: request is dispatched at once (a plain proxy), and the engines queue.
+Mode = Literal["turbogate", "fifo", "round-robin", "least-outstanding"]
+MODES: tuple[str, ...] = ("turbogate", "fifo", "round-robin", "least-outstanding")
+
+
+@dataclass(frozen=True, slots=True)
+class TenantSpec:
+    name: str
+    allowed: frozenset[Tier] = frozenset({Tier.STANDARD, Tier.RELAX})
+    default_tier: Tier = Tier.STANDARD
+    weight: float = 1.0
+    max_in_flight: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSpec:
+    id: str
+    max_concurrency: int | None = None  # optional cap on the learned limit
+    scraped: bool = True  # False: the engine exposes no load metrics (health checks instead)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSpec:
+    name: str
+    models: tuple[str, ...]
+    replicas: tuple[ReplicaSpec, ...]
+    priority_field: bool = False  # engines run vLLM --scheduling-policy priority
+
+
+@dataclass(frozen=True, slots=True)
+class FlowPolicy:
+    tiers: Mapping[Tier, TierPolicy]
+    tenants: tuple[TenantSpec, ...]
+    pools: tuple[PoolSpec, ...]
+    picker: PickerConfig = field(default_factory=PickerConfig)
+    disabled: frozenset[Tier] = frozenset()  # tiers switched off at start (never Standard)
+    mode: Mode = "turbogate"
+    health_interval_s: float = 1.0  # how often replicas without metrics are health-checked
+    default_max_tokens: int = 256  # a request's cost when it names no max_tokens
+    max_cost_tokens: int = 131072  # bound on one request's fair-queue cost (tokens)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if Tier.STANDARD in self.disabled:
+            raise ValueError("standard cannot be switched off: it is every other tier's fallback")

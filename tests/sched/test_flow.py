@@ -1,0 +1,250 @@
+"""The request flow as a pure state machine: a fake clock, no sockets, events in → actions out."""
+
+from __future__ import annotations
+
+import pytest
+
+from turbogate.sched import (
+    Cancel,
+    Dispatch,
+    Failure,
+    Flow,
+    FlowPolicy,
+    FlowRequest,
+    HealthChange,
+    PickerConfig,
+    PoolSpec,
+    Probe,
+    ReplicaLoad,
+    ReplicaSpec,
+    Respond,
+    ScrapeFailed,
+    TenantSpec,
+    Tier,
+    TierPolicy,
+)
+
+ALL_TIERS = frozenset(Tier)
+TIERS = {
+    Tier.TURBO: TierPolicy(queue_budget_s=5, deadline_s=20),
+    Tier.STANDARD: TierPolicy(max_utilization=0.75, queue_budget_s=30, deadline_s=10, min_share=0.2),
+    Tier.RELAX: TierPolicy(capacity_share=0.5, max_utilization=0.5, queue_budget_s=60, deadline_s=600,
+                           min_share=0.05),
+}
+
+
+def policy(replicas: int = 2, cap: int | None = 2, priority: bool = False, **kw: object) -> FlowPolicy:
+    pool = PoolSpec("p", ("m",), tuple(ReplicaSpec(f"r{i}", cap) for i in range(replicas)), priority)
+    tenants = (TenantSpec("acme", ALL_TIERS, Tier.STANDARD), TenantSpec("hobby", frozenset({Tier.STANDARD}),
+                                                                        Tier.STANDARD))
+    picker = PickerConfig(initial_limit=2, eject_after_failures=2, probe_backoff_s=1.0)
+    return FlowPolicy(tiers=TIERS, tenants=tenants, pools=(pool,), picker=picker, **kw)  # type: ignore[arg-type]
+
+
+def fresh(flow: Flow, now: float, **kw: object) -> None:
+    """Scrape every replica as idle at ``now`` (fresh metrics, no queue)."""
+    for r in flow.picker.replicas():
+        flow.scraped(r.id, ReplicaLoad(running=r.in_flight, waiting=0, kv_usage=0.1), now)
+
+
+def new(flow: Flow, now: float, tier: str | None = None, tenant: str = "acme", **kw: object) -> FlowRequest:
+    req = flow.open(tenant=tenant, model="m", tier_body=tier, now=now, **kw)  # type: ignore[arg-type]
+    assert isinstance(req, FlowRequest)
+    return req
+
+
+def dispatched(actions: list[object]) -> list[FlowRequest]:
+    return [a.req for a in actions if isinstance(a, Dispatch)]
+
+
+def test_tier_resolution_entitlement_switches_and_priority_field() -> None:
+    flow = Flow(policy(priority=True))
+    assert new(flow, 0, "priority").served is Tier.TURBO
+    assert new(flow, 0, "priority").priority == 0
+    denied = new(flow, 0, "turbo", tenant="hobby")
+    assert (denied.served, denied.downgrade) == (Tier.STANDARD, "not_entitled")
+    by_header = flow.open(tenant="acme", model="m", tier_header="flex", now=0)
+    assert isinstance(by_header, FlowRequest) and by_header.served is Tier.RELAX and by_header.priority == 2
+    assert new(flow, 0).served is Tier.STANDARD  # the tenant's default
+    flow.set_tier(Tier.TURBO, False)
+    off = new(flow, 0, "priority")
+    assert (off.served, off.downgrade) == (Tier.STANDARD, "tier_disabled")
+    assert not flow.turbo_available("acme")
+    flow.set_tier(Tier.TURBO, True)
+    flow.set_tenant_turbo("acme", False)
+    assert new(flow, 0, "priority").downgrade == "tenant_switched_off"
+    with pytest.raises(ValueError, match="standard cannot be switched off"):
+        flow.set_tier(Tier.STANDARD, False)
+
+
+def test_bad_tier_word_and_unknown_model_are_4xx_naming_the_field() -> None:
+    flow = Flow(policy())
+    bad = flow.open(tenant="acme", model="m", tier_body="gold", now=0)
+    assert isinstance(bad, Respond) and (bad.status, bad.param) == (400, "service_tier")
+    bad = flow.open(tenant="acme", model="m", tier_header="gold", now=0)
+    assert isinstance(bad, Respond) and bad.param == "X-Turbogate-Tier"
+    missing = flow.open(tenant="acme", model="nope", now=0)
+    assert isinstance(missing, Respond) and (missing.status, missing.param) == (404, "model")
+
+
+def test_cost_is_bounded_so_one_request_cannot_poison_fair_queueing() -> None:
+    flow = Flow(policy())
+    huge = new(flow, 0, max_tokens=18446744073709551615, prompt_bytes=10**12)
+    assert huge.cost <= 2 * flow.policy.max_cost_tokens
+    assert new(flow, 0, max_tokens=True).cost == flow.policy.default_max_tokens  # a bool is no count
+
+
+def test_dispatch_queue_and_completion_free_the_next() -> None:
+    flow = Flow(policy(replicas=1, cap=2))
+    fresh(flow, 0)
+    reqs = [new(flow, 0.0, "priority") for _ in range(3)]
+    out = [a for r in reqs for a in flow.arrive(r, 0.0)]
+    assert dispatched(out) == reqs[:2]
+    assert reqs[2].phase.name == "QUEUED"
+    flow.first_byte(reqs[0], 0.1)
+    assert dispatched(flow.finished(reqs[0], 0.5, 200)) == [reqs[2]]
+    assert reqs[0].done and reqs[0].status == 200
+
+
+def test_queue_limit_is_the_budget_or_the_deadline_whichever_first() -> None:
+    flow = Flow(policy(replicas=1, cap=1))
+    fresh(flow, 0)
+    first, second = new(flow, 0), new(flow, 0)
+    flow.arrive(first, 0)
+    assert flow.arrive(second, 0) == []  # queued: Standard's budget 30 s, deadline 10 s
+    assert flow.wake_at() == pytest.approx(10.0)
+    assert flow.tick(9.9) == []
+    out = flow.tick(10.0)
+    shed = [a for a in out if isinstance(a, Respond)]
+    # the queued one is shed; the dispatched one, unanswered, hits the same 10 s deadline
+    assert {(a.req.id, a.status, a.code) for a in shed if a.req} == {(second.id, 503, "queue_timeout"),
+                                                                      (first.id, 504, "deadline_exceeded")}
+    assert all(a.retry_after_s is not None and a.retry_after_s >= 1 for a in shed if a.status == 503)
+
+
+def test_deadline_cancels_answers_504_and_strikes_the_hung_replica() -> None:
+    flow = Flow(policy(replicas=2, cap=4))
+    fresh(flow, 0)
+    hung = flow.picker.get("r0")
+    strikes = 0
+    t = 0.0
+    while hung.health.value == "healthy":
+        assert t < 1000
+        req = new(flow, t, stream=True)
+        (action,) = flow.arrive(req, t)
+        assert isinstance(action, Dispatch)
+        if action.replica is not hung:
+            flow.first_byte(req, t + 0.01)
+            flow.finished(req, t + 0.02)
+            t += 0.1
+            continue
+        out = flow.tick(t + 10.0)  # Standard's deadline: 10 s to the first byte
+        assert any(isinstance(a, Cancel) and a.req is req for a in out)
+        assert any(isinstance(a, Respond) and a.status == 504 for a in out)
+        strikes += 1
+        t += 10.0
+        fresh(flow, t)
+    assert strikes == 2  # eject_after_failures
+    req = new(flow, t, stream=True)
+    (action,) = flow.arrive(req, t)
+    assert isinstance(action, Dispatch) and action.replica.id == "r1"  # no more Turbo or Standard to the hung one
+
+
+def test_stream_deadline_covers_only_the_first_byte() -> None:
+    flow = Flow(policy(replicas=1))
+    fresh(flow, 0)
+    req = new(flow, 0, stream=True)
+    flow.arrive(req, 0)
+    flow.first_byte(req, 1.0)
+    assert flow.tick(50.0) == [] or not any(isinstance(a, Respond) for a in flow.tick(50.0))
+    assert flow.finished(req, 60.0) is not None and req.status == 200
+
+
+def test_connect_failure_ejects_and_retries_once_elsewhere() -> None:
+    flow = Flow(policy(replicas=2))
+    fresh(flow, 0)
+    req = new(flow, 0)
+    (first,) = flow.arrive(req, 0)
+    assert isinstance(first, Dispatch)
+    out = flow.failed(req, 0.01, Failure.CONNECT)
+    retry = [a for a in out if isinstance(a, Dispatch)]
+    assert len(retry) == 1 and retry[0].retry and retry[0].replica is not first.replica
+    assert any(isinstance(a, HealthChange) and not a.healthy and "refused" in a.reason for a in out)
+    out = flow.failed(req, 0.02, Failure.RESET)
+    assert [(a.status, a.code) for a in out if isinstance(a, Respond)] == [(502, "upstream_unavailable")]
+
+
+def test_no_healthy_replica_is_its_own_503_with_retry_after_the_next_probe() -> None:
+    flow = Flow(policy(replicas=1))
+    fresh(flow, 0)
+    flow.scraped("r0", ScrapeFailed("connect"), 1.0)
+    req = new(flow, 1.2)
+    (answer,) = flow.arrive(req, 1.2)
+    assert isinstance(answer, Respond)
+    assert (answer.status, answer.code, answer.retry_after_s) == (503, "no_healthy_replica", 1)
+    assert flow.wake_at() == pytest.approx(2.0)
+    probes = [a for a in flow.tick(2.0) if isinstance(a, Probe)]
+    assert [p.replica.id for p in probes] == ["r0"]
+    out = flow.probed("r0", True, 2.1)
+    assert any(isinstance(a, HealthChange) and a.healthy for a in out)
+
+
+def test_client_gone_queued_or_upstream_frees_everything() -> None:
+    flow = Flow(policy(replicas=1, cap=1))
+    fresh(flow, 0)
+    running, queued = new(flow, 0), new(flow, 0)
+    flow.arrive(running, 0)
+    flow.arrive(queued, 0)
+    assert flow.client_gone(queued, 0.5) == []
+    out = flow.client_gone(running, 0.6)
+    assert [type(a) for a in out] == [Cancel]
+    assert flow.picker.get("r0").in_flight == 0
+    _, admission = next(iter(flow.admissions()))
+    assert admission.in_flight == 0 and admission.queued == 0
+
+
+def test_adaptive_limit_shrinks_to_what_the_engine_runs_and_grows_while_it_keeps_up() -> None:
+    flow = Flow(policy(replicas=1, cap=None))
+    r = flow.picker.get("r0")
+    assert r.limit == 2
+    t = 0.0
+    for _ in range(4):  # slow start: the limit is reached, the engine queues nothing → doubles
+        r.peak_in_flight = int(r.limit)
+        t += 1
+        flow.scraped("r0", ReplicaLoad(running=r.limit, waiting=0, kv_usage=0.2), t)
+    assert r.limit == 32
+    r.in_flight = r.peak_in_flight = 32
+    flow.scraped("r0", ReplicaLoad(running=16, waiting=16, kv_usage=0.5), t + 1)
+    assert r.limit == 16  # what the engine runs of ours: 32 in flight − 16 waiting
+    r.in_flight = 20  # completions lag behind the cut: no second cut for the same queue
+    flow.scraped("r0", ReplicaLoad(running=16, waiting=4, kv_usage=0.5), t + 2)
+    assert r.limit == 16
+    r.in_flight = 16
+    for i in range(flow.policy.picker.grow_every_scrapes):  # at the threshold: one probe now and then
+        r.peak_in_flight = 16
+        flow.scraped("r0", ReplicaLoad(running=16, waiting=0, kv_usage=0.5), t + 3 + i)
+    assert r.limit == 16
+    r.peak_in_flight = 16
+    flow.scraped("r0", ReplicaLoad(running=16, waiting=0, kv_usage=0.5), t + 20)
+    assert r.limit == 17
+    r.in_flight = 3
+    flow.scraped("r0", ReplicaLoad(running=3, waiting=0, kv_usage=0.5), t + 21)
+    assert r.limit == 17  # not at the limit since the last scrape: no evidence to grow
+
+
+@pytest.mark.parametrize("mode", ["round-robin", "least-outstanding"])
+def test_plain_proxy_baselines_dispatch_everything_at_once(mode: str) -> None:
+    flow = Flow(policy(replicas=2, cap=1, mode=mode))
+    reqs = [new(flow, 0) for _ in range(6)]
+    out = [a for r in reqs for a in flow.arrive(r, 0)]
+    assert dispatched(out) == reqs
+    assert sorted(r.in_flight for r in flow.picker.replicas()) == [3, 3]
+
+
+def test_fifo_baseline_ignores_tiers() -> None:
+    flow = Flow(policy(replicas=1, cap=1, mode="fifo"))
+    fresh(flow, 0)
+    first, standard, turbo = new(flow, 0), new(flow, 0.1), new(flow, 0.2, "priority")
+    for r in (first, standard, turbo):
+        flow.arrive(r, r.arrival)
+    assert dispatched(flow.finished(first, 1.0)) == [standard]
