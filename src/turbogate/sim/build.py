@@ -4,20 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from turbogate.bench.options import LoadOptions
 from turbogate.config import GatewayConfig, flow_policy, hash_key
 from turbogate.engine import EngineConfig
 from turbogate.errors import CatalogError, ConfigError
 from turbogate.sched.flow import Flow
-from turbogate.sched.policy import PoolSpec, ReplicaSpec
+from turbogate.sched.policy import MODES, Mode, PoolSpec, ReplicaSpec
 from turbogate.sim.core import Simulation
 from turbogate.sim.fleet import Fleet
 from turbogate.sim.replica import SimReplica, group_deployment
 from turbogate.sim.requests import RequestSource
 
-POLICIES: tuple[str, ...] = ("turbogate", "fifo", "round-robin", "least-outstanding")
+POLICIES: tuple[str, ...] = MODES  # the Flow's baselines (sched/policy.py)
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def build_simulation(sc: SimConfig, progress: Callable[[float], None] | None = N
     model = sc.resolved_model()
     if not any(model in s.models for s in specs):
         raise ConfigError(f"--model {model!r} is served by no pool of the fleet")
-    flow = Flow(flow_policy(sc.gateway, pools=specs, mode=sc.policy))
+    flow = Flow(flow_policy(sc.gateway, pools=specs, mode=cast(Mode, sc.policy)))
     source = RequestSource(sc.load, chat=sc.chat, ignore_eos=sc.ignore_eos, min_tokens=sc.min_tokens)
     fleet = sc.fleet
     outages = [(o.down_at_s, o.replica, False) for o in fleet.failures]

@@ -15,12 +15,13 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from turbogate.engine import Request, RequestTooLarge
 from turbogate.results import RequestRecord
-from turbogate.sched.flow import Cancel, Dispatch, Failure, Flow, FlowRequest, Probe, Respond, ScrapeFailed
+from turbogate.sched.flow import Cancel, Dispatch, Failure, Flow, FlowRequest, Probe, Respond
 from turbogate.sched.load import ReplicaLoad
+from turbogate.sched.picker import ScrapeFailed
 from turbogate.sim.replica import SimReplica
 from turbogate.sim.requests import SimRequest
 
@@ -141,7 +142,7 @@ class Simulation:
                            tier_body=_TIER_BODY[tier] if tier else None, tier_header=tier,
                            max_tokens=req.max_tokens, prompt_bytes=4 * req.prompt_tokens, stream=self.stream,
                            now=now, handle=call)
-        if type(r) is Respond:
+        if isinstance(r, Respond):
             self._close(call, now + self.c2g, r.status, f"HTTP {r.status}: {r.message}")
             return
         call.flow = r
@@ -150,7 +151,7 @@ class Simulation:
     def _respond(self, a: Respond, now: float) -> None:
         if a.req is None:
             return  # only open() answers without a request, and _arrive handles that
-        call: Call = a.req.handle
+        call = cast(Call, a.req.handle)
         self._close(call, now + self.c2g, a.status, f"HTTP {a.status}: {a.message}")
 
     def _close(self, call: Call, end: float, status: int | None, error: str | None, out: int | None = None) -> None:
