@@ -25,6 +25,9 @@ from turbogate.sched.tiers import Tier
 
 EngineKind = Literal["vllm", "sglang", "tgi", "llamacpp", "openai", "emulator"]
 TierName = Literal["turbo", "standard", "relax"]
+#: The pure core's defaults: the config's defaults are read from here, never written twice.
+_PICK = PickerConfig()
+
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="sha256 hex digest (lower case)")]
 
 
@@ -138,34 +141,36 @@ class Pool(_Model):
 class Scrape(_Model):
     interval_s: float = Field(1.0, ge=0.1, le=60)
     timeout_s: float = Field(1.0, gt=0)
-    stale_after_s: float = Field(5.0, gt=0)
+    stale_after_s: float = Field(_PICK.stale_after_s, gt=0)
 
 
 class HealthConfig(_Model):
     interval_s: float = Field(1.0, gt=0)
-    eject_after_failures: int = Field(3, ge=1)
-    probe_backoff_s: float = Field(1.0, gt=0)
-    probe_backoff_max_s: float = Field(30.0, gt=0)
+    eject_after_failures: int = Field(_PICK.eject_after_failures, ge=1)
+    probe_backoff_s: float = Field(_PICK.probe_backoff_s, gt=0)
+    probe_backoff_max_s: float = Field(_PICK.probe_backoff_max_s, gt=0)
 
 
 class Bands(_Model):
-    light_kv: float = Field(0.60, gt=0, le=1)
-    saturated_kv: float = Field(0.85, gt=0, le=1)
-    light_queue_ms: float = Field(100, ge=0)
-    saturated_queue_ms: float = Field(500, ge=0)
-    scale_out_after_s: float = Field(30, ge=0)
+    light_kv: float = Field(_PICK.light_kv, gt=0, le=1)
+    saturated_kv: float = Field(_PICK.saturated_kv, gt=0, le=1)
+    light_queue_ms: float = Field(_PICK.light_queue_s * 1000, ge=0)
+    saturated_queue_ms: float = Field(_PICK.saturated_queue_s * 1000, ge=0)
+    scale_out_after_s: float = Field(_PICK.scale_out_after_s, ge=0)
 
 
 class Concurrency(_Model):
     """How each replica's concurrency limit is learned (sched/picker.py)."""
 
-    initial: int = Field(8, ge=1, description="limit before the first scrape; it then doubles while the engine "
-                         "keeps up (slow start)")
-    queue_tolerance: float = Field(0.0, ge=0, description="engine waiting count tolerated before the limit shrinks")
-    grow_every_scrapes: int = Field(20, ge=1, description="once the limit has been cut, probe one more slot only "
-                                    "every this many scrapes")
-    unscraped_limit: int = Field(64, ge=1, description="limit of a replica without load metrics (engine: openai), "
-                                 "unless its max_concurrency says otherwise")
+    initial: int = Field(_PICK.initial_limit, ge=1,
+                         description="limit before the first scrape; it then grows while the engine keeps up")
+    queue_tolerance: float = Field(_PICK.queue_tolerance, ge=0,
+                                   description="engine waiting count tolerated before the limit shrinks")
+    grow_every_scrapes: int = Field(_PICK.grow_every_scrapes, ge=1,
+                                    description="once the limit has been cut, probe one more slot only this often")
+    unscraped_limit: int = Field(_PICK.unscraped_limit, ge=1,
+                                 description="limit of a replica without load metrics (engine: openai), unless its "
+                                 "max_concurrency says otherwise")
 
 
 class Admin(_Model):

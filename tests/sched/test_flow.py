@@ -206,30 +206,49 @@ def test_client_gone_queued_or_upstream_frees_everything() -> None:
 def test_adaptive_limit_shrinks_to_what_the_engine_runs_and_grows_while_it_keeps_up() -> None:
     flow = Flow(policy(replicas=1, cap=None))
     r = flow.picker.get("r0")
+    grow_every = flow.policy.picker.grow_every_scrapes
     assert r.limit == 2
     t = 0.0
-    for _ in range(4):  # slow start: the limit is reached, the engine queues nothing → doubles
+    while r.limit < 30:  # slow start: the limit is reached, the engine queues nothing → ×1.5
         r.peak_in_flight = int(r.limit)
         t += 1
         flow.scraped("r0", ReplicaLoad(running=r.limit, waiting=0, kv_usage=0.2), t)
-    assert r.limit == 32
-    r.in_flight = r.peak_in_flight = 32
-    flow.scraped("r0", ReplicaLoad(running=16, waiting=16, kv_usage=0.5), t + 1)
-    assert r.limit == 16  # what the engine runs of ours: 32 in flight − 16 waiting
+    assert t == 7  # 2 × 1.5⁷ ≈ 34: seven scrapes
+    r.in_flight = r.peak_in_flight = 30
+    flow.scraped("r0", ReplicaLoad(running=16, waiting=14, kv_usage=0.5), t + 1)
+    assert r.limit == 16  # a large queue cuts at once, to what the engine runs of ours: 30 − 14
+    assert r.proven == 16
     r.in_flight = 20  # completions lag behind the cut: no second cut for the same queue
     flow.scraped("r0", ReplicaLoad(running=16, waiting=4, kv_usage=0.5), t + 2)
     assert r.limit == 16
     r.in_flight = 16
-    for i in range(flow.policy.picker.grow_every_scrapes):  # at the threshold: one probe now and then
+    for i in range(grow_every - 1):  # at the threshold: one probe now and then
         r.peak_in_flight = 16
         flow.scraped("r0", ReplicaLoad(running=16, waiting=0, kv_usage=0.5), t + 3 + i)
     assert r.limit == 16
     r.peak_in_flight = 16
-    flow.scraped("r0", ReplicaLoad(running=16, waiting=0, kv_usage=0.5), t + 20)
+    flow.scraped("r0", ReplicaLoad(running=16, waiting=0, kv_usage=0.5), t + 3 + grow_every)
     assert r.limit == 17
+    r.in_flight = r.peak_in_flight = 17
+    flow.scraped("r0", ReplicaLoad(running=16, waiting=1, kv_usage=0.5), t + 4 + grow_every)
+    assert r.limit == 17  # one request waiting once: maybe just sent during a step
+    flow.scraped("r0", ReplicaLoad(running=16, waiting=1, kv_usage=0.5), t + 5 + grow_every)
+    assert r.limit == 16  # seen twice: a real queue
     r.in_flight = 3
-    flow.scraped("r0", ReplicaLoad(running=3, waiting=0, kv_usage=0.5), t + 21)
-    assert r.limit == 17  # not at the limit since the last scrape: no evidence to grow
+    flow.scraped("r0", ReplicaLoad(running=3, waiting=0, kv_usage=0.5), t + 6 + grow_every)
+    assert r.limit == 16  # not at the limit since the last scrape: no evidence to grow
+
+
+def test_turbo_prefers_a_replica_below_what_its_engine_was_seen_running() -> None:
+    flow = Flow(policy(replicas=2, cap=None))
+    a, b = flow.picker.get("r0"), flow.picker.get("r1")
+    for r, running in ((a, 8), (b, 4)):
+        r.limit, r.in_flight = 9.0, 0
+        flow.scraped(r.id, ReplicaLoad(running=running, waiting=0, kv_usage=0.1), 0.0)
+    a.in_flight, b.in_flight = 4, 4  # b is at what its engine has shown it runs; a has room
+    assert flow.picker.pick("p", 0.1, proven_only=True) is a
+    a.in_flight = 8
+    assert flow.picker.pick("p", 0.1, proven_only=True) in (a, b)  # none proven: any with room
 
 
 @pytest.mark.parametrize("mode", ["round-robin", "least-outstanding"])

@@ -21,6 +21,7 @@ from turbogate.sched import Dispatch, Flow, FlowRequest, PoolSpec, ReplicaLoad, 
 PREFILL_S = 0.02
 DECODE_S = 1.5
 SEQS = 16
+STEP_S = 0.012  # an engine admits waiting requests only at step boundaries, as vLLM does
 
 
 @dataclass
@@ -64,9 +65,9 @@ def run(rate: float, mix: dict[Tier, float], seconds: float = 120.0, seed: int =
                 out.shed[a.req.served] += 1
 
     def engine_add(req: FlowRequest, rid: str, now: float) -> None:
-        engine = engines[rid]
-        engine.waiting.append(req)
-        start_some(rid, now)
+        # Until the next step boundary the request shows as waiting, as on a busy vLLM.
+        engines[rid].waiting.append(req)
+        at((now // STEP_S + 1) * STEP_S, lambda t, i=rid: start_some(i, t))
 
     def start_some(rid: str, now: float) -> None:
         engine = engines[rid]
@@ -85,7 +86,7 @@ def run(rate: float, mix: dict[Tier, float], seconds: float = 120.0, seed: int =
         engines[rid].running -= 1
         out.done[req.served] += 1
         act(flow.finished(req, now, 200), now)
-        start_some(rid, now)
+        at((now // STEP_S + 1) * STEP_S, lambda t, i=rid: start_some(i, t))
 
     def scrape(now: float) -> None:
         for rid, e in engines.items():

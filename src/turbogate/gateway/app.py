@@ -348,6 +348,9 @@ def create_app(config: GatewayConfig) -> GatewayApp:
 
 def app_from_env() -> GatewayApp:
     """Factory for ``uvicorn --factory`` workers: the config path comes from TURBOGATE_CONFIG."""
+    from turbogate.gateway.cli import configure_logging
+
+    configure_logging(os.environ.get("TURBOGATE_LOG_LEVEL", "warning"))
     return GatewayApp(load_config(os.environ["TURBOGATE_CONFIG"]))
 
 

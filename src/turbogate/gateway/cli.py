@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -12,6 +13,17 @@ from turbogate.config import hash_key, load_config
 from turbogate.errors import ConfigError
 
 
+def configure_logging(level: str) -> None:
+    """The gateway's own log lines (replica health, scrape failures, start-up) at ``level``, on
+    stderr beside uvicorn's; secrets are never logged (no headers, no bodies)."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("turbogate")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level.upper())
+    logger.propagate = False
+
+
 def serve(
     config: Path | None = typer.Option(None, "--config", "-c", help="Gateway YAML config (required to serve)."),
     host: str | None = typer.Option(None, "--host", help="Listen address (default: the config's listen.host)."),
@@ -20,7 +32,10 @@ def serve(
         1, "--workers", min=1,
         help="Worker processes. Each holds its own queues, counts, scraped loads and switches.",
     ),
-    log_level: str = typer.Option("warning", "--log-level", help="critical|error|warning|info|debug"),
+    log_level: str = typer.Option(
+        "info", "--log-level",
+        help="critical|error|warning|info|debug (info: the start-up lines, i.e. the listening address, pools and "
+             "tiers, then warnings: replicas ejected or back, scrape failures)"),
     hash_key_value: str | None = typer.Option(
         None, "--hash-key", metavar="KEY",
         help="Print the sha256 to store for an API key or admin token, and exit ('-' reads it from stdin).",
@@ -47,6 +62,8 @@ def serve(
 
     import uvicorn
 
+    configure_logging(log_level)
+    os.environ["TURBOGATE_LOG_LEVEL"] = log_level
     bind_host = host or cfg.listen.host
     bind_port = cfg.listen.port if port is None else port
     common = {"host": bind_host, "port": bind_port, "log_level": log_level.lower(), "access_log": False,

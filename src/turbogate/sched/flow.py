@@ -267,7 +267,7 @@ class Flow:
             ticket = admission.next_dispatch(now, slots)
             if ticket is None:
                 return actions
-            replica = picker.pick(name, now)
+            replica = picker.pick(name, now, proven_only=ticket.tier is Tier.TURBO)
             if replica is None:  # L1's slot total says yes, but no single replica has room
                 admission.requeue(ticket)
                 return actions

@@ -15,9 +15,11 @@ Expected queue time = engine waiting count × the replica's observed service tim
 the queue — and with it the tiers' priority — must live in the gateway, not in the engine's
 own FIFO.  At each scrape of an engine that reports its waiting count:
 
-* waiting above ``queue_tolerance`` (default 0) → the limit drops by the excess (one scrape
-  converges: an engine running 16 with 48 waiting takes the limit from 64 to 16), and that
-  value becomes the slow-start threshold;
+* a queue above ``queue_tolerance`` (default 0) → the limit drops to what the engine runs of
+  ours (one scrape converges: 64 in flight, 48 of them waiting, gives 16), and that value
+  becomes the slow-start threshold.  A small queue must be seen on two scrapes in a row: a
+  request sent during an engine step shows as waiting until the step ends, and a limit that
+  shrinks on such snapshots ratchets down;
 * no queue, and the limit was reached since the last scrape (so it may be what holds us back)
   and KV use is below ``saturated_kv`` → the limit grows: doubling below the threshold (slow
   start), one step every ``grow_every_scrapes`` above it (a rare probe), as TCP does.
@@ -84,7 +86,7 @@ class PickerConfig:
     initial_limit: int = 8
     min_limit: int = 1
     queue_tolerance: float = 0.0
-    grow_every_scrapes: int = 20
+    grow_every_scrapes: int = 5
     unscraped_limit: int = 64
 
 
@@ -100,6 +102,8 @@ class Replica:
     ssthresh: float = math.inf
     peak_in_flight: int = 0
     hold: int = 0  # scrapes to wait before the next additive probe
+    last_waiting: float = 0.0  # the engine's waiting count at the previous scrape
+    proven: float = 0.0  # most requests the engine was seen running at once since the last cut
     in_flight: int = 0
     load: ReplicaLoad | None = None
     load_at: float = -math.inf
@@ -220,13 +224,20 @@ class Picker:
         return min((r.next_probe_at for r in self.replicas(pool) if r.health is Health.EJECTED), default=math.inf)
 
     # ---- choice ----------------------------------------------------------------------------
-    def pick(self, pool: str, now: float, exclude: Collection[str] = ()) -> Replica | None:
-        """The replica for the next request of ``pool``, or ``None`` if none can take one."""
+    def pick(self, pool: str, now: float, exclude: Collection[str] = (), *, proven_only: bool = False
+             ) -> Replica | None:
+        """The replica for the next request of ``pool``, or ``None`` if none can take one.
+
+        ``proven_only`` (Turbo): prefer a replica whose in-flight count is below what its engine
+        was seen running at once, so a probe of the limit (a slot the engine may not have) is
+        taken by lower tiers and a Turbo request never waits in an engine's queue for it."""
         state = self._pools.get(pool)
         if state is None:
             return None
         best: Replica | None = None
         best_key = (Band.SATURATED + 1, math.inf)
+        safe: Replica | None = None
+        safe_key = best_key
         replicas = state.replicas
         n = len(replicas)
         state.rotor = (state.rotor + 1) % max(n, 1)
@@ -238,7 +249,9 @@ class Picker:
             key = (Band.BUSY if band is Band.LIGHT else band, self.score(r, now))
             if key < best_key:
                 best, best_key = r, key
-        return best
+            if proven_only and r.in_flight < int(r.proven) and key < safe_key:
+                safe, safe_key = r, key
+        return safe or best
 
     def pick_plain(self, pool: str, how: str, exclude: Collection[str] = ()) -> Replica | None:
         """Baselines without limits or metrics: ``round-robin`` over healthy replicas, or
@@ -333,18 +346,26 @@ class Picker:
         waiting = load.waiting
         if waiting is None:
             return
+        # A request sent during an engine step shows as waiting until the step ends: one scrape
+        # seeing a little queue proves nothing.  A large queue, or one seen twice, does.
+        large = max(2.0, 0.1 * (load.running or 0.0))
+        excess = waiting if waiting >= large else min(waiting, replica.last_waiting)
+        replica.last_waiting = waiting
+        replica.proven = max(replica.proven, load.running or 0.0)
         limit = replica.limit
-        if waiting > cfg.queue_tolerance:
+        if excess > cfg.queue_tolerance:
             # What the engine runs of ours now: measured against our in-flight count at scrape
             # time, not the limit, which our in-flight may still exceed after a previous cut.
-            limit = max(float(cfg.min_limit), min(limit, replica.in_flight - (waiting - cfg.queue_tolerance)))
+            limit = max(float(cfg.min_limit), min(limit, replica.in_flight - (excess - cfg.queue_tolerance)))
             # Slow start may climb back to what the engine showed it runs (others' load may go).
             replica.ssthresh = max(limit, load.running or 0.0)
             replica.hold = cfg.grow_every_scrapes
-        elif waiting == 0 and replica.peak_in_flight >= int(limit) and (load.kv_usage or 0.0) < cfg.saturated_kv:
+            replica.proven = min(replica.proven, limit)
+        elif waiting <= cfg.queue_tolerance and replica.peak_in_flight >= int(limit) \
+                and (load.kv_usage or 0.0) < cfg.saturated_kv:
             if limit < replica.ssthresh:
-                limit = min(limit * 2.0, replica.ssthresh)  # slow start
-            elif replica.hold <= 0:  # past the threshold, probe one more now and then
+                limit = min(limit * 1.5, replica.ssthresh)  # slow start (×1.5: a smaller overshoot)
+            elif replica.hold <= 1:  # past the threshold, probe one more now and then
                 limit += 1.0
                 replica.hold = cfg.grow_every_scrapes
             else:

@@ -1,0 +1,133 @@
+"""Does Turbo keep its latency at 2× overload with the default config?  (issue 19)
+
+Two real emulators (L4, llama-3.1-8b, 16 sequences, --time-scale 0.2) behind a real gateway
+whose config sets no ``max_concurrency`` and no tier policy of its own (the defaults), loaded by
+``turbo-bench`` at 0.2× and 2× the fleet's capacity with a Turbo / Standard / Relax mix.  The
+capacity is computed, not assumed: the same engine model run to saturation in virtual time.
+
+Prints one JSON object:
+- ``turbo_p95_ttft_ratio``: Turbo p95 TTFT at 2× ÷ at 0.2× (target ≤ 1.5), after a warm-up at
+  the same load (the gateway learns each engine's concurrency in its first seconds); the cold
+  figure, warm-up included, is ``turbo_p95_ttft_ratio_cold``;
+- ``turbo_shed_at_2x`` (target 0), ``standard_share_at_2x`` (≥ the configured min_share),
+  ``relax_completed_at_2x`` (> 0).
+
+    python benchmarks/turbo_isolation.py [--duration 40] [--warmup 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from turbogate.config import _default_tiers, hash_key
+from turbogate.engine import Engine, EngineConfig, Request
+from turbogate.engine.loop import EngineLoop
+from turbogate.perf import deployment, get_gpu, resolve_model
+from turbogate.procs import start_emulator, start_gateway
+from turbogate.results.io import read_jsonl
+
+GPU, MODEL, SEQS, SCALE = "L4", "llama-3.1-8b", 16, 0.2
+PROMPT, OUTPUT = 256, 128
+KEY = "sk-isolation"
+MIX = "turbo=0.2,standard=0.75,relax=0.05"
+
+
+def capacity_rps(replicas: int = 2) -> float:
+    """Requests/s the fleet completes at saturation, from the engine model in virtual time,
+    converted to wall time at ``SCALE``."""
+    dep = deployment(get_gpu(GPU), resolve_model(MODEL))  # the emulator's defaults (bf16, 0.9 of memory)
+    loop = EngineLoop(Engine(dep, EngineConfig(max_num_seqs=SEQS)))
+    n, done, t = 0, [], 0.0
+    for _ in range(4 * SEQS):
+        loop.submit(Request(f"r{n}", PROMPT, OUTPUT), t)
+        n += 1
+    while len(done) < 400:
+        t = loop.next_time() or t
+        result = loop.advance(t)
+        for _finished in result.finished:
+            done.append(t)
+            loop.submit(Request(f"r{n}", PROMPT, OUTPUT), t)
+            n += 1
+    window = done[-300:]
+    per_virtual_s = (len(window) - 1) / (window[-1] - window[0])
+    return replicas * per_virtual_s / SCALE
+
+
+def bench(url: str, qps: float, duration: float, out: Path) -> list[dict[str, object]]:
+    cmd = [sys.executable, "-m", "turbogate", "bench", "--host", url, "--api-key", KEY, "--model", MODEL,
+           "--qps", f"{qps:.3f}", "--duration", str(duration), "--tiers", MIX,
+           "--prompt-tokens", f"{PROMPT}:0:{PROMPT}:{PROMPT}", "--output-tokens", f"{OUTPUT}:0:{OUTPUT}:{OUTPUT}",
+           "--out", str(out), "--no-live", "--no-report", "--drain", "60"]
+    subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return list(read_jsonl(out / "requests.jsonl"))
+
+
+def p95(values: list[float]) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, int(0.95 * len(s)))]
+
+
+def turbo_ttfts(records: list[dict[str, object]]) -> list[float]:
+    return [float(r["ttft_s"]) for r in records  # type: ignore[arg-type]
+            if r.get("tier_asked") == "turbo" and r.get("ok") and r.get("ttft_s") is not None]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=float, default=40.0)
+    ap.add_argument("--warmup", type=float, default=10.0)
+    args = ap.parse_args()
+    cap = capacity_rps()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        emulators = [start_emulator("--gpu", GPU, "--model", MODEL, "--max-num-seqs", str(SEQS),
+                                    "--time-scale", str(SCALE), log_dir=folder) for _ in range(2)]
+        config = {
+            "tenants": [{"name": "t", "key_sha256": hash_key(KEY), "tiers": ["turbo", "standard", "relax"]}],
+            "pools": [{"name": "p", "models": [MODEL],
+                       "replicas": [{"url": e.url, "engine": "emulator"} for e in emulators]}],
+        }
+        (folder / "gw.yaml").write_text(yaml.safe_dump(config))
+        gateway = start_gateway(folder / "gw.yaml", log_dir=folder)
+        try:
+            light = bench(gateway.url, 0.2 * cap, args.duration, folder / "light")
+            cold = bench(gateway.url, 2.0 * cap, args.warmup, folder / "warmup") if args.warmup > 0 else []
+            heavy = bench(gateway.url, 2.0 * cap, args.duration, folder / "heavy")
+        finally:
+            gateway.stop()
+            for e in emulators:
+                e.stop()
+    base = p95(turbo_ttfts(light))
+    hot = p95(turbo_ttfts(heavy))
+    hot_cold = p95(turbo_ttfts(cold + heavy))
+    done = [r for r in heavy if r.get("ok")]
+    share = sum(1 for r in done if r.get("tier_served") == "standard") / max(1, len(done))
+    result = {
+        "capacity_rps": round(cap, 2),
+        "offered_rps": {"light": round(0.2 * cap, 2), "heavy": round(2.0 * cap, 2)},
+        "mix": MIX,
+        "turbo_p95_ttft_s": {"light": base, "heavy": hot},
+        "turbo_p95_ttft_ratio": None if not base or hot is None else round(hot / base, 3),
+        "turbo_p95_ttft_ratio_cold": None if not base or hot_cold is None else round(hot_cold / base, 3),
+        "turbo_shed_at_2x": sum(1 for r in heavy if r.get("tier_asked") == "turbo" and r.get("status") in (429, 503)),
+        "turbo_errors_at_2x": sum(1 for r in heavy if r.get("tier_asked") == "turbo" and not r.get("ok")),
+        "standard_share_at_2x": round(share, 3),
+        "standard_min_share": _default_tiers()["standard"].min_share,
+        "relax_completed_at_2x": sum(1 for r in done if r.get("tier_served") == "relax"),
+        "completed_at_2x": len(done),
+        "requests_at_2x": len(heavy),
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
