@@ -69,6 +69,7 @@ def test_compare_policies_writes_one_table_per_load_level(files: tuple[Path, Pat
     assert sorted(r["policy"] for r in rows) == sorted(["turbogate", "fifo", "round-robin", "least-outstanding"])
     assert all(r["turbo_p95_ttft_s"] is not None for r in rows)
     assert "Turbo p95 TTFT" in text and (out / "fifo" / "summary.json").is_file()
+    assert (out / "baselines.md").read_text().count("| turbogate |") == 1
 
 
 @pytest.mark.parametrize(("fleet", "field"), [
