@@ -6,16 +6,23 @@ from pathlib import Path
 
 import pytest
 
+from tests.sim.helpers import load
+from turbogate.config import load_config
 from turbogate.errors import ConfigError
+from turbogate.sim.build import SimConfig, build_replicas
 from turbogate.sim.fleet import load_fleet, parse_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("name", ["fleet.yaml", "fleet-100gpu.yaml"])
-def test_examples_load(name: str) -> None:
+@pytest.mark.parametrize(("name", "replicas"), [("fleet.yaml", 12), ("fleet-100gpu.yaml", 100),
+                                                ("fleet-4xh100.yaml", 4), ("fleet-2xl4.yaml", 2)])
+def test_examples_load_and_match_the_example_gateway(name: str, replicas: int) -> None:
     fleet = load_fleet(ROOT / "examples" / name)
-    assert fleet.num_replicas == (12 if name == "fleet.yaml" else 100)
+    assert fleet.num_replicas == replicas
+    sc = SimConfig(gateway=load_config(ROOT / "examples" / "gateway.yaml"), fleet=fleet, load=load())
+    reps, _ = build_replicas(sc)
+    assert len(reps) == replicas
 
 
 def _pool(**group: object) -> dict[str, object]:
