@@ -2,8 +2,9 @@
 
 100 replicas of Llama-3.1-8B on H100-SXM (max 256 seqs), 512 prompt / 256 output tokens,
 Poisson arrivals at 80 % of the fleet's perf-model capacity, 10 simulated minutes (``--minutes``
-for a quicker run), the full turbogate policy with each replica's limit held at 256, streaming.  Timed: drawing the requests, the
-event loop and building every RequestRecord (not writing the run folder).
+for a quicker run), the full turbogate policy with each replica's limit held at 256, streaming.
+Timed: drawing the requests, the event loop and building every RequestRecord (not writing the
+run folder).
 
     python benchmarks/sim_speed.py [--minutes 10] [--replicas 100] [--profile]
 
