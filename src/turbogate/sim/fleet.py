@@ -26,7 +26,7 @@ class ReplicaGroup(_Model):
     """``count`` identical engine replicas (as the emulator's options describe one)."""
 
     count: int = Field(1, ge=1, description="how many replicas of this kind")
-    gpu: str = Field(description="GPU name from the catalog (turbogate plan --list-gpus), e.g. H100-SXM")
+    gpu: str = Field(description="GPU name from the catalog (turbogate plan gpus), e.g. H100-SXM")
     model: str = Field(description="model name from the catalog or an HF config.json path")
     tp: int = Field(1, ge=1, description="tensor-parallel chips per replica")
     max_num_seqs: int = Field(256, ge=1)
