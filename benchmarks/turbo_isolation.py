@@ -27,8 +27,8 @@ from pathlib import Path
 import yaml
 
 from turbogate.config import _default_tiers, hash_key
-from turbogate.engine import Engine, EngineConfig, Request
-from turbogate.engine.loop import EngineLoop
+from turbogate.engine import EngineConfig
+from turbogate.engine.capacity import saturated_rate
 from turbogate.perf import deployment, get_gpu, resolve_model
 from turbogate.procs import start_emulator, start_gateway
 from turbogate.results.io import read_jsonl
@@ -43,21 +43,7 @@ def capacity_rps(replicas: int = 2) -> float:
     """Requests/s the fleet completes at saturation, from the engine model in virtual time,
     converted to wall time at ``SCALE``."""
     dep = deployment(get_gpu(GPU), resolve_model(MODEL))  # the emulator's defaults (bf16, 0.9 of memory)
-    loop = EngineLoop(Engine(dep, EngineConfig(max_num_seqs=SEQS)))
-    n, done, t = 0, [], 0.0
-    for _ in range(4 * SEQS):
-        loop.submit(Request(f"r{n}", PROMPT, OUTPUT), t)
-        n += 1
-    while len(done) < 400:
-        t = loop.next_time() or t
-        result = loop.advance(t)
-        for _finished in result.finished:
-            done.append(t)
-            loop.submit(Request(f"r{n}", PROMPT, OUTPUT), t)
-            n += 1
-    window = done[-300:]
-    per_virtual_s = (len(window) - 1) / (window[-1] - window[0])
-    return replicas * per_virtual_s / SCALE
+    return replicas * saturated_rate(dep, EngineConfig(max_num_seqs=SEQS), PROMPT, OUTPUT) / SCALE
 
 
 def bench(url: str, qps: float, duration: float, out: Path) -> list[dict[str, object]]:
@@ -85,10 +71,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=40.0)
     ap.add_argument("--warmup", type=float, default=10.0)
+    ap.add_argument("--keep", type=Path, default=None, help="keep the run folders and logs here")
     args = ap.parse_args()
     cap = capacity_rps()
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
+        folder = args.keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
         emulators = [start_emulator("--gpu", GPU, "--model", MODEL, "--max-num-seqs", str(SEQS),
                                     "--time-scale", str(SCALE), log_dir=folder) for _ in range(2)]
         config = {

@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
 """Load a report.html in headless Chromium and fail on any console error or uncaught exception.
 
-Usage: python scripts/check_report.py RUN_DIR/report.html [--chromium PATH] [--timeout S]
+Usage: python scripts/check_report.py RUN_DIR/report.html [--chromium PATH] [--timeout S] [--screenshot PNG]
 
 Talks to Chromium over the DevTools protocol (``websockets``): enables Runtime, Log, Page and
 Network (any request beyond file:/data: counts as an error: the report must work offline),
-reloads the page so nothing is missed, waits for the load event and for plotly to draw, then
-prints one JSON line and exits 0 (clean), 1 (errors found) or 2 (could not run Chromium).
+reloads the page so nothing is missed, waits for the load event and for plotly to draw, checks that
+the page reads well (no number in exponent form such as ``1e+03``, no ``-0.0 %``, no two annotations
+of one figure overlapping, e.g. knee labels), optionally saves a full-page screenshot, then prints
+one JSON line and exits 0 (clean), 1 (errors found) or 2 (could not run Chromium).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -69,7 +72,31 @@ def _page_ws(port: int, timeout: float) -> str:
     raise RuntimeError("no page target in chromium")
 
 
-async def _inspect(ws_url: str, timeout: float) -> dict[str, Any]:
+# Run in the page: text that reads badly, and annotations of one figure whose boxes intersect.
+READABILITY_JS = r"""
+(() => {
+  const bad = [];
+  const texts = [document.body.innerText];
+  document.querySelectorAll('.plotly-graph-div svg text').forEach(t => texts.push(t.textContent));
+  for (const t of texts) {
+    const m = t.match(/\b\d+(\.\d+)?e[+-]?\d+\b/gi); if (m) bad.push('exponent: ' + m.slice(0, 3).join(' '));
+    if (/-0\.0+\s?%/.test(t)) bad.push('negative zero percent');
+  }
+  document.querySelectorAll('.plotly-graph-div').forEach(div => {
+    const boxes = [...div.querySelectorAll('g.annotation')].map(a => [a.textContent, a.getBoundingClientRect()])
+      .filter(([_, r]) => r.width > 0);
+    for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+      const [ta, a] = boxes[i], [tb, b] = boxes[j];
+      if (a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1)
+        bad.push('overlapping labels in ' + div.id + ': "' + ta + '" / "' + tb + '"');
+    }
+  });
+  return [...new Set(bad)];
+})()
+"""
+
+
+async def _inspect(ws_url: str, timeout: float, screenshot: Path | None = None) -> dict[str, Any]:
     errors: list[str] = []
     msg_id = 0
     async with websockets.connect(ws_url, max_size=None) as ws:
@@ -125,11 +152,27 @@ async def _inspect(ws_url: str, timeout: float) -> dict[str, Any]:
                 break
             await asyncio.sleep(0.2)
         await asyncio.sleep(0.5)  # let late errors arrive
+        res = await call("Runtime.evaluate", returnByValue=True, expression=READABILITY_JS)
+        errors.extend("readability: " + str(x) for x in res["result"]["result"].get("value") or [])
+        if screenshot is not None:
+            await call("Emulation.setDeviceMetricsOverride", width=1400, height=900, deviceScaleFactor=1,
+                       mobile=False)
+            await asyncio.sleep(0.5)  # plotly redraws at the new width
+            shot = await call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+            screenshot.write_bytes(base64.b64decode(shot["result"]["data"]))
+            # Also in slices of 1,400 px (PATH-1.png, …), legible where a viewer scales the whole page down.
+            metrics = await call("Page.getLayoutMetrics")
+            height = int(metrics["result"]["cssContentSize"]["height"])
+            for n, top in enumerate(range(0, height, 1400), start=1):
+                clip = {"x": 0, "y": top, "width": 1400, "height": min(1400, height - top), "scale": 1}
+                part = await call("Page.captureScreenshot", format="png", captureBeyondViewport=True, clip=clip)
+                screenshot.with_name(f"{screenshot.stem}-{n}{screenshot.suffix}").write_bytes(
+                    base64.b64decode(part["result"]["data"]))
         task.cancel()
     return {"errors": errors, "figures": expected, "rendered": plots}
 
 
-def check(report: Path, chromium: str, timeout: float = 30.0) -> dict[str, Any]:
+def check(report: Path, chromium: str, timeout: float = 30.0, screenshot: Path | None = None) -> dict[str, Any]:
     # Chromium's helper processes may still be writing the profile as it is removed: a leftover
     # temp folder must not turn a clean page into a failed check.
     with tempfile.TemporaryDirectory(prefix="tg-chromium-", ignore_cleanup_errors=True) as tmp:
@@ -143,7 +186,7 @@ def check(report: Path, chromium: str, timeout: float = 30.0) -> dict[str, Any]:
         try:
             port = _devtools_port(user_dir, proc, timeout)
             ws_url = _page_ws(port, timeout)
-            return asyncio.run(_inspect(ws_url, timeout))
+            return asyncio.run(_inspect(ws_url, timeout, screenshot))
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -160,6 +203,7 @@ def main() -> int:
     ap.add_argument("report", type=Path)
     ap.add_argument("--chromium", default=None)
     ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--screenshot", type=Path, default=None, help="Also save a full-page PNG here.")
     args = ap.parse_args()
     chromium = args.chromium or find_chromium()
     if chromium is None:
@@ -169,7 +213,7 @@ def main() -> int:
         print(json.dumps({"ok": False, "reason": f"{args.report} does not exist"}))
         return 2
     try:
-        result = check(args.report, chromium, args.timeout)
+        result = check(args.report, chromium, args.timeout, args.screenshot)
     except (RuntimeError, OSError, TimeoutError) as exc:
         print(json.dumps({"ok": False, "reason": f"{type(exc).__name__}: {exc}"}))
         return 2

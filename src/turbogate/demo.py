@@ -25,6 +25,7 @@ from turbogate.config import hash_key
 from turbogate.perf import deployment, get_gpu, get_model, saturation
 from turbogate.procs import Service, start_emulator, start_gateway
 from turbogate.results import KneeSettings
+from turbogate.results.fmt import fmt_num, fmt_signed_pct
 
 DEMO_KEY = "sk-turbogate-demo"
 GPU, MODEL, MAX_SEQS = "L4", "llama-3.1-8b", 8
@@ -68,8 +69,9 @@ def demo(
     cap = fleet_capacity(2, time_scale)
     start, end = 0.3 * cap, 1.8 * cap
     console.print(f"[bold]turbogate demo[/bold]: 2 × emulated {MODEL} on {GPU} (max {MAX_SEQS} seqs, time scale "
-                  f"{time_scale}) behind the gateway; perf model capacity ≈ {cap:.1f} req/s; ramp {start:.1f} → "
-                  f"{end:.1f} req/s over {duration:.0f} s, Turbo {turbo_share:.0%} / Standard {1 - turbo_share:.0%}")
+                  f"{fmt_num(time_scale)}) behind the gateway; perf model capacity ≈ {fmt_num(cap)} req/s; ramp "
+                  f"{fmt_num(start)} → {fmt_num(end)} req/s over {fmt_num(duration)} s, Turbo {turbo_share:.0%} / "
+                  f"Standard {1 - turbo_share:.0%}")
     services: list[Service] = []
     result: BenchResult | None = None
     try:
@@ -85,14 +87,16 @@ def demo(
             target=Target(base_url=gw.url, route="/v1/chat/completions", model=MODEL, api_keys=(DEMO_KEY,),
                           timeout_s=120.0),
             shape="linear",
-            qps_start=start, qps_end=end, steps=8, duration_s=duration, arrivals=Arrivals("poisson"),
+            # Steps of at least ~5 s, so each holds enough requests for the knee's evidence rules.
+            qps_start=start, qps_end=end, steps=max(4, min(8, round(duration / 5))), duration_s=duration,
+            arrivals=Arrivals("poisson"),
             workload=Workload(prompt_tokens=TruncNormal(PROMPT, 0, PROMPT, PROMPT),
                               output_tokens=TruncNormal(OUTPUT, 0, OUTPUT, OUTPUT),
                               tiers=TierMix.parse(f"turbo={turbo_share},standard={1 - turbo_share}"), n_api_keys=1),
             random_seed=1, scrape=(gw.url + "/metrics", *(s.url + "/metrics" for s in services[:2])),
             metrics=("p95-latency",), knee=KneeSettings(method="throughput"), out=run_dir, grace_s=10.0, drain_s=10.0,
             live=live,
-            label=f"turbogate demo: 2 replicas, capacity {cap:.1f} req/s (perf model)")
+            label=f"turbogate demo: 2 replicas, capacity {fmt_num(cap)} req/s (perf model)")
         result = _run(cfg)
     except KeyboardInterrupt:
         console.print("interrupted before the ramp started; shutting down")
@@ -106,11 +110,19 @@ def demo(
 
     s = result.summary
     console.print(knee_line(s))
-    console.print(f"(the engines' capacity per the perf model is {cap:.1f} req/s; the gateway keeps Standard below "
-                  "full use to hold headroom for Turbo, so the fleet's knee sits below it)")
+    knee = s.knee()
+    if knee is not None:
+        console.print(f"(measured fleet knee {fmt_num(knee)} req/s against the perf model's capacity of the engines, "
+                      f"{fmt_num(cap)} req/s: {fmt_signed_pct(knee / cap - 1)}; the gateway dispatches Standard only "
+                      "while the pool is under 85 % use, holding headroom for Turbo, so the fleet's knee sits below)")
     print_roi(s, console)
+    for w in s.warnings:
+        console.print(f"[bold yellow]warning:[/bold yellow] {w}")
     console.print(f"[bold]Recommendation:[/bold] {s.recommendation}")
     console.print(f"report: {result.run_dir / 'report.html'}" + ("  (interrupted)" if s.interrupted else ""))
+    if result.failure:
+        console.print(f"turbogate demo: stopped: {result.failure}")
+        raise typer.Exit(code=1)
 
 
 def _run(cfg: BenchConfig) -> BenchResult:

@@ -55,6 +55,11 @@ def test_bench_through_gateway_records_tiers(emulator_factory: Callable[..., Ser
     assert {"turbo", "standard", "relax", "all"} <= set(run.summary.overall)
     depth = [s for s in run.samples if s.name == "turbogate_queue_depth"]
     assert {s.labels["tier"] for s in depth} >= {"turbo", "standard", "relax"}
+    # The replicas were discovered behind the gateway and scraped: KV use and fragmentation per engine.
+    engines = {e.url + "/metrics" for e in emus}
+    for name in ("turbogate_emulator_kv_fragmentation", "vllm:kv_cache_usage_perc"):
+        assert {s.source for s in run.samples if s.name == name} == engines, name
+    assert any("2 replicas" in n for n in run.summary.notes)
     _recompute(out)
 
 

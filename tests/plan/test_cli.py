@@ -104,12 +104,13 @@ def test_roi_json() -> None:
 
 def _fake_run(tmp_path: Path, scale: float, overload: bool = False) -> Path:
     """A sim-kind run whose mean TTFT and TPOT are ``scale`` × the planner's prediction at every step;
-    ``overload`` adds a step at 1.3 × saturation where the excess is shed (503)."""
+    ``overload`` adds steps at 1.3 and 1.6 × saturation where the excess is shed (503): two, because one
+    failing step (the highest) is not yet a knee."""
     dep = deployment(get_gpu("H100-SXM"), get_model("llama-3.2-1b"))
     lm = latency_model(dep, 512, 256)
     rates = [0.2 * lm.saturation_rate, 0.4 * lm.saturation_rate, 0.6 * lm.saturation_rate]
     if overload:
-        rates.append(1.3 * lm.saturation_rate)
+        rates += [1.3 * lm.saturation_rate, 1.6 * lm.saturation_rate]
     steps, records = [], []
     t0, duration = 0.0, 20.0
     rid = 0

@@ -57,9 +57,10 @@ def test_summary_equals_recomputation() -> None:
     shift = float(np.median([r.e2e_s for r in records if r.step == 0 and r.ok]))
     assert fill_time(records, steps) == pytest.approx(shift)
     for st in s.steps:
-        lo, hi = st.step.start_s + shift, st.step.end_s + shift
         for tier in ("turbo", "standard", ALL):
             mine = [r for r in records if r.step == st.step.index and (tier == ALL or r.tier_asked == tier)]
+            lead = float(np.median([r.end_s - r.scheduled_s for r in mine if r.ok]))
+            lo, hi = st.step.start_s + lead, st.step.end_s + lead
             g = st.tiers[tier]
             assert g.requests == len(mine)
             assert g.errors == sum(1 for r in mine if not r.ok)
@@ -142,7 +143,7 @@ def test_write_and_load_round_trip(tmp_path: Path) -> None:
 
 def test_compare_two_runs() -> None:
     a_recs, steps, _ = saturating_run(capacity=20.0)
-    b_recs, _, _ = saturating_run(capacity=30.0)
+    b_recs, _, _ = saturating_run(capacity=24.0)  # 30 and 40 fall short: two steps, a knee
     a = summarize(a_recs, steps, kind="bench", started_at="x", duration_s=70.0, config={})
     b = summarize(b_recs, steps, kind="sim", started_at="x", duration_s=70.0, config={})
     rows = {(r.tier, r.metric): r for r in compare(a, b)}
@@ -174,6 +175,7 @@ def test_unsent_steps_of_an_interrupted_run_are_left_out() -> None:
                                                                    "ok": False, "status": None, "error": "not sent"})
            for r in records]
     s = summarize(cut, steps, kind="bench", started_at="x", duration_s=25.0, config={}, interrupted=True)
-    assert [x for x, _ in s.latency_curve(ALL)] == [5.0, 10.0, 20.0]
+    # Offered as realized: the cut step holds the requests scheduled before the stop over its cut width.
+    assert [x for x, _ in s.latency_curve(ALL)] == pytest.approx([5.0, 10.0, 20.0], rel=0.01)
     assert s.knees[ALL].value is None  # the unsent 40 req/s step does not count as a collapse
-    assert max(r.offered_max for r in s.roi) == 20.0
+    assert max(r.offered_max for r in s.roi) == pytest.approx(20.0, rel=0.01)

@@ -101,7 +101,9 @@ def test_dispatch_queue_and_completion_free_the_next() -> None:
     out = [a for r in reqs for a in flow.arrive(r, 0.0)]
     assert dispatched(out) == reqs[:2]
     assert reqs[2].phase.name == "QUEUED"
+    assert flow.picker.get("r0").awaiting_first == 2  # two prefills under way
     flow.first_byte(reqs[0], 0.1)
+    assert flow.picker.get("r0").awaiting_first == 1
     assert dispatched(flow.finished(reqs[0], 0.5, 200)) == [reqs[2]]
     assert reqs[0].done and reqs[0].status == 200
 
@@ -172,6 +174,7 @@ def test_connect_failure_ejects_and_retries_once_elsewhere() -> None:
     assert any(isinstance(a, HealthChange) and not a.healthy and "refused" in a.reason for a in out)
     out = flow.failed(req, 0.02, Failure.RESET)
     assert [(a.status, a.code) for a in out if isinstance(a, Respond)] == [(502, "upstream_unavailable")]
+    assert all(r.awaiting_first == 0 and r.in_flight == 0 for r in flow.picker.replicas())
 
 
 def test_no_healthy_replica_is_its_own_503_with_retry_after_the_next_probe() -> None:
@@ -198,7 +201,7 @@ def test_client_gone_queued_or_upstream_frees_everything() -> None:
     assert flow.client_gone(queued, 0.5) == []
     out = flow.client_gone(running, 0.6)
     assert [type(a) for a in out] == [Cancel]
-    assert flow.picker.get("r0").in_flight == 0
+    assert flow.picker.get("r0").in_flight == 0 and flow.picker.get("r0").awaiting_first == 0
     _, admission = next(iter(flow.admissions()))
     assert admission.in_flight == 0 and admission.queued == 0
 

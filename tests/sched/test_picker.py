@@ -126,11 +126,13 @@ def test_slots_follow_the_learned_limit_saturation_and_staleness() -> None:
     assert picker.replica_slots(a, 0.0) == 4  # no metrics yet: stale, half of the limit (8)
     a.in_flight = 7
     picker.on_metrics(a, ReplicaLoad(running=5, waiting=2, kv_usage=0.2), 0.0)
-    assert a.limit == 5 and picker.replica_slots(a, 0.1) == 5  # the engine runs 5 of our 7
+    assert a.limit == 8  # a small queue seen once may be requests sent during an engine step
+    picker.on_metrics(a, ReplicaLoad(running=5, waiting=2, kv_usage=0.2), 0.0)
+    assert a.limit == 5 and picker.replica_slots(a, 0.1) == 5  # seen twice: the engine runs 5 of our 7
     a.in_flight = 2
     picker.on_metrics(a, ReplicaLoad(running=3, waiting=0, kv_usage=0.95), 0.2)
     assert picker.replica_slots(a, 0.3) == 2  # saturated KV: keeps only what it has
-    picker.on_metrics(a, ReplicaLoad(running=8, waiting=30, kv_usage=0.95), 0.2)
+    picker.on_metrics(a, ReplicaLoad(running=8, waiting=30, kv_usage=0.95), 0.2)  # large: counts at once
     assert picker.replica_slots(a, 0.3) == 1  # others overfill it: one slot, never zero
     assert picker.replica_slots(a, 10.0) == 1  # stale: half, at least one
 

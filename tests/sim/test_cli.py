@@ -48,15 +48,18 @@ def test_writes_a_run_folder_bench_compare_reads(files: tuple[Path, Path], tmp_p
 def test_sweep_runs_points_in_processes_and_finds_the_knee(files: tuple[Path, Path], tmp_path: Path) -> None:
     gw, fl = files
     out = tmp_path / "sweep"
-    code, text = _sim("--config", str(gw), "--fleet", str(fl), "--sweep", "qps=1:9:4", "--jobs", "2",
-                      "--duration", "20", "--out", str(out), *LOAD)
+    code, text = _sim("--config", str(gw), "--fleet", str(fl), "--sweep", "qps=1:13:3", "--jobs", "2",
+                      "--duration", "30", "--out", str(out), *LOAD)
     assert code == 0, text
-    for q in ("1", "5", "9"):
+    points = ("1", "4", "7", "10", "13")  # the fleet's capacity is about 4.9 req/s
+    for q in points:
         assert load_run(out / "points" / f"qps-{q}", with_requests=False).summary.kind == "sim"
     combined = load_run(out)
-    assert [s.step.offered_rps for s in combined.summary.steps] == [1.0, 5.0, 9.0]
-    assert combined.summary.knee() is not None
-    assert len(combined.requests) == sum(len(load_run(out / "points" / f"qps-{q}").requests) for q in "159")
+    assert [s.step.index for s in combined.summary.steps] == [0, 1, 2, 3, 4]
+    assert [round(r.offered_rps) for r in combined.requests[:1]] == [1]
+    knee = combined.summary.knee()
+    assert knee is not None and 1 < knee < 10, combined.summary.knees  # between the first and last points
+    assert len(combined.requests) == sum(len(load_run(out / "points" / f"qps-{q}").requests) for q in points)
 
 
 def test_compare_policies_writes_one_table_per_load_level(files: tuple[Path, Path], tmp_path: Path) -> None:

@@ -13,7 +13,10 @@ from turbogate.bench import options as opt
 from turbogate.bench.collectors import parse_metrics_option
 from turbogate.bench.run import BenchConfig, BenchResult, knee_line, run_bench
 from turbogate.bench.runner import TIER_VIA, Target
+from turbogate.errors import TurbogateError
 from turbogate.results import Summary, compare, load_run
+from turbogate.results.fmt import fmt_ms, fmt_num, fmt_pct, fmt_signed_pct
+from turbogate.results.knee import method_cell
 
 app = typer.Typer(
     help="Drive open-loop load (constant, ramps, sweeps, --find-knee), find the knee, write a run folder + report.",
@@ -28,29 +31,28 @@ def _bad(message: str) -> typer.BadParameter:
 
 def print_summary(summary: Summary, console: Console) -> None:
     t = Table(title="Overall per tier")
-    for col in ("tier", "requests", "ok", "errors", "req/s", "out tok/s", "TTFT p50", "TTFT p95", "TPOT p50",
-                "E2E p95", "lag p99"):
+    for col in ("tier", "requests", "ok", "errors", "unfinished", "req/s", "out tok/s", "TTFT p50", "TTFT p95",
+                "TPOT p50", "E2E p95", "lag p99"):
         t.add_column(col)
-
-    def ms(v: float | None) -> str:
-        return "–" if v is None else f"{v * 1000:.0f} ms"
-
     for tier, g in summary.overall.items():
-        t.add_row(tier, str(g.requests), str(g.ok), f"{g.error_rate:.1%}", f"{g.achieved_rps:.2f}",
-                  f"{g.output_tokens_per_s:.0f}", ms(g.pct("ttft", "p50")), ms(g.pct("ttft", "p95")),
-                  ms(g.pct("tpot", "p50")), ms(g.pct("e2e", "p95")), ms(g.pct("lag", "p99")))
+        t.add_row(tier, str(g.requests), str(g.ok), f"{g.errors} ({fmt_pct(g.error_rate)})", str(g.unfinished),
+                  fmt_num(g.achieved_rps), fmt_num(g.output_tokens_per_s), fmt_ms(g.pct("ttft", "p50")),
+                  fmt_ms(g.pct("ttft", "p95")), fmt_ms(g.pct("tpot", "p50")), fmt_ms(g.pct("e2e", "p95")),
+                  fmt_ms(g.pct("lag", "p99")))
     console.print(t)
     kt = Table(title="Knee per tier (offered load, all tiers, req/s)")
-    for col in ("tier", "throughput (a)", "latency (b)", "goodput (c)", "used", "knee"):
+    for col in ("tier", "verdict", "knee", "confidence", "throughput (a)", "latency (b)", "goodput (c)", "why"):
         kt.add_column(col)
-
-    def f(v: float | None) -> str:
-        return "–" if v is None else f"{v:.3g}"
-
     for tier, k in summary.knees.items():
-        kt.add_row(tier, f(k.throughput), f(k.latency), f(k.goodput), k.used or "–", f(k.value))
+        kt.add_row(tier, k.verdict, fmt_num(k.value), k.confidence or "–", method_cell(k, "throughput"),
+                   method_cell(k, "latency"), method_cell(k, "goodput"), k.note)
     console.print(kt)
     print_roi(summary, console)
+    for note in summary.notes:
+        if note.startswith("errors by reason"):
+            console.print(f"[bold red]{note}[/bold red]")
+    for w in summary.warnings:
+        console.print(f"[bold yellow]warning:[/bold yellow] {w}")
     console.print(f"[bold]Recommendation:[/bold] {summary.recommendation}")
 
 
@@ -59,10 +61,8 @@ def print_roi(summary: Summary, console: Console) -> None:
     for col in ("band", "tier", "offered req/s", "achieved req/s", "p95 TTFT", "p95 E2E", "errors", "cost/1k req"):
         rt.add_column(col)
     for r in summary.roi:
-        rt.add_row(r.band, r.tier, f"{r.offered_min:.3g}–{r.offered_max:.3g}", f"{r.achieved_rps:.3g}",
-                   "–" if r.p95_ttft_s is None else f"{r.p95_ttft_s * 1000:.0f} ms",
-                   "–" if r.p95_e2e_s is None else f"{r.p95_e2e_s * 1000:.0f} ms", f"{r.error_rate:.1%}",
-                   "–" if r.cost_per_1k is None else f"{r.cost_per_1k:.4g}")
+        rt.add_row(r.band, r.tier, f"{fmt_num(r.offered_min)}–{fmt_num(r.offered_max)}", fmt_num(r.achieved_rps),
+                   r.p95("ttft"), r.p95("e2e"), fmt_pct(r.error_rate), fmt_num(r.cost_per_1k, 4))
     console.print(rt)
 
 
@@ -114,6 +114,13 @@ def bench(
     live: bool = typer.Option(True, "--live/--no-live", help="Live progress display."),
     report: bool = typer.Option(True, "--report/--no-report", help="Write report.html."),
     label: str = typer.Option("", "--label", help="Free text stored in summary.json."),
+    max_error_rate: float = typer.Option(0.5, "--max-error-rate", min=0.0, max=1.0,
+                                         help="Stop (exit 1) when more than this share of the first step's "
+                                              "requests fail (429/503 shedding apart)."),
+    max_lag_ms: float = typer.Option(10.0, "--max-lag-ms", min=0.0,
+                                     help="Warn when the p99 dispatch lag exceeds this: the bench itself was the "
+                                          "bottleneck."),
+    knee_min_requests: int = opt.KNEE_MIN_REQUESTS,
 ) -> None:
     """Run a benchmark (or `turbogate bench compare RUN_A RUN_B`)."""
     if ctx.invoked_subcommand is not None:
@@ -128,18 +135,21 @@ def bench(
             random_seed=random_seed, max_concurrency=max_concurrency, timeout=timeout, scrape=scrape,
             metrics=metrics, slo=slo, knee_method=knee_method, knee_k=knee_k, knee_metric=knee_metric,
             fleet_cost=fleet_cost, tier_cost=tier_cost, out=out, grace=grace, drain=drain, live=live, report=report,
-            label=label)
+            label=label, max_error_rate=max_error_rate, max_lag_ms=max_lag_ms, knee_min_requests=knee_min_requests)
     except ValueError as exc:
         raise _bad(str(exc)) from None
     console = Console(stderr=False, width=None if Console().is_terminal else 150)
     try:
         result = _run(cfg)
-    except RuntimeError as exc:
+    except (TurbogateError, RuntimeError) as exc:
         typer.echo(f"turbogate bench: {exc}", err=True)
         raise typer.Exit(code=1) from None
     print_summary(result.summary, console)
     console.print(knee_line(result.summary))
     console.print(f"run folder: {result.run_dir}" + (" (interrupted)" if result.summary.interrupted else ""))
+    if result.failure:
+        typer.echo(f"turbogate bench: stopped: {result.failure}", err=True)
+        raise typer.Exit(code=1)
 
 
 def _run(cfg: BenchConfig) -> BenchResult:
@@ -158,7 +168,8 @@ def build_config(*, host: str, route: str, model: str | None, shape: str | None,
                  random_seed: int, max_concurrency: int | None, timeout: float, scrape: list[str],
                  metrics: str | None, slo: str | None, knee_method: str, knee_k: float, knee_metric: str,
                  fleet_cost: float, tier_cost: str | None, out: Path | None, grace: float, live: bool, report: bool,
-                 label: str, drain: float | None = None) -> BenchConfig:
+                 label: str, drain: float | None = None, max_error_rate: float = 0.5, max_lag_ms: float = 10.0,
+                 knee_min_requests: int = 20) -> BenchConfig:
     """Validate the CLI options into a :class:`BenchConfig`; ValueError names the bad option."""
     if not host.startswith(("http://", "https://")):
         raise ValueError(f"--host must be a URL like http://127.0.0.1:8000, got {host!r}")
@@ -175,7 +186,7 @@ def build_config(*, host: str, route: str, model: str | None, shape: str | None,
         arrivals=arrivals, burstiness=burstiness, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
         dataset=dataset, no_seed=no_seed, tiers=tiers, n_api_keys=len(api_key), random_seed=random_seed, slo=slo,
         knee_method=knee_method, knee_k=knee_k, knee_metric=knee_metric, fleet_cost=fleet_cost,
-        tier_cost=tier_cost, find_knee=find_knee)
+        tier_cost=tier_cost, knee_min_requests=knee_min_requests, max_error_rate=max_error_rate, find_knee=find_knee)
     target = Target(base_url=host, route=route, model=model or "", api_keys=tuple(api_key), stream=stream,
                     ignore_eos=ignore_eos, min_tokens=min_tokens, tier_via=tier_via, timeout_s=timeout,
                     max_concurrency=max_concurrency)
@@ -185,7 +196,7 @@ def build_config(*, host: str, route: str, model: str | None, shape: str | None,
         knee_growth=knee_growth, bisections=bisections, arrivals=load.arrivals, workload=load.workload,
         random_seed=load.random_seed, scrape=tuple(scrape), metrics=tuple(parse_metrics_option(metrics)),
         slo=load.slo, knee=load.knee, cost=load.cost, out=out, grace_s=grace, drain_s=drain, live=live,
-        report=report, label=label)
+        report=report, label=label, max_error_rate=max_error_rate, max_lag_s=max_lag_ms / 1000)
     return cfg
 
 
@@ -206,12 +217,10 @@ def compare_cmd(
     for col in ("tier", "metric", "A", "B", "B vs A"):
         t.add_column(col)
 
-    def f(v: float | None) -> str:
-        return "–" if v is None else f"{v:.4g}"
-
     for row in compare(a.summary, b.summary):
         d = row.delta_pct
-        t.add_row(row.tier, row.metric, f(row.a), f(row.b), "–" if d is None else f"{d:+.1f} %")
+        t.add_row(row.tier, row.metric, fmt_num(row.a, 4), fmt_num(row.b, 4),
+                  fmt_signed_pct(None if d is None else d / 100))
     Console(width=None if Console().is_terminal else 150).print(t)
     if html_out is not None:
         from turbogate.results.report import render_compare

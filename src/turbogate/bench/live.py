@@ -5,17 +5,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+from collections import Counter
 from typing import TextIO
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from turbogate.bench.failures import reasons_line
 from turbogate.bench.runner import Runner
+from turbogate.results.fmt import fmt_ms, fmt_num
 
 
 def _ms(v: float | None) -> str:
-    return "–" if v is None else f"{v * 1000:.0f} ms"
+    return fmt_ms(v)
 
 
 class LiveDisplay:
@@ -33,11 +36,12 @@ class LiveDisplay:
         now = r.now()
         total = f"/{self.total_s:.0f}" if self.total_s else ""
         return {
-            "elapsed": f"{max(0.0, now):.0f}{total} s", "step": str(st.step), "offered": f"{st.offered_rps:.1f} req/s",
-            "achieved": f"{st.achieved_rps(now):.1f} req/s", "in flight": str(st.in_flight),
-            "sent": str(st.dispatched), "errors": str(st.errors), "p95 e2e": _ms(r.p95_e2e()),
-            "p99 lag": _ms(r.p99_lag()),
-        }
+            "elapsed": f"{max(0.0, now):.0f}{total} s", "step": str(st.step),
+            "offered": f"{fmt_num(st.offered_rps)} req/s",
+            "achieved": f"{fmt_num(st.achieved_rps(now))} req/s", "in flight": str(st.in_flight),
+            "sent": str(st.dispatched), "ok": str(st.ok), "errors": str(st.errors),
+            "unfinished": str(st.unfinished), "p95 e2e": _ms(r.p95_e2e()), "p99 lag": _ms(r.p99_lag()),
+        } | ({"top errors": reasons_line(Counter(dict(st.reasons.most_common(2))))} if st.reasons else {})
 
     def _table(self) -> Table:
         t = Table(title="turbogate bench", show_header=True)
@@ -67,3 +71,5 @@ class LiveDisplay:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+            if not self.rich:  # the last counts, after the drain: the same as the final table's
+                print("  ".join(f"{k}={v}" for k, v in self._row().items()), file=self.stream, flush=True)

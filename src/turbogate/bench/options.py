@@ -43,6 +43,8 @@ SLO_OPT = typer.Option(None, "--slo", help="Goodput SLOs, e.g. ttft=0.5,tpot=0.0
 KNEE_METHOD = typer.Option("throughput", "--knee-method", help="throughput, latency or goodput.")
 KNEE_K = typer.Option(2.0, "--knee-k", help="Latency knee: p95 above k × its low-load value.")
 KNEE_METRIC = typer.Option("e2e", "--knee-metric", help="Latency knee metric: ttft, tpot, itl, e2e.")
+KNEE_MIN_REQUESTS = typer.Option(20, "--knee-min-requests", min=1,
+                                 help="Completed requests a step needs to count for the knee.")
 FLEET_COST = typer.Option(1.0, "--fleet-cost-per-hour", help="Cost units per hour of the target fleet.")
 TIER_COST = typer.Option(None, "--tier-cost", help="Cost weight per tier, e.g. turbo=2,standard=1.")
 
@@ -113,9 +115,11 @@ def build_load(*, shape: str | None, qps: float | None, qps_start: float | None,
                steps: int, duration: float, arrivals: str, burstiness: float, prompt_tokens: str,
                output_tokens: str, dataset: Path | None, no_seed: bool, tiers: str | None, n_api_keys: int,
                random_seed: int, slo: str | None, knee_method: str, knee_k: float, knee_metric: str,
-               fleet_cost: float, tier_cost: str | None, find_knee: bool = False) -> LoadOptions:
+               fleet_cost: float, tier_cost: str | None, knee_min_requests: int = 20, max_error_rate: float = 0.5,
+               find_knee: bool = False) -> LoadOptions:
     """Validate the shared options; ValueError names the bad option.  The rates are checked
-    now (before anything starts) unless ``find_knee`` chooses them later."""
+    now (before anything starts) unless ``find_knee`` chooses them later.  A step whose requests
+    fail (shedding apart) beyond ``max_error_rate`` does not vote for the knee."""
     if shape is None:
         shape = "linear" if (qps_start is not None or qps_end is not None) and qps is None else "constant"
     if shape == "constant" and qps is None:
@@ -135,7 +139,9 @@ def build_load(*, shape: str | None, qps: float | None, qps_start: float | None,
         shape=shape, qps=qps if qps is not None else 1.0, qps_start=qps_start if qps_start is not None else 1.0,
         qps_end=qps_end if qps_end is not None else 0.0, steps=steps, duration_s=duration,
         arrivals=Arrivals(arrivals, burstiness), workload=workload, random_seed=random_seed, slo=parse_slo(slo),
-        knee=KneeSettings(method=knee_method, k=knee_k, metric=knee_metric), cost=parse_cost(tier_cost, fleet_cost))
+        knee=KneeSettings(method=knee_method, k=knee_k, metric=knee_metric, min_requests=knee_min_requests,
+                          max_error_rate=max_error_rate),
+        cost=parse_cost(tier_cost, fleet_cost))
     if not find_knee:
         load.make_shape()
     return load

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
 import signal
 import sys
@@ -15,7 +16,8 @@ from typing import Any
 import aiohttp
 
 from turbogate.bench.arrivals import Arrivals, Scheduled, build_schedule
-from turbogate.bench.collectors import Collectors, Nvml
+from turbogate.bench.collectors import Collectors, Nvml, parse_prometheus
+from turbogate.bench.failures import BenchFailed, first_step_failure, hint, reasons, reasons_line
 from turbogate.bench.findknee import KneeSearch
 from turbogate.bench.live import LiveDisplay
 from turbogate.bench.runner import Runner, Target
@@ -30,11 +32,12 @@ from turbogate.results import (
     Sample,
     Step,
     Summary,
-    group_stats,
     summarize,
     write_run,
 )
-from turbogate.results.stats import fill_time
+from turbogate.results.fmt import fmt_ms, fmt_num
+from turbogate.results.knee import probe_state
+from turbogate.results.stats import step_stats
 
 
 @dataclass
@@ -64,6 +67,8 @@ class BenchConfig:
     live: bool = True
     report: bool = True
     label: str = ""
+    max_error_rate: float = 0.5  # a first step failing more than this (shedding apart) stops the run
+    max_lag_s: float = 0.010  # p99 dispatch lag above this: the load generator was the bottleneck
 
     def describe(self) -> dict[str, Any]:
         """The settings as JSON for summary.json (API keys counted, never written)."""
@@ -80,7 +85,7 @@ class BenchConfig:
             "prompt_tokens": asdict(self.workload.prompt_tokens), "output_tokens": asdict(self.workload.output_tokens),
             "tiers": dict(self.workload.tiers.weights), "per_request_seed": self.workload.per_request_seed,
             "dataset_prompts": len(self.workload.dataset), "scrape": list(self.scrape), "metrics": list(self.metrics),
-            "label": self.label,
+            "label": self.label, "max_error_rate": self.max_error_rate, "max_lag_ms": self.max_lag_s * 1000,
         }
         return d
 
@@ -90,15 +95,34 @@ async def discover_model(session: aiohttp.ClientSession, host: str, api_key: str
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as r:
+            if r.status == 401:
+                raise BenchFailed(f"GET {url} answered HTTP 401: " + (
+                    "the key was refused; check --api-key" if api_key else "the target wants a key; pass --api-key"))
             if r.status != 200:
-                raise RuntimeError(f"GET {url} answered HTTP {r.status}; pass --model")
+                raise BenchFailed(f"GET {url} answered HTTP {r.status}; pass --model")
             data = await r.json(content_type=None)
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise RuntimeError(f"cannot reach {url} ({type(exc).__name__}: {exc}); is the target up?") from None
+        raise BenchFailed(f"cannot reach {url} ({type(exc).__name__}: {exc}); is the target up?") from None
     models = data.get("data") if isinstance(data, dict) else None
     if not models:
-        raise RuntimeError(f"{url} lists no models; pass --model")
+        raise BenchFailed(f"{url} lists no models; pass --model")
     return str(models[0]["id"])
+
+
+async def discover_replicas(session: aiohttp.ClientSession, host: str) -> list[str]:
+    """The engine URLs behind a turbogate gateway, from the ``replica`` label of its public /metrics
+    (``turbogate_replica_healthy``); empty for anything else (an engine, an unreachable page)."""
+    url = host.rstrip("/") + "/metrics"
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=5)) as r:
+            if r.status != 200:
+                return []
+            text = await r.text()
+    except (aiohttp.ClientError, TimeoutError):
+        return []
+    found = {s.labels.get("replica", "") for s in parse_prometheus(text, 0.0, url)
+             if s.name == "turbogate_replica_healthy"}
+    return sorted(u for u in found if u.startswith(("http://", "https://")))
 
 
 @dataclass
@@ -108,20 +132,16 @@ class BenchResult:
     records: list[RequestRecord]
     samples: list[Sample]
     notices: list[str]
-
-
-def _saturated(g: Any, base_p95: float | None, knee: KneeSettings) -> bool:
-    if g.offered_rps > 0 and g.achieved_rps < knee.ratio * g.offered_rps:
-        return True
-    p95 = g.pct(knee.metric)
-    return base_p95 is not None and p95 is not None and p95 > knee.k * base_p95
+    failure: str | None = None  # why the run stopped early (the CLI exits non-zero)
 
 
 async def _find_knee(cfg: BenchConfig, runner: Runner, rng: random.Random, steps: list[Step],
-                     notes: list[str]) -> None:
+                     notes: list[str]) -> str | None:
+    """Probe rates as :class:`KneeSearch` proposes; each probe is judged by the knee module's own step test
+    among the probes so far (as the summary will judge it).  Returns a failure that stops the run, if any."""
     search = KneeSearch(start=cfg.qps_start, growth=cfg.knee_growth, bisections=cfg.bisections,
                         max_rate=max(cfg.qps_end, cfg.qps_start) if cfg.qps_end > cfg.qps_start else 1e6)
-    base_p95: float | None = None
+    say = functools.partial(print, file=sys.stderr, flush=True)
     while not runner.stop.is_set() and (rate := search.next_rate()) is not None:
         start = runner.now() + 0.1
         step = Step(len(steps), start, start + cfg.step_duration_s, rate)
@@ -130,19 +150,35 @@ async def _find_knee(cfg: BenchConfig, runner: Runner, rng: random.Random, steps
         local = [Step(0, 0.0, cfg.step_duration_s, rate)]
         sched = build_schedule(shape, cfg.arrivals, cfg.workload, local, rng, offset=start, step_offset=step.index)
         await runner.execute(sched, grace_s=cfg.grace_s, drain_s=cfg.drain_s)
-        in_step = [r for r in runner.records if r.step == step.index]
-        # The probe started from an idle target: count completions in its window shifted by its fill time.
-        fill = fill_time(in_step, [step])
-        fin = [r for r in in_step if r.end_s is not None and step.start_s + fill <= r.end_s < step.end_s + fill]
-        g = group_stats(in_step, fin, cfg.step_duration_s, len(in_step) / cfg.step_duration_s, cfg.slo)
-        if base_p95 is None:
-            base_p95 = g.pct(cfg.knee.metric)
-        sat = _saturated(g, base_p95, cfg.knee)
-        search.observe(rate, sat)
-        print(f"find-knee: {rate:.3g} req/s offered → {g.achieved_rps:.3g} achieved, p95 {cfg.knee.metric} "
-              f"{(g.pct(cfg.knee.metric) or 0) * 1000:.0f} ms → {'saturated' if sat else 'ok'}", file=sys.stderr)
-    est = search.estimate()
-    notes.append(f"find-knee bracket {search.bracket()}, bisection estimate {est}")
+        if step.index == 0 and (why := first_step_failure(runner.records, 0, cfg.max_error_rate)):
+            return why
+        probes = step_stats(runner.records, steps, cfg.slo)
+        state = probe_state(probes, step.index, ALL, cfg.knee, cfg.slo.is_set())
+        g = next(st.tiers[ALL] for st in probes if st.step.index == step.index)
+        search.observe(rate, state == "fail")
+        p95 = g.pct(cfg.knee.metric)
+        say(f"find-knee: {fmt_num(rate)} req/s offered ({fmt_num(g.offered_rps)} as scheduled) → "
+            f"{fmt_num(g.achieved_rps)} achieved, p95 "
+            f"{cfg.knee.metric} {'–' if p95 is None else fmt_ms(p95)} → "
+            + {"fail": "saturated", "ok": "ok", "thin": f"too few requests (< {cfg.knee.min_requests})",
+               "errors": "errors"}[state])
+    lo, hi = search.bracket()
+    notes.append(f"find-knee: {search.probes} probes; last rate that kept up {fmt_num(lo)}, lowest confirmed "
+                 f"saturated {fmt_num(hi)} req/s")
+    return None
+
+
+async def _watch_first_step(cfg: BenchConfig, runner: Runner, first: Step, failure: list[str]) -> None:
+    """Stop the run when its first step's requests mostly fail (a missing key must not become a knee)."""
+    while not runner.stop.is_set():
+        await asyncio.sleep(0.25)
+        why = first_step_failure(runner.records, first.index, cfg.max_error_rate)
+        if why is not None:
+            failure.append(why)
+            runner.stop.set()
+            return
+        if runner.now() > first.end_s + 2.0:
+            return
 
 
 def _bench_series(runner: Runner, with_p95: bool) -> Any:
@@ -163,6 +199,8 @@ async def run_bench(cfg: BenchConfig, *, echo: Any = None) -> BenchResult:
     """Run the benchmark ``cfg`` describes and write its run folder."""
     say = echo or (lambda msg: print(msg, file=sys.stderr, flush=True))
     notices: list[str] = []
+    notes: list[str] = []
+    failure: list[str] = []
     rng = random.Random(cfg.random_seed)
     nvml: Nvml | None = None
     if "gpu-util" in cfg.metrics:
@@ -170,8 +208,6 @@ async def run_bench(cfg: BenchConfig, *, echo: Any = None) -> BenchResult:
         notices.append(msg)
         say(msg)
     scrape = list(cfg.scrape)
-    if "mem-fragmentation" in cfg.metrics:
-        scrape.append(cfg.target.base_url.rstrip("/") + "/metrics")
     if not cfg.find_knee:
         shape = make_shape(cfg.shape, start=cfg.qps if cfg.shape == "constant" else cfg.qps_start,
                            end=cfg.qps_end, duration=cfg.duration_s, steps=cfg.steps)
@@ -181,10 +217,17 @@ async def run_bench(cfg: BenchConfig, *, echo: Any = None) -> BenchResult:
         steps, schedule = [], []
     started_at = datetime.now(UTC)
     out_dir = cfg.out or Path("runs") / f"bench-{started_at.strftime('%Y%m%d-%H%M%S')}"
-    notes: list[str] = []
     async with aiohttp.ClientSession() as probe_session:
         t = cfg.target
         model = t.model or await discover_model(probe_session, t.base_url, t.api_keys[0] if t.api_keys else None)
+        replicas = await discover_replicas(probe_session, t.base_url)
+    own = cfg.target.base_url.rstrip("/") + "/metrics"
+    if replicas:  # a turbogate gateway: scrape it and the engines behind it (KV use, fragmentation)
+        scrape += [own, *(u.rstrip("/") + "/metrics" for u in replicas)]
+        notes.append(f"target is a turbogate gateway with {len(replicas)} replicas; scraping "
+                     + ", ".join(replicas))
+    elif "mem-fragmentation" in cfg.metrics:
+        scrape.append(own)
     target = replace(cfg.target, model=model)
     loop = asyncio.get_running_loop()
     interrupts = 0
@@ -209,9 +252,14 @@ async def run_bench(cfg: BenchConfig, *, echo: Any = None) -> BenchResult:
         display.start()
         try:
             if cfg.find_knee:
-                await _find_knee(cfg, runner, rng, steps, notes)
+                why = await _find_knee(cfg, runner, rng, steps, notes)
+                failure += [why] if why else []
             else:
-                await runner.execute(schedule, grace_s=cfg.grace_s, drain_s=cfg.drain_s)
+                watch = asyncio.create_task(_watch_first_step(cfg, runner, steps[0], failure))
+                try:
+                    await runner.execute(schedule, grace_s=cfg.grace_s, drain_s=cfg.drain_s)
+                finally:
+                    watch.cancel()
         finally:
             await display.stop()
             await collectors.stop()
@@ -229,18 +277,30 @@ async def run_bench(cfg: BenchConfig, *, echo: Any = None) -> BenchResult:
         notices.append(msg)
         say(msg)
     notes.extend(notices)
+    counts = reasons(records)
+    if counts:
+        notes.append(f"errors by reason: {reasons_line(counts)} ({hint(counts.most_common(1)[0][0])})")
     interrupted = runner.stop.is_set()
     config = cfg.describe() | {"model": model}
+    warnings = [f"stopped: {why}" for why in failure]
     summary = summarize(records, steps, kind="bench", started_at=started_iso, duration_s=duration, config=config,
-                        slo=cfg.slo, knee_settings=cfg.knee, cost=cfg.cost, interrupted=interrupted, notes=notes)
+                        slo=cfg.slo, knee_settings=cfg.knee, cost=cfg.cost, interrupted=interrupted, notes=notes,
+                        warnings=warnings, max_lag_s=cfg.max_lag_s)
     write_run(out_dir, records, collectors.samples, summary, report=cfg.report)
-    return BenchResult(out_dir, summary, records, collectors.samples, notices)
+    return BenchResult(out_dir, summary, records, collectors.samples, notices, failure[0] if failure else None)
 
 
 def knee_line(summary: Summary) -> str:
+    """``knee — fleet: 9.6 req/s (throughput, high confidence); turbo: none up to 17 req/s; …``"""
     parts = []
     for tier, k in summary.knees.items():
         label = "fleet" if tier == ALL else tier
-        parts.append(f"{label}: {'none in range' if k.value is None else f'{k.value:.3g} req/s ({k.used})'}")
+        if k.value is not None:
+            text = f"{fmt_num(k.value)} req/s ({k.used}, {k.confidence} confidence)"
+        elif k.verdict == "none":
+            text = "none in range"
+        else:
+            text = f"inconclusive ({k.note})"
+        parts.append(f"{label}: {text}")
     return "knee — " + "; ".join(parts)
 

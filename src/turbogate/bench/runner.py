@@ -21,11 +21,13 @@ import orjson
 
 from turbogate.bench.arrivals import Scheduled
 from turbogate.bench.client import TIER_HEADER, Outcome, send_request
+from turbogate.bench.failures import error_reason
 from turbogate.bench.http11 import Http11Pool
 from turbogate.bench.workload import request_body
 from turbogate.results.schema import RequestRecord
 
 TIER_VIA: tuple[str, ...] = ("body", "header", "both")
+UNFINISHED = "unfinished: still running when the drain/grace time ran out"  # RequestRecord.unfinished reads it
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +65,10 @@ class LiveState:
     dispatched: int = 0
     in_flight: int = 0
     done: int = 0
-    errors: int = 0
+    ok: int = 0
+    errors: int = 0  # answered and failed (shed included), as the final table counts them
+    unfinished: int = 0  # still running when the drain / grace ran out
+    reasons: collections.Counter[str] = field(default_factory=collections.Counter)  # errors by reason
     offered_rps: float = 0.0
     step: int = 0
     finished_at: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=100_000))
@@ -212,7 +217,7 @@ class Runner:
                 out = await send_request(self.session, tgt.url, body, headers, tgt.stream)
         except asyncio.CancelledError:
             now = time.perf_counter()
-            out = Outcome(sent=started, end=now, error="cancelled: still in flight when the grace/drain time ran out")
+            out = Outcome(sent=started, end=now, error=UNFINISHED)
         except Exception as exc:  # a client bug must cost one record, not the run
             now = time.perf_counter()
             out = Outcome(sent=started, end=now, error=f"client error: {type(exc).__name__}: {exc}"[:300])
@@ -223,14 +228,19 @@ class Runner:
             if out is None:
                 now = time.perf_counter()
                 out = Outcome(sent=now, end=now, error="client error before send")
-            self.records.append(self._record(item, rid, started, out))
+            rec = self._record(item, rid, started, out)
+            self.records.append(rec)
             st.done += 1
             if out.ok:
+                st.ok += 1
                 st.finished_at.append(out.end - self.t0)
                 if out.e2e is not None:
                     st.recent_e2e.append(out.e2e)
+            elif out.error == UNFINISHED:
+                st.unfinished += 1
             else:
                 st.errors += 1
+                st.reasons[error_reason(rec) or "unknown"] += 1
             st.recent_lag.append(started - self.t0 - item.t)
 
     def _record(self, item: Scheduled, rid: int, started: float, out: Outcome) -> RequestRecord:

@@ -4,9 +4,13 @@ Takes a loaded :class:`turbogate.results.Summary` (read it with :func:`turbogate
 does no I/O.  The run's offered loads are fleet-wide; the planner's model is one replica, so
 every offered load is divided by ``replicas`` (the replicas the run's target had).
 
-The planner predicts *mean* TTFT and TPOT, so means are compared (``Dist.mean``); the knee is
-compared with the run's own knee (its ``used`` method, tier ``all``) and the saturation rate with
-the highest throughput the run achieved.  Error = (predicted − measured) / measured.
+The planner predicts *mean* TTFT and TPOT, so means are compared (``Dist.mean``).  The run's knee
+(tier ``all``, from :mod:`turbogate.results.knee`, the one knee module) is compared like with like
+(:data:`PREDICTED_FOR`): a throughput or goodput knee — where the fleet stops completing what it is
+sent — with the predicted saturation rate; a latency knee with the planner's latency knee (mean E2E
+at ``knee_factor`` × its unloaded value).  A run whose knee is "none" or "inconclusive" has no
+measured knee, and says which.  The saturation rate is also compared with the highest throughput the
+run achieved.  Error = (predicted − measured) / measured.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from typing import Any
 
 from turbogate.plan.latency import LatencyModel
 from turbogate.results import ALL, Summary
+
+# Which prediction a measured knee is compared with, by the knee module's method.
+PREDICTED_FOR: dict[str, str] = {"throughput": "saturation", "goodput": "saturation", "latency": "latency-knee"}
 
 
 def rel_error(predicted: float | None, measured: float | None) -> float | None:
@@ -59,7 +66,11 @@ class Calibration:
     replicas: int
     measured_knee_rps: float | None  # fleet
     knee_method: str | None
-    predicted_knee_rps: float  # fleet
+    predicted_knee_rps: float  # fleet; the prediction that matches the measured knee's method
+    knee_verdict: str  # the run's: "knee", "none" or "inconclusive"
+    knee_confidence: str | None
+    knee_note: str
+    predicted_as: str  # "saturation" or "latency-knee"
     measured_max_rps: float  # highest achieved throughput, fleet
     predicted_saturation_rps: float  # fleet
     measured_prompt_tokens: float | None  # mean tokens per request the run saw
@@ -95,7 +106,8 @@ class Calibration:
         return {
             "kind": self.kind, "replicas": self.replicas,
             "knee": {"measured_rps": self.measured_knee_rps, "method": self.knee_method,
-                     "predicted_rps": self.predicted_knee_rps,
+                     "verdict": self.knee_verdict, "confidence": self.knee_confidence, "note": self.knee_note,
+                     "predicted_rps": self.predicted_knee_rps, "predicted_as": self.predicted_as,
                      "error": rel_error(self.predicted_knee_rps, self.measured_knee_rps)},
             "saturation": {"measured_max_rps": self.measured_max_rps, "predicted_rps": self.predicted_saturation_rps,
                            "error": rel_error(self.predicted_saturation_rps, self.measured_max_rps)},
@@ -141,11 +153,18 @@ def calibrate(summary: Summary, model: LatencyModel, replicas: int = 1, knee_fac
         prompt = overall.input_tokens_per_s / overall.achieved_rps
         output = overall.output_tokens_per_s / overall.achieved_rps
     max_rps = max((s.tiers[ALL].achieved_rps for s in summary.steps if ALL in s.tiers), default=0.0)
+    method = None if knee is None else knee.used
+    predicted_as = PREDICTED_FOR.get(method or "", "latency-knee")
+    predicted = model.saturation_rate if predicted_as == "saturation" else model.knee(knee_factor)
     return Calibration(
         kind=summary.kind, replicas=replicas,
         measured_knee_rps=None if knee is None else knee.value,
-        knee_method=None if knee is None else knee.used,
-        predicted_knee_rps=model.knee(knee_factor) * replicas,
+        knee_method=method,
+        predicted_knee_rps=predicted * replicas,
+        knee_verdict="inconclusive" if knee is None else knee.verdict,
+        knee_confidence=None if knee is None else knee.confidence,
+        knee_note="no tier all in the run" if knee is None else knee.note,
+        predicted_as=predicted_as,
         measured_max_rps=max_rps,
         predicted_saturation_rps=model.saturation_rate * replicas,
         measured_prompt_tokens=prompt, measured_output_tokens=output,

@@ -10,7 +10,9 @@ A run folder holds:
 - ``report.html``    — the self-contained report (optional for a simulator).
 
 Times inside a run are seconds relative to the run's start (``Summary.started_at`` holds the wall
-clock of that instant).  Bump :data:`SCHEMA_VERSION` on any incompatible change.
+clock of that instant).  Bump :data:`SCHEMA_VERSION` on any change; readers accept every version in
+:data:`READABLE_VERSIONS` (version 2 added the knee's evidence and the ``unfinished`` counts, with
+defaults that make a version-1 summary read as before).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS: tuple[int, ...] = (1, 2)
+UNFINISHED_PREFIXES = ("unfinished", "cancelled")  # version 1 wrote "cancelled: ..."
 RunKind = Literal["bench", "sim"]
 KIND_VALUES: tuple[str, ...] = ("bench", "sim")
 ALL = "all"  # the tier key that aggregates every request of a step
@@ -70,6 +74,11 @@ class RequestRecord:
     server_timing_ms: Mapping[str, float] = field(default_factory=dict)  # Server-Timing name -> dur
     api_key: int | None = None  # index of the API key used (never the key itself)
     replica: str | None = None  # serving replica when known (simulator, gateway header)
+
+    @property
+    def unfinished(self) -> bool:
+        """Sent, and still running when the drain (or Ctrl-C's grace) ended: neither a success nor an error."""
+        return self.sent_s is not None and not self.ok and (self.error or "").startswith(UNFINISHED_PREFIXES)
 
     @property
     def shed(self) -> bool:

@@ -6,12 +6,14 @@ Attribution (documented in docs/results-schema.md):
 - achieved throughput, token throughput and goodput: the successful requests *finishing* inside
   the step's window, divided by the window's length — so an overloaded step shows what the target
   actually completed, not what the client offered.  The completion window is the step's window
-  shifted by the run's *fill time* (median E2E at the lowest offered load), so the first step is
-  not charged for the pipeline filling up and the last one counts its own tail.
+  shifted by the group's own median time from schedule to completion in that step (the run's *fill
+  time*, the median E2E at the lowest load, when nothing succeeded), so no step is charged for the
+  pipeline filling up, nor for latency that grows along a ramp, and the last one counts its own tail.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -71,13 +73,19 @@ class Dist:
     max: float | None
 
     @classmethod
-    def of(cls, values: Sequence[float]) -> Dist:
-        if not values:
+    def of(cls, values: Sequence[float], censored: int = 0) -> Dist:
+        """``censored`` values are known only to exceed every measured one (requests still running when
+        the run ended): they rank above all values, so a percentile that falls among them, and the
+        mean and max, are unknown (None) rather than a survivors-only figure."""
+        if not values and not censored:
             return cls(0, None, None, None, None, None, None)
-        arr = np.asarray(values, dtype=float)
-        p = np.percentile(arr, PERCENTILES)
-        return cls(len(values), float(arr.mean()), float(p[0]), float(p[1]), float(p[2]), float(p[3]),
-                   float(arr.max()))
+        arr = np.concatenate([np.sort(np.asarray(values, dtype=float)), np.full(censored, np.inf)])
+        with np.errstate(invalid="ignore"):
+            p = np.percentile(arr, PERCENTILES)
+        pct = [float(v) if math.isfinite(v) else None for v in p]
+        known = not censored and len(values) > 0
+        return cls(len(values), float(np.mean(values)) if known else None, pct[0], pct[1], pct[2], pct[3],
+                   float(arr.max()) if known else None)
 
     def get(self, stat: str) -> float | None:
         value: float | None = getattr(self, stat)
@@ -103,9 +111,9 @@ class GroupStats:
     requests: int  # scheduled in the step
     sent: int
     ok: int
-    errors: int  # sent and failed, shed included
+    errors: int  # sent and failed, shed included; unfinished ones not
     shed: int  # 429 / 503
-    error_rate: float
+    error_rate: float  # errors / answered (sent − unfinished)
     shed_rate: float
     offered_rps: float  # requests of this tier scheduled in the step per second (realized, not nominal)
     achieved_rps: float  # successful completions inside the window per second
@@ -115,6 +123,11 @@ class GroupStats:
     latency: Mapping[str, Dist] = field(default_factory=dict)  # keys: LATENCY_METRICS
     server_timing_ms: Mapping[str, float] = field(default_factory=dict)  # mean dur per part
     tiers_served: Mapping[str, int] = field(default_factory=dict)
+    unfinished: int = 0  # sent and still running when the drain / grace time ran out
+
+    @property
+    def unfinished_rate(self) -> float:
+        return self.unfinished / self.sent if self.sent else 0.0
 
     def pct(self, metric: str, stat: str = "p95") -> float | None:
         d = self.latency.get(metric)
@@ -128,6 +141,7 @@ class GroupStats:
             "input_tokens_per_s": self.input_tokens_per_s, "output_tokens_per_s": self.output_tokens_per_s,
             "latency": {k: v.to_dict() for k, v in self.latency.items()},
             "server_timing_ms": dict(self.server_timing_ms), "tiers_served": dict(self.tiers_served),
+            "unfinished": self.unfinished,
         }
 
     @classmethod
@@ -141,6 +155,7 @@ class GroupStats:
             latency={str(k): Dist.from_dict(v) for k, v in (d.get("latency") or {}).items()},
             server_timing_ms={str(k): float(v) for k, v in (d.get("server_timing_ms") or {}).items()},
             tiers_served={str(k): int(v) for k, v in (d.get("tiers_served") or {}).items()},
+            unfinished=int(d.get("unfinished", 0)),
         )
 
 
@@ -152,11 +167,13 @@ def tier_key(r: RequestRecord) -> str:
 def _latency(records: Sequence[RequestRecord]) -> dict[str, Dist]:
     ok = [r for r in records if r.ok]
     sent = [r for r in records if r.sent_s is not None]
+    # A request still running at the end took longer than any that finished (the drain outlasts them).
+    late = sum(1 for r in sent if r.unfinished)
     return {
-        "ttft": Dist.of([r.ttft_s for r in ok if r.ttft_s is not None]),
+        "ttft": Dist.of([r.ttft_s for r in ok if r.ttft_s is not None], late),
         "tpot": Dist.of([r.tpot_s for r in ok if r.tpot_s is not None]),
         "itl": Dist.of([x for r in ok for x in r.itl_s]),
-        "e2e": Dist.of([r.e2e_s for r in ok if r.e2e_s is not None]),
+        "e2e": Dist.of([r.e2e_s for r in ok if r.e2e_s is not None], late),
         "lag": Dist.of([r.dispatch_lag_s for r in sent]),
         "queue": Dist.of([r.queue_s for r in sent]),
     }
@@ -167,7 +184,9 @@ def group_stats(scheduled: Sequence[RequestRecord], finished: Sequence[RequestRe
     """Stats of ``scheduled`` (the step's requests) and ``finished`` (ending in its window)."""
     sent = [r for r in scheduled if r.sent_s is not None]
     ok = [r for r in sent if r.ok]
-    errors = len(sent) - len(ok)
+    unfinished = sum(1 for r in sent if r.unfinished)
+    errors = len(sent) - len(ok) - unfinished
+    answered = len(sent) - unfinished
     shed = sum(1 for r in sent if r.shed)
     done = [r for r in finished if r.ok]
     window = max(window_s, 1e-9)
@@ -185,8 +204,8 @@ def group_stats(scheduled: Sequence[RequestRecord], finished: Sequence[RequestRe
         ok=len(ok),
         errors=errors,
         shed=shed,
-        error_rate=errors / len(sent) if sent else 0.0,
-        shed_rate=shed / len(sent) if sent else 0.0,
+        error_rate=errors / answered if answered else 0.0,
+        shed_rate=shed / answered if answered else 0.0,
         offered_rps=offered_rps,
         achieved_rps=len(done) / window,
         goodput_rps=sum(1 for r in done if slo.met_by(r)) / window,
@@ -195,6 +214,7 @@ def group_stats(scheduled: Sequence[RequestRecord], finished: Sequence[RequestRe
         latency=_latency(scheduled),
         server_timing_ms={k: float(np.mean(v)) for k, v in sorted(parts.items())},
         tiers_served=dict(sorted(served.items())),
+        unfinished=unfinished,
     )
 
 
@@ -202,6 +222,13 @@ def group_stats(scheduled: Sequence[RequestRecord], finished: Sequence[RequestRe
 class StepStats:
     step: Step
     tiers: Mapping[str, GroupStats]  # tier key -> stats; ALL aggregates every tier
+
+    @property
+    def offered_rps(self) -> float:
+        """The step's offered load as realized: all tiers' requests actually scheduled in it per second (Poisson
+        counts stray from the nominal ``step.offered_rps`` by ±1/√n). Curves, the knee and the bands use it."""
+        g = self.tiers.get(ALL)
+        return g.offered_rps if g is not None and g.offered_rps > 0 else self.step.offered_rps
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.step.to_dict(), "tiers": {k: v.to_dict() for k, v in self.tiers.items()}}
@@ -226,29 +253,47 @@ def real_tiers(records: Iterable[RequestRecord]) -> list[str]:
     return sorted({r.tier_asked for r in records if r.tier_asked is not None})
 
 
+def _lead(group: Sequence[RequestRecord]) -> float | None:
+    """Median time from schedule to completion of a group's successes: how far its completions trail it."""
+    done = [r.end_s - r.scheduled_s for r in group if r.ok and r.end_s is not None]
+    return float(np.median(done)) if done else None
+
+
 def step_stats(records: Iterable[RequestRecord], steps: Sequence[Step], slo: SLO) -> list[StepStats]:
-    """Per-step, per-tier statistics (plus the ALL aggregate) of a whole run."""
+    """Per-step, per-tier statistics (plus the ALL aggregate) of a whole run.
+
+    A group's completion window is the step's window shifted by the group's own median time from schedule
+    to completion (the run's fill time when none succeeded): below capacity it then counts exactly the
+    step's own requests, whatever their latency — a ramp whose latency grows step by step does not fake a
+    shortfall — and at saturation it counts what the target completed while busy, its capacity.
+    """
     recs = list(records)
     tiers = real_tiers(recs)
-    shift = fill_time(recs, steps)
+    fill = fill_time(recs, steps)
+    ends: dict[str, tuple[list[float], list[RequestRecord]]] = {}
+    for key in [*tiers, ALL]:
+        done = sorted((r for r in recs if r.end_s is not None and (key == ALL or tier_key(r) == key)),
+                      key=lambda r: r.end_s or 0.0)
+        ends[key] = ([r.end_s or 0.0 for r in done], done)
     out: list[StepStats] = []
     for step in steps:
         in_step = [r for r in recs if r.step == step.index]
-        lo, hi = step.start_s + shift, step.end_s + shift
-        finished = [r for r in recs if r.end_s is not None and lo <= r.end_s < hi]
         groups: dict[str, GroupStats] = {}
         width = max(step.duration_s, 1e-9)
+
         # Offered = what was actually scheduled inside the window (Poisson counts vary around the nominal
         # rate; a window cut short by a stop does not count what was due after it).
         def offered(group: Sequence[RequestRecord], end: float = step.end_s, w: float = width) -> float:
             return sum(1 for r in group if r.scheduled_s < end) / w
 
-        for tier in tiers:
-            sched = [r for r in in_step if tier_key(r) == tier]
-            fin = [r for r in finished if tier_key(r) == tier]
-            groups[tier] = group_stats(sched, fin, step.duration_s, offered(sched), slo)
-        groups[ALL] = group_stats(in_step, finished, step.duration_s, offered(in_step), slo)
-        out.append(StepStats(step=step, tiers=groups))
+        for key in [*tiers, ALL]:
+            sched = in_step if key == ALL else [r for r in in_step if tier_key(r) == key]
+            lead = _lead(sched)
+            shift = fill if lead is None else lead
+            times, done = ends[key]
+            fin = done[bisect.bisect_left(times, step.start_s + shift):bisect.bisect_left(times, step.end_s + shift)]
+            groups[key] = group_stats(sched, fin, step.duration_s, offered(sched), slo)
+        out.append(StepStats(step=step, tiers={**{t: groups[t] for t in tiers}, ALL: groups[ALL]}))
     return out
 
 

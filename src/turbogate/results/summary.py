@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from turbogate.results.fmt import fmt_ms
 from turbogate.results.knee import Knee, KneeSettings, detect_knees
 from turbogate.results.roi import CostConfig, RoiRow, recommendation, roi_table
-from turbogate.results.schema import ALL, KIND_VALUES, SCHEMA_VERSION, RequestRecord, Step
+from turbogate.results.schema import ALL, KIND_VALUES, READABLE_VERSIONS, SCHEMA_VERSION, RequestRecord, Step
 from turbogate.results.stats import SLO, GroupStats, StepStats, overall_stats, step_stats
 
 
@@ -29,6 +30,7 @@ class Summary:
     recommendation: str
     interrupted: bool = False
     notes: Sequence[str] = field(default_factory=tuple)
+    warnings: Sequence[str] = field(default_factory=tuple)  # what makes the figures doubtful (lag, failure)
 
     @property
     def tiers(self) -> list[str]:
@@ -36,14 +38,14 @@ class Summary:
         return [t for t in self.overall if t != ALL] + [ALL]
 
     def latency_curve(self, tier: str, metric: str = "e2e", stat: str = "p95") -> list[tuple[float, float | None]]:
-        """(offered load, latency stat) per step for one tier, sorted by offered load."""
-        pts = [(s.step.offered_rps, s.tiers[tier].pct(metric, stat)) for s in self.steps
+        """(offered load as realized, latency stat) per step for one tier, sorted by offered load."""
+        pts = [(s.offered_rps, s.tiers[tier].pct(metric, stat)) for s in self.steps
                if tier in s.tiers and s.tiers[tier].sent > 0]
         return sorted(pts, key=lambda p: p[0])
 
     def throughput_curve(self, tier: str) -> list[tuple[float, float]]:
         """(offered load, achieved req/s of the tier) per step, sorted by offered load."""
-        pts = [(s.step.offered_rps, s.tiers[tier].achieved_rps) for s in self.steps
+        pts = [(s.offered_rps, s.tiers[tier].achieved_rps) for s in self.steps
                if tier in s.tiers and s.tiers[tier].sent > 0]
         return sorted(pts, key=lambda p: p[0])
 
@@ -68,13 +70,15 @@ class Summary:
             "roi": [r.to_dict() for r in self.roi],
             "recommendation": self.recommendation,
             "notes": list(self.notes),
+            "warnings": list(self.warnings),
         }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Summary:
         version = int(d.get("schema_version", 0))
-        if version != SCHEMA_VERSION:
-            raise ValueError(f"summary.json has schema_version {version}; this turbogate reads {SCHEMA_VERSION}")
+        if version not in READABLE_VERSIONS:
+            raise ValueError(f"summary.json has schema_version {version}; this turbogate reads "
+                             f"{', '.join(map(str, READABLE_VERSIONS))}")
         kind = str(d["kind"])
         if kind not in KIND_VALUES:
             raise ValueError(f"summary.json kind must be one of {KIND_VALUES}, got {kind!r}")
@@ -89,6 +93,7 @@ class Summary:
             roi=[RoiRow.from_dict(r) for r in d.get("roi") or []],
             recommendation=str(d.get("recommendation", "")), interrupted=bool(d.get("interrupted", False)),
             notes=[str(n) for n in d.get("notes") or []],
+            warnings=[str(n) for n in d.get("warnings") or []],
         )
 
 
@@ -104,10 +109,13 @@ def cut_at_stop(steps: Sequence[Step], records: Sequence[RequestRecord]) -> list
 def summarize(records: Iterable[RequestRecord], steps: Sequence[Step], *, kind: str, started_at: str,
               duration_s: float, config: Mapping[str, Any], slo: SLO | None = None,
               knee_settings: KneeSettings | None = None, cost: CostConfig | None = None,
-              interrupted: bool = False, notes: Sequence[str] = ()) -> Summary:
+              interrupted: bool = False, notes: Sequence[str] = (), warnings: Sequence[str] = (),
+              max_lag_s: float = 0.010) -> Summary:
     """Compute the whole summary from the per-request records — the one place statistics come from.
 
     With ``interrupted``, the step running at the stop is cut at the last send (see :func:`cut_at_stop`).
+    A p99 dispatch lag over ``max_lag_s`` adds a warning (the load generator was the bottleneck) and
+    lowers every knee's confidence to "low".
     """
     if kind not in KIND_VALUES:
         raise ValueError(f"kind must be one of {KIND_VALUES}, got {kind!r}")
@@ -118,19 +126,32 @@ def summarize(records: Iterable[RequestRecord], steps: Sequence[Step], *, kind: 
     ks = knee_settings or KneeSettings()
     cost = cost or CostConfig()
     per_step = step_stats(recs, steps, slo)
-    knees = detect_knees(per_step, ks)
+    knees = detect_knees(per_step, ks, slo.is_set())
+    overall = overall_stats(recs, duration_s, slo)
+    warns = list(warnings)
+    lag = overall[ALL].pct("lag", "p99") if ALL in overall else None
+    if lag is not None and lag > max_lag_s:
+        warns.append(f"the load generator was the bottleneck: p99 dispatch lag {fmt_ms(lag)} exceeds "
+                     f"{fmt_ms(max_lag_s)}: requests left later than scheduled, so the load was not offered as "
+                     "planned; give the bench its own CPU (a quieter machine, fewer req/s per bench process, or "
+                     "several processes)")
+        knees = {t: replace(k, confidence="low" if k.verdict == "knee" else k.confidence,
+                            note=k.note + f" (bench lagged: p99 dispatch lag {fmt_ms(lag)})") for t, k in knees.items()}
     roi = roi_table(per_step, knees, cost)
+    stopped = [w for w in warns if w.startswith("stopped:")]
+    advice = f"No recommendation: the run {stopped[0]}" if stopped else recommendation(roi, knees)
     return Summary(
         schema_version=SCHEMA_VERSION, kind=kind, started_at=started_at, duration_s=duration_s, config=config,
-        slo=slo, knee_settings=ks, cost=cost, steps=per_step, overall=overall_stats(recs, duration_s, slo),
-        knees=knees, roi=roi, recommendation=recommendation(roi, knees), interrupted=interrupted, notes=tuple(notes),
+        slo=slo, knee_settings=ks, cost=cost, steps=per_step, overall=overall,
+        knees=knees, roi=roi, recommendation=advice, interrupted=interrupted, notes=tuple(notes),
+        warnings=tuple(warns),
     )
 
 
 CSV_LATENCY_STATS: tuple[str, ...] = ("mean", "p50", "p90", "p95", "p99")
 CSV_COUNTERS: tuple[str, ...] = ("requests", "sent", "ok", "errors", "shed", "error_rate", "shed_rate",
                                  "offered_rps", "achieved_rps", "goodput_rps", "input_tokens_per_s",
-                                 "output_tokens_per_s")
+                                 "output_tokens_per_s", "unfinished")
 
 
 def csv_rows(summary: Summary) -> tuple[list[str], list[list[Any]]]:

@@ -42,6 +42,39 @@ from turbogate.sched.tiers import RANK, TIERS, Tier
 
 #: Weight of one dispatch in each tier's recent-share EWMA (about the last 50 dispatches).
 SHARE_ALPHA = 0.02
+#: Time constant (s) of the top tier's arrival rate and the pool's completion rate.
+RATE_TAU_S = 10.0
+
+
+class _Rate:
+    """Events per second, an exponentially decaying average over ``RATE_TAU_S``."""
+
+    __slots__ = ("at", "value")
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self.at = 0.0
+
+    def add(self, now: float) -> None:
+        self.value = self.read(now) + 1.0 / RATE_TAU_S
+        self.at = now
+
+    def read(self, now: float) -> float:
+        dt = now - self.at
+        return self.value * math.exp(-dt / RATE_TAU_S) if dt > 0 else self.value
+
+
+def headroom_slots(top_rate: float, completion_rate: float, risk: float, most: int) -> int:
+    """Slots to keep free for the top tier so that an arrival finds none with probability at
+    most ``risk``.  Kept-free slots are used by top-tier arrivals and given back by completions
+    (lower tiers do not refill them): a birth–death chain whose empty state has probability
+    about ρ^R (1 − ρ) with ρ = arrivals / completions; hence R = ln(risk / (1 − ρ)) / ln ρ."""
+    if top_rate <= 0.0:
+        return 0
+    if completion_rate <= top_rate:
+        return most
+    rho = top_rate / completion_rate
+    return min(most, max(0, math.ceil(math.log(risk / (1.0 - rho)) / math.log(rho))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +183,7 @@ class Admission:
         *,
         min_samples: int = 5,
         tenant_counts: dict[str, int] | None = None,
+        headroom_risk: float = 0.02,
     ) -> None:
         """``tenant_counts`` may be one dict shared by the admissions of several pools, so a
         tenant's ``max_in_flight`` holds across them."""
@@ -158,6 +192,8 @@ class Admission:
         self.holdback = True
         self._queues: dict[Tier, _TierQueue] = {t: _TierQueue() for t in TIERS}
         self._order = [(t, self._queues[t], self.policies[t]) for t in TIERS]
+        for _tier, queue, policy in self._order:  # nobody is owed anything before the first dispatch
+            queue.share = policy.min_share
         self._active: dict[str, int] = tenant_counts if tenant_counts is not None else {}
         self._seq = 0
         self.in_flight = 0
@@ -166,6 +202,9 @@ class Admission:
         self._samples = 0
         self._min_samples = min_samples
         self.dispatched: dict[Tier, int] = dict.fromkeys(TIERS, 0)
+        self.headroom_risk = headroom_risk
+        self._top_arrivals = _Rate()
+        self._completions = _Rate()
 
     # ---- queries -------------------------------------------------------------------------
     def queue_length(self, tier: Tier) -> int:
@@ -182,6 +221,12 @@ class Admission:
     def service_estimate_s(self) -> float | None:
         """EWMA of dispatch-to-completion time, once enough requests have completed."""
         return self._service_ewma_s if self._samples >= self._min_samples else None
+
+    def headroom(self, now: float, slots: int) -> int:
+        """The slots the holdback keeps for Turbo's bursts right now (0 without holdback)."""
+        if not self.holdback:
+            return 0
+        return headroom_slots(self._top_arrivals.read(now), self._completions.read(now), self.headroom_risk, slots)
 
     def snapshot(self) -> dict[str, dict[str, float]]:
         return {
@@ -201,6 +246,8 @@ class Admission:
         policy = self.policies[tier]
         queue = self._queues[tier]
         tenant = self._tenant(ticket.tenant)
+        if tier is TIERS[0]:
+            self._top_arrivals.add(now)
         active = self._active.get(ticket.tenant, 0)
         if tenant.max_in_flight is not None and active >= tenant.max_in_flight:
             return Shed(429, "tenant_limit", self.retry_after_s(tier, slots),
@@ -254,12 +301,20 @@ class Admission:
         return 1 if predicted is None else clamp_retry(predicted)
 
     # ---- dispatch ------------------------------------------------------------------------
-    def next_dispatch(self, now: float, slots: int) -> Ticket | None:
+    def next_dispatch(self, now: float, slots: int, proven: int | None = None) -> Ticket | None:
         """The ticket to send upstream now, or ``None`` if none may go.  The caller must later
-        call ``on_complete`` (or ``requeue`` if no replica could take it)."""
+        call ``on_complete`` (or ``requeue`` if no replica could take it).  ``proven`` is the
+        part of ``slots`` the engines have shown they run (``Picker.proven_slots``): holdback
+        lines are drawn on it, so the headroom kept for Turbo is real engine capacity."""
         in_flight = self.in_flight
         if in_flight >= slots or self._queued == 0:
             return None
+        base = slots if proven is None else min(proven, slots)
+        # The most the lower tiers may hold: never more than leaves Turbo its needed headroom.
+        ceiling = slots
+        if self.holdback:
+            need = headroom_slots(self._top_arrivals.read(now), self._completions.read(now), self.headroom_risk, base)
+            ceiling = base - need
         best: Ticket | None = None
         owed: Ticket | None = None
         line_above = 0  # the holdback line of the best tier above with queued work
@@ -268,7 +323,9 @@ class Admission:
                 continue
             # Holdback in whole slots, at least one: on a 2-slot pool 85 % keeps one slot free,
             # on a 1-slot pool the tier can still run (epsilon: 0.29 × 100 must give 29, not 28).
-            line = max(1, math.floor(policy.max_utilization * slots + 1e-9)) if self.holdback else slots
+            line = slots
+            if self.holdback and policy.max_utilization < 1.0:
+                line = max(1, min(math.floor(policy.max_utilization * base + 1e-9), ceiling))
             due = queue.share < policy.min_share
             cap = max(1, math.floor(policy.capacity_share * slots + 1e-9))
             # An owed tier takes the turn of the tier above it, with that tier's line: it never
@@ -342,6 +399,7 @@ class Admission:
             queue = self._queues[ticket.tier]
             queue.in_flight -= 1
             self.in_flight -= 1
+            self._completions.add(now)
             if count_service and ticket.dispatched_at is not None:
                 sample = max(0.0, now - ticket.dispatched_at)
                 self._samples += 1

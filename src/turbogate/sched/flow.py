@@ -263,8 +263,9 @@ class Flow:
         name = pool.spec.name
         picker = self.picker
         slots = picker.slots(name, now)
+        proven = picker.proven_slots(name, now)
         while True:
-            ticket = admission.next_dispatch(now, slots)
+            ticket = admission.next_dispatch(now, slots, proven)
             if ticket is None:
                 return actions
             replica = picker.pick(name, now, proven_only=ticket.tier is Tier.TURBO)
@@ -276,15 +277,25 @@ class Flow:
             actions.append(self._dispatch(req, replica, now, retry=False))
 
     def _dispatch(self, req: FlowRequest, replica: Replica, now: float, *, retry: bool) -> Dispatch:
+        self._leave_upstream(req)  # a retry leaves the replica that failed
         self.picker.on_dispatch(replica)
+        replica.awaiting_first += 1
         req.replica = replica
         req.phase = _UPSTREAM
         req.dispatched_at = now
         req.retried = req.retried or retry
         return Dispatch(req, replica, retry)
 
+    @staticmethod
+    def _leave_upstream(req: FlowRequest) -> None:
+        """``req`` no longer waits for its replica's first byte (L2 counts those: a replica
+        busy with a prefill makes a Turbo request wait a longer engine step)."""
+        if req.phase is _UPSTREAM and req.replica is not None:
+            req.replica.awaiting_first -= 1
+
     def _close(self, req: FlowRequest, status: int, now: float, *, count_service: bool = False) -> None:
         """Mark ``req`` done with ``status`` and free its L1 place (the caller pumps)."""
+        self._leave_upstream(req)
         req.phase = _DONE
         req.status = status
         if req.ticket is not None:
@@ -298,6 +309,7 @@ class Flow:
     # ---- upstream events -----------------------------------------------------------------------
     def first_byte(self, req: FlowRequest, now: float) -> list[Action]:
         if req.phase is _UPSTREAM:
+            self._leave_upstream(req)
             req.phase = _ANSWERING
             req.first_byte_at = now
         return []

@@ -20,9 +20,11 @@ own FIFO.  At each scrape of an engine that reports its waiting count:
   becomes the slow-start threshold.  A small queue must be seen on two scrapes in a row: a
   request sent during an engine step shows as waiting until the step ends, and a limit that
   shrinks on such snapshots ratchets down;
-* no queue, and the limit was reached since the last scrape (so it may be what holds us back)
-  and KV use is below ``saturated_kv`` → the limit grows: doubling below the threshold (slow
-  start), one step every ``grow_every_scrapes`` above it (a rare probe), as TCP does.
+* no queue, the limit reached since the last scrape (so it may be what holds us back), the
+  engine seen running (nearly) that many at once, and KV use below ``saturated_kv`` → the limit
+  grows: ×1.5 per scrape below the threshold (slow start), one slot every
+  ``grow_every_scrapes`` above it (a rare probe), as TCP does.  Turbo avoids the probed slots
+  (``pick(proven_only=True)``).
 
 Overshoot is what hurts: a limit above what the engine runs puts requests in the engine's
 FIFO, where a Turbo request waits behind Standard ones for a completion, and it erases the
@@ -104,6 +106,7 @@ class Replica:
     hold: int = 0  # scrapes to wait before the next additive probe
     last_waiting: float = 0.0  # the engine's waiting count at the previous scrape
     proven: float = 0.0  # most requests the engine was seen running at once since the last cut
+    awaiting_first: int = 0  # ours dispatched and not yet answering (prefilling, for streams)
     in_flight: int = 0
     load: ReplicaLoad | None = None
     load_at: float = -math.inf
@@ -216,6 +219,17 @@ class Picker:
         """Total dispatch slots of ``pool`` for L1's ``slots`` argument."""
         return sum(self.replica_slots(r, now) for r in self._pools[pool].replicas)
 
+    def proven_slots(self, pool: str, now: float) -> int:
+        """The part of ``slots`` each engine has shown it runs at once, for the holdback: a
+        replica still in slow start counts whole (the lower tiers' traffic is how its limit is
+        found); past it, only what its engine was seen running since the last cut, so a probe
+        of the limit never counts as Turbo's headroom."""
+        total = 0
+        for r in self._pools[pool].replicas:
+            n = self.replica_slots(r, now)
+            total += n if math.isinf(r.ssthresh) or r.proven < 1.0 else min(n, int(r.proven))
+        return total
+
     def healthy(self, pool: str) -> int:
         return sum(1 for r in self._pools[pool].replicas if r.health is Health.HEALTHY)
 
@@ -230,14 +244,16 @@ class Picker:
 
         ``proven_only`` (Turbo): prefer a replica whose in-flight count is below what its engine
         was seen running at once, so a probe of the limit (a slot the engine may not have) is
-        taken by lower tiers and a Turbo request never waits in an engine's queue for it."""
+        taken by lower tiers and a Turbo request never waits in an engine's queue for it; and
+        among those one with no request awaiting its first token (no prefill under way), so
+        its own prefill does not share, or wait for, a longer engine step."""
         state = self._pools.get(pool)
         if state is None:
             return None
         best: Replica | None = None
         best_key = (Band.SATURATED + 1, math.inf)
         safe: Replica | None = None
-        safe_key = best_key
+        safe_key: tuple[float, ...] = (math.inf,)
         replicas = state.replicas
         n = len(replicas)
         state.rotor = (state.rotor + 1) % max(n, 1)
@@ -249,8 +265,10 @@ class Picker:
             key = (Band.BUSY if band is Band.LIGHT else band, self.score(r, now))
             if key < best_key:
                 best, best_key = r, key
-            if proven_only and r.in_flight < int(r.proven) and key < safe_key:
-                safe, safe_key = r, key
+            if proven_only and r.in_flight < int(r.proven):
+                turbo_key = (Band.SATURATED + 1 if r.awaiting_first else 0, key[0], key[1])
+                if safe is None or turbo_key < safe_key:
+                    safe, safe_key = r, turbo_key
         return safe or best
 
     def pick_plain(self, pool: str, how: str, exclude: Collection[str] = ()) -> Replica | None:
@@ -346,12 +364,19 @@ class Picker:
         waiting = load.waiting
         if waiting is None:
             return
-        # A request sent during an engine step shows as waiting until the step ends: one scrape
-        # seeing a little queue proves nothing.  A large queue, or one seen twice, does.
-        large = max(2.0, 0.1 * (load.running or 0.0))
-        excess = waiting if waiting >= large else min(waiting, replica.last_waiting)
+        # A request sent during an engine step shows as waiting until the step ends, so a small
+        # queue proves nothing unless it is seen twice while the engine runs as many as it ever
+        # has (a full engine); a large queue always counts.
+        running = load.running or 0.0
+        large = max(4.0, 0.25 * running)
+        if waiting >= large:
+            excess = waiting
+        elif running >= replica.proven:
+            excess = min(waiting, replica.last_waiting)
+        else:
+            excess = 0.0
         replica.last_waiting = waiting
-        replica.proven = max(replica.proven, load.running or 0.0)
+        replica.proven = max(replica.proven, running)
         limit = replica.limit
         if excess > cfg.queue_tolerance:
             # What the engine runs of ours now: measured against our in-flight count at scrape
@@ -361,10 +386,15 @@ class Picker:
             replica.ssthresh = max(limit, load.running or 0.0)
             replica.hold = cfg.grow_every_scrapes
             replica.proven = min(replica.proven, limit)
-        elif waiting <= cfg.queue_tolerance and replica.peak_in_flight >= int(limit) \
-                and (load.kv_usage or 0.0) < cfg.saturated_kv:
+        elif waiting <= cfg.queue_tolerance and (load.kv_usage or 0.0) < cfg.saturated_kv:
+            # Grow only on the engine's own evidence that it runs what we send (its running
+            # count, not our in-flight count: ours may still be on the wire).
             if limit < replica.ssthresh:
-                limit = min(limit * 1.5, replica.ssthresh)  # slow start (×1.5: a smaller overshoot)
+                # 0.8: below the holdback line (0.85 of the limit) lower tiers alone can prove it
+                if replica.proven >= 0.8 * limit:
+                    limit = min(limit * 1.5, replica.ssthresh)  # slow start (×1.5: a smaller overshoot)
+            elif replica.proven < int(limit):
+                pass  # it has not run the whole limit at once since the last cut: no reason to probe
             elif replica.hold <= 1:  # past the threshold, probe one more now and then
                 limit += 1.0
                 replica.hold = cfg.grow_every_scrapes

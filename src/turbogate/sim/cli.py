@@ -51,6 +51,7 @@ def sim(
     knee_method: str = opt.KNEE_METHOD,
     knee_k: float = opt.KNEE_K,
     knee_metric: str = opt.KNEE_METRIC,
+    knee_min_requests: int = opt.KNEE_MIN_REQUESTS,
     fleet_cost: float = opt.FLEET_COST,
     tier_cost: str | None = opt.TIER_COST,
     policy: str = typer.Option("turbogate", "--policy", help=f"Gateway policy: {', '.join(POLICIES)}."),
@@ -75,7 +76,7 @@ def sim(
             arrivals=arrivals, burstiness=burstiness, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
             dataset=dataset, no_seed=no_seed, tiers=tiers, n_api_keys=len(api_key), random_seed=random_seed,
             slo=slo, knee_method=knee_method, knee_k=knee_k, knee_metric=knee_metric, fleet_cost=fleet_cost,
-            tier_cost=tier_cost)
+            tier_cost=tier_cost, knee_min_requests=knee_min_requests)
         if policy not in POLICIES:
             raise ValueError(f"--policy must be one of {', '.join(POLICIES)}, got {policy!r}")
         points = parse_sweep(sweep) if sweep else None

@@ -1,0 +1,204 @@
+"""The report's plotly figures (latency, throughput, distributions, waterfall, queue heatmap, timelines)."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from turbogate.results.fmt import fmt_ms, fmt_num
+from turbogate.results.schema import ALL, RequestRecord, Sample
+from turbogate.results.stats import tier_key
+from turbogate.results.summary import Summary
+
+MAX_POINTS = 20_000  # histogram inputs are subsampled beyond this to keep the file small
+COLORS = {"turbo": "#d62728", "standard": "#1f77b4", "relax": "#2ca02c", ALL: "#444444", "none": "#7f7f7f"}
+ENGINE_SERIES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+                 "vllm:gpu_cache_usage_perc", "turbogate_emulator_kv_fragmentation")
+
+
+def color(tier: str) -> str:
+    return COLORS.get(tier, "#9467bd")
+
+
+def log_ticks(values: Sequence[float]) -> dict[str, Any]:
+    """Tick values and labels for a log latency axis: decades only, or 1-2-5 when the data spans less than
+    two decades — so every label is a round, readable duration and minor ticks stay unlabeled."""
+    vals = [v for v in values if v > 0 and math.isfinite(v)]
+    if not vals:
+        return {}
+    lo, hi = math.floor(math.log10(min(vals))), math.ceil(math.log10(max(vals)))
+    mult = (1,) if hi - lo >= 2 else (1, 2, 5)
+    ticks = [m * 10.0 ** e for e in range(lo, hi + 1) for m in mult if min(vals) / 2 <= m * 10.0 ** e <= max(vals) * 2]
+    return {"tickvals": ticks, "ticktext": [fmt_ms(t) for t in ticks], "minor": {"showgrid": True}}
+
+
+def latency_figure(s: Summary) -> go.Figure:
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT percentiles", "E2E latency percentiles"))
+    seen: dict[int, list[float]] = {1: [], 2: []}
+    for col, metric in ((1, "ttft"), (2, "e2e")):
+        for tier in s.tiers:
+            for stat, dash in (("p50", "dot"), ("p95", "solid"), ("p99", "dash")):
+                pts = s.latency_curve(tier, metric, stat)  # None where requests were still running: a gap
+                if not any(y is not None for _, y in pts):
+                    continue
+                seen[col] += [y for _, y in pts if y is not None]
+                fig.add_trace(go.Scatter(
+                    x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers",
+                    name=f"{tier} {stat}", legendgroup=tier, showlegend=(col == 1), connectgaps=False,
+                    line={"color": color(tier), "dash": dash}), row=1, col=col)
+    _mark_knees(fig, s, cols=(1, 2), spans=[(min(seen[c], default=0.01), max(seen[c], default=1.0)) for c in (1, 2)])
+    fig.update_xaxes(title_text="offered load, all tiers (req/s)")
+    for col in (1, 2):
+        fig.update_yaxes(type="log", row=1, col=col, **log_ticks(seen[col]))
+    fig.update_layout(title="Latency against offered load (knee marked)", height=480)
+    return fig
+
+
+def _mark_knees(fig: go.Figure, s: Summary, cols: Sequence[int], spans: Sequence[tuple[float, float]]) -> None:
+    """A dashed vertical line per tier's knee, named in the legend ("knee all: 9.5 req/s") rather than written on
+    the plot, so labels of knees close together can never collide."""
+    for tier, knee in s.knees.items():
+        if knee.value is None:
+            continue
+        for col, (lo, hi) in zip(cols, spans, strict=True):
+            trace = go.Scatter(x=[knee.value, knee.value], y=[lo, hi], mode="lines", hoverinfo="name",
+                               name=f"knee {tier}: {fmt_num(knee.value)} req/s", legendgroup=f"knee {tier}",
+                               showlegend=(col == cols[0]),
+                               line={"color": color(tier), "dash": "dashdot", "width": 1.5})
+            if len(cols) > 1:
+                fig.add_trace(trace, row=1, col=col)
+            else:
+                fig.add_trace(trace)
+
+
+def throughput_figure(s: Summary) -> go.Figure:
+    fig = go.Figure()
+    xs = sorted({st.offered_rps for st in s.steps})
+    if xs:
+        fig.add_trace(go.Scatter(x=[0, xs[-1]], y=[0, xs[-1]], mode="lines", name="achieved = offered",
+                                 line={"color": "#bbbbbb", "dash": "dot"}))
+    for tier in s.tiers:
+        pts = s.throughput_curve(tier)
+        fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers",
+                                 name=f"{tier} achieved", line={"color": color(tier)}))
+        good = sorted((st.offered_rps, st.tiers[tier].goodput_rps) for st in s.steps if tier in st.tiers)
+        if s.slo.is_set():
+            fig.add_trace(go.Scatter(x=[p[0] for p in good], y=[p[1] for p in good], mode="lines",
+                                     name=f"{tier} goodput", line={"color": color(tier), "dash": "dash"}))
+    top = max([st.offered_rps for st in s.steps] + [g.achieved_rps for st in s.steps for g in st.tiers.values()],
+              default=1.0)
+    _mark_knees(fig, s, cols=(1,), spans=[(0.0, top)])
+    fig.update_layout(title="Achieved against offered throughput", xaxis_title="offered load, all tiers (req/s)",
+                      yaxis_title="completed req/s", height=440)
+    return fig
+
+
+def _sample(values: list[float], rng: random.Random) -> list[float]:
+    return values if len(values) <= MAX_POINTS else rng.sample(values, MAX_POINTS)
+
+
+def distribution_figure(records: Sequence[RequestRecord]) -> go.Figure:
+    rng = random.Random(0)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT (s)", "TPOT (s)"))
+    tiers = sorted({tier_key(r) for r in records})
+    for tier in tiers:
+        ok = [r for r in records if r.ok and tier_key(r) == tier]
+        ttft = _sample([r.ttft_s for r in ok if r.ttft_s is not None], rng)
+        tpot = _sample([r.tpot_s for r in ok if r.tpot_s is not None], rng)
+        fig.add_trace(go.Histogram(x=ttft, name=tier, legendgroup=tier, opacity=0.6,
+                                   marker={"color": color(tier)}), row=1, col=1)
+        fig.add_trace(go.Histogram(x=tpot, name=tier, legendgroup=tier, showlegend=False, opacity=0.6,
+                                   marker={"color": color(tier)}), row=1, col=2)
+    fig.update_layout(title="TTFT and TPOT distributions", barmode="overlay", height=400)
+    return fig
+
+
+def waterfall_figure(records: Sequence[RequestRecord]) -> go.Figure | None:
+    tiers = sorted({tier_key(r) for r in records})
+    parts: list[str] = []
+    for r in records:
+        for name in r.server_timing_ms:
+            if name not in parts:
+                parts.append(name)
+    if not parts:
+        return None
+    fig = go.Figure()
+    means: dict[str, dict[str, float]] = {}
+    for tier in tiers:
+        ok = [r for r in records if r.ok and tier_key(r) == tier and r.server_timing_ms and r.e2e_s is not None]
+        if not ok:
+            continue
+        m = {p: sum(r.server_timing_ms.get(p, 0.0) for r in ok) / len(ok) for p in parts}
+        e2e_ms = sum((r.e2e_s or 0.0) * 1000 for r in ok) / len(ok)
+        # Server-Timing is sent with the headers, so "upstream" may cover only time to first byte.
+        m["client + rest"] = max(0.0, e2e_ms - sum(m.values()))
+        means[tier] = m
+    for part in [*parts, "client + rest"]:
+        fig.add_trace(go.Bar(y=list(means), x=[means[t][part] for t in means], name=part, orientation="h"))
+    fig.update_layout(title="Latency waterfall from Server-Timing (mean ms per tier)", barmode="stack",
+                      xaxis_title="ms", height=320)
+    return fig
+
+
+def queue_heatmap(samples: Sequence[Sample]) -> go.Figure | None:
+    rows: dict[str, dict[int, float]] = {}
+    for smp in samples:
+        if "queue" in smp.name and ("depth" in smp.name or "length" in smp.name) and "tier" in smp.labels:
+            rows.setdefault(smp.labels["tier"], {})
+            sec = int(smp.t)
+            rows[smp.labels["tier"]][sec] = rows[smp.labels["tier"]].get(sec, 0.0) + smp.value
+    if not rows:
+        return None
+    secs = sorted({s for r in rows.values() for s in r})
+    tiers = sorted(rows)
+    z = [[rows[t].get(s, 0.0) for s in secs] for t in tiers]
+    fig = go.Figure(go.Heatmap(x=secs, y=tiers, z=z, colorscale="Viridis", colorbar={"title": "queued"}))
+    fig.update_layout(title="Gateway queue depth per tier over time", xaxis_title="s since start", height=300)
+    return fig
+
+
+def _unit(name: str) -> str:
+    """Which axis a series belongs on: rates, fractions (0–1), percentages or counts never share one."""
+    if name.endswith("_rps"):
+        return "rate"
+    if name.endswith(("_perc", "_fragmentation")) or "usage" in name:
+        return "fraction"
+    if name.endswith("_pct"):
+        return "percent"
+    if name.endswith("_s"):
+        return "seconds"
+    return "count"
+
+
+UNIT_TITLES = {"rate": "req/s", "count": "count", "fraction": "fraction (0–1)", "percent": "%", "seconds": "s"}
+
+
+def timelines(samples: Sequence[Sample]) -> go.Figure | None:
+    series: dict[str, list[tuple[float, float]]] = {}
+    units: dict[str, str] = {}
+    for smp in samples:
+        engine = smp.name in ENGINE_SERIES
+        if not (engine or smp.source.startswith("nvml") or smp.source == "bench"):
+            continue
+        key = f"{smp.name} ({smp.source})"
+        series.setdefault(key, []).append((smp.t, smp.value))
+        units[key] = _unit(smp.name)
+    if not series:
+        return None
+    order = [u for u in UNIT_TITLES if u in units.values()]
+    fig = make_subplots(rows=len(order), cols=1, shared_xaxes=True, vertical_spacing=0.06,
+                        subplot_titles=[UNIT_TITLES[u] for u in order])
+    for key, pts in sorted(series.items()):
+        pts.sort()
+        fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines", name=key),
+                      row=order.index(units[key]) + 1, col=1)
+    if "fraction" in order:
+        fig.update_yaxes(range=[0, 1.05], row=order.index("fraction") + 1, col=1)
+    fig.update_xaxes(title_text="s since start", row=len(order), col=1)
+    fig.update_layout(title="Engine, GPU and bench timelines", height=240 + 200 * len(order))
+    return fig

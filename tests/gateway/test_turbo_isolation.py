@@ -1,0 +1,76 @@
+"""Turbo keeps its latency at 2× overload with the default config, end to end (issue 19).
+
+Real emulators, the real gateway with a config that sets no ``max_concurrency`` and no tier
+policy, and ``turbogate bench`` as the client.  Looser than ``benchmarks/turbo_isolation.py``
+(shorter runs on a busy 2-core machine); the pure-core test holds the tight bound.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from turbogate.config import hash_key
+from turbogate.engine import EngineConfig
+from turbogate.engine.capacity import saturated_rate
+from turbogate.perf import deployment, get_gpu, resolve_model
+from turbogate.procs import start_emulator, start_gateway
+
+GPU, MODEL, SEQS, SCALE = "L4", "llama-3.1-8b", 8, 0.25
+PROMPT, OUTPUT = 128, 64
+KEY = "sk-isolation-test"
+
+
+def fleet_capacity(replicas: int) -> float:
+    """Completions/s at saturation, from the emulator's own engine in virtual time."""
+    dep = deployment(get_gpu(GPU), resolve_model(MODEL))
+    return replicas * saturated_rate(dep, EngineConfig(max_num_seqs=SEQS), PROMPT, OUTPUT) / SCALE
+
+
+def bench(url: str, qps: float, seconds: float, tiers: str, out: Path) -> list[dict[str, object]]:
+    cmd = [sys.executable, "-m", "turbogate", "bench", "--host", url, "--api-key", KEY, "--model", MODEL,
+           "--qps", f"{qps:.3f}", "--duration", str(seconds), "--tiers", tiers, "--random-seed", "7",
+           "--prompt-tokens", str(PROMPT - 10), "--output-tokens", str(OUTPUT), "--out", str(out),
+           "--no-live", "--no-report", "--drain", "60"]
+    subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+    return [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines() if line]
+
+
+def p95_turbo_ttft(records: list[dict[str, object]]) -> float:
+    values = sorted(float(r["ttft_s"]) for r in records  # type: ignore[arg-type]
+                    if r["tier_asked"] == "turbo" and r["ok"] and r["ttft_s"] is not None)
+    assert len(values) >= 20, len(values)
+    return values[int(0.95 * (len(values) - 1))]
+
+
+def test_turbo_holds_at_twice_capacity_with_the_default_config(tmp_path: Path) -> None:
+    cap = fleet_capacity(2)
+    emulators = [start_emulator("--gpu", GPU, "--model", MODEL, "--max-num-seqs", str(SEQS), "--time-scale",
+                                str(SCALE), log_dir=tmp_path / "logs") for _ in range(2)]
+    cfg = {"tenants": [{"name": "t", "key_sha256": hash_key(KEY), "tiers": ["turbo", "standard", "relax"]}],
+           "pools": [{"name": "p", "models": [MODEL],
+                      "replicas": [{"url": e.url, "engine": "emulator"} for e in emulators]}],
+           "scrape": {"interval_s": 0.5}}
+    (tmp_path / "gw.yaml").write_text(yaml.safe_dump(cfg))
+    gateway = start_gateway(tmp_path / "gw.yaml", log_dir=tmp_path / "logs")
+    mix = "turbo=0.2,standard=0.75,relax=0.05"
+    try:
+        light = bench(gateway.url, 0.2 * cap, 15, "turbo=1", tmp_path / "light")
+        bench(gateway.url, 2 * cap, 6, mix, tmp_path / "warmup")  # the gateway learns the engines' limits
+        heavy = bench(gateway.url, 2 * cap, 20, mix, tmp_path / "heavy")
+    finally:
+        gateway.stop()
+        for e in emulators:
+            e.stop()
+    ratio = p95_turbo_ttft(heavy) / p95_turbo_ttft(light)
+    assert ratio <= 3.0, ratio  # the benchmark's target is 1.5 on a quiet machine
+    turbo_shed = [r for r in heavy if r["tier_asked"] == "turbo" and r["status"] in (429, 503)]
+    assert turbo_shed == []
+    done = [r for r in heavy if r["ok"]]
+    assert sum(r["tier_served"] == "standard" for r in done) / len(done) >= 0.2
+    assert any(r["tier_served"] == "relax" for r in done)
+    assert any(r["status"] in (429, 503) for r in heavy if r["tier_asked"] == "standard")  # Standard's excess
