@@ -26,6 +26,7 @@ from turbogate.sim.replica import SimReplica
 from turbogate.sim.requests import SimRequest
 
 _NO_TIMING: dict[str, float] = {}  # shared by every record (never mutated; a mappingproxy cannot pickle)
+TIMER_RESOLUTION_S = 0.001  # the gateway's one timer is no finer either
 _TIER_BODY = {"turbo": "priority", "standard": "default", "relax": "flex"}
 
 
@@ -66,6 +67,7 @@ class Simulation:
         self._heap: list[tuple[float, int, Callable[[float, Any], None], Any]] = []
         self._seq = itertools.count()
         self._armed = math.inf
+        self._last_tick = -math.inf
         self._open = 0  # requests sent and not yet answered
         self._more = True  # the schedule has more requests
         self._progress = progress
@@ -88,7 +90,9 @@ class Simulation:
             fn(t, arg)
             w = flow.wake_at()
             if w < self._armed:
-                self._armed = w = max(w, t)
+                # Never before now, nor again within a timer tick of the last tick: a timer the
+                # Flow leaves due must not spin the loop at one instant.
+                self._armed = w = max(w, t, self._last_tick + TIMER_RESOLUTION_S)
                 heapq.heappush(heap, (w, next(self._seq), self._tick, w))
             n += 1
             if progress is not None and n % every == 0:
@@ -99,6 +103,7 @@ class Simulation:
         if armed != self._armed:
             return  # superseded by an earlier wake-up
         self._armed = math.inf
+        self._last_tick = t
         self._act(self.flow.tick(t), t)
 
     def _act(self, actions: list[Any], now: float) -> None:
