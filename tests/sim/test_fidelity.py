@@ -25,4 +25,8 @@ def test_sim_predicts_a_measured_ramp_within_a_loose_bound(tmp_path: Path) -> No
     for row in steps:
         assert row["rel_err"]["throughput"] is not None and row["rel_err"]["throughput"] <= 0.35, row
     assert steps[0]["rel_err"]["ttft_p50"] <= 0.35, steps[0]  # unloaded: TTFT is a prefill step plus the wire
-    assert out["max_rel_err"]["ttft_p95"] <= 1.0, out
+    # Loaded, queueing sets the tail.  Unloaded, p95 is one or two of ~25 requests, and whether a
+    # scrape caught a request between engine steps (docs/sim.md, Fidelity) makes the measured
+    # one vary from run to run (0.13–0.30 s seen), so it is not bounded here.
+    for row in steps[1:]:
+        assert row["rel_err"]["ttft_p95"] is not None and row["rel_err"]["ttft_p95"] <= 0.5, row
