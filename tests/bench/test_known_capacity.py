@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 
 from turbogate.bench.cli import app
 from turbogate.config import hash_key
-from turbogate.engine import Engine, EngineConfig, Request
+from turbogate.engine import EngineConfig
+from turbogate.engine.capacity import saturated_rate
 from turbogate.perf import deployment, get_gpu, resolve_model, saturation
 from turbogate.procs import Service, start_emulator, start_gateway
 from turbogate.results import ALL, Summary, load_run
@@ -42,23 +43,7 @@ class Pair:
     def engine_capacity(self) -> float:
         """Requests/s one replica sustains in virtual time (the emulator's own engine at saturation)."""
         dep = deployment(get_gpu(self.gpu), resolve_model(self.model))
-        prompt = self.prompt + CHAT_FRAMING
-        rate = 1.5 * saturation(dep, prompt, self.output, max_num_seqs=self.seqs).request_rate
-        engine = Engine(dep, EngineConfig(max_num_seqs=self.seqs))
-        n = 60 * self.seqs
-        t, i, done = 0.0, 0, []
-        while i < n or engine.has_work():
-            while i < n and i / rate <= t:
-                engine.add_request(Request(str(i), prompt, self.output), i / rate)
-                i += 1
-            if not engine.has_work():
-                t = i / rate
-                continue
-            res = engine.step(t)
-            t += res.duration
-            done += [t for e in res.events if e.finish_reason is not None]
-        a, b = n // 4, 3 * n // 4
-        return (b - a) / (done[b] - done[a])
+        return saturated_rate(dep, EngineConfig(max_num_seqs=self.seqs), self.prompt + CHAT_FRAMING, self.output)
 
 
 A = Pair("L4", "llama-3.1-8b", 8, 128, 48)  # ≈ 2.43 req/s per replica at real speed

@@ -21,6 +21,8 @@ class RefSeq:
     started: bool = False
     admit: int = -1
     new: int = 0
+    cache_end: int = 0  # after a preemption: queue position past its freed blocks
+    cache_full: int = 0  # full blocks it had computed when preempted
 
     @property
     def num_tokens(self) -> int:
@@ -50,6 +52,9 @@ class RefEngine:
         self.by_id: dict[str, RefSeq] = {}
         self.orders = 0
         self.admits = 0
+        # The free queue as two counters: positions handed out and positions filled (FIFO).
+        self.taken = 0
+        self.appended = num_blocks
 
     def add(self, req: Request, now: float) -> None:
         seq = RefSeq(req, now, self.orders)
@@ -68,7 +73,7 @@ class RefEngine:
             self.running.remove(seq)
         else:
             self.waiting.remove(seq)
-        self.free += seq.blocks
+        self._release(seq)
 
     def output_tokens(self, rid: str) -> int:
         return self.by_id[rid].output
@@ -80,12 +85,29 @@ class RefEngine:
 
     def _preempt(self, seq: RefSeq, out: RefStep) -> None:
         self.running.remove(seq)
-        self.free += seq.blocks
+        seq.cache_full = seq.computed // self.bs
+        self._release(seq)
+        seq.cache_end = self.appended
         seq.blocks = seq.computed = 0
         seq.decoding = False
         self.waiting.insert(0, seq)
         self._sort_waiting()
         out.preempted.append(seq.req.request_id)
+
+    def _release(self, seq: RefSeq) -> None:
+        self.free += seq.blocks
+        self.appended += seq.blocks
+        seq.blocks = 0
+
+    def _take(self, n: int) -> None:
+        self.free -= n
+        self.taken += n
+
+    def _hit(self, seq: RefSeq) -> int:
+        """Full blocks freed at preemption that the queue has not handed out again (tail ones go first)."""
+        if not seq.cache_full:
+            return 0
+        return max(0, min(seq.cache_full, seq.cache_end - self.taken, (seq.num_tokens - 1) // self.bs)) * self.bs
 
     def _blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.bs)
@@ -100,7 +122,7 @@ class RefEngine:
             needy = [s for s in needy if s is not victim]
         for s in needy:
             s.blocks += 1
-            self.free -= 1
+            self._take(1)
         decoders = [s for s in self.running if s.decoding]
         budget -= len(decoders)
         sched: list[RefSeq] = []
@@ -125,23 +147,25 @@ class RefEngine:
             if seq not in self.running:
                 break
             seq.blocks += need
-            self.free -= need
+            self._take(need)
             seq.new = new
             sched.append(seq)
             budget -= new
         if not out.preempted:
             while budget > 0 and len(self.running) < self.cfg.max_num_seqs and self.waiting:
                 head = self.waiting[0]
-                new = min(head.num_tokens, budget)
-                need = self._blocks_for(new)
+                hit = self._hit(head)
+                new = min(head.num_tokens - hit, budget)
+                need = self._blocks_for(hit + new)
                 if need > self.free:
                     break
                 self.waiting.pop(0)
+                head.computed, head.cache_full = hit, 0
                 self.running.append(head)
                 head.admit = self.admits
                 self.admits += 1
                 head.blocks, head.new = need, new
-                self.free -= need
+                self._take(need)
                 sched.append(head)
                 budget -= new
                 if not head.started:
@@ -168,6 +192,6 @@ class RefEngine:
             out.first_token.append(s.req.request_id)
         if s.output >= s.req.output_tokens:
             self.running.remove(s)
-            self.free += s.blocks
+            self._release(s)
             del self.by_id[s.req.request_id]
             out.finished.append((s.req.request_id, s.output, s.req.finish_reason))

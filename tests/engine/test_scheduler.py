@@ -144,10 +144,11 @@ def test_preemption_by_recompute_when_blocks_run_out() -> None:
     assert [rid for s in steps for rid in s.first_token] == ["old", "new"]
 
 
-def test_preempted_request_recomputes_prompt_plus_output() -> None:
+def _preempt_new(old_output: int, new_output: int) -> tuple[Engine, int]:
+    """4 blocks; "new" (16 prompt tokens) is preempted once "old" needs a block: returns its output then."""
     eng = engine(num_gpu_blocks=4)
-    eng.add_request(Request("old", 16, 25), 0.0)
-    eng.add_request(Request("new", 16, 25), 1.0)
+    eng.add_request(Request("old", 16, old_output), 0.0)
+    eng.add_request(Request("new", 16, new_output), 1.0)
     produced = 0
     while True:
         result = eng.step(0.0)
@@ -157,10 +158,26 @@ def test_preempted_request_recomputes_prompt_plus_output() -> None:
             break
         produced = eng.output_tokens("new")
     assert produced > 0 and eng.stats().waiting == 1
-    # Rescheduled, it prefills its prompt plus the tokens it already produced.
+    return eng, produced
+
+
+def test_preempted_request_recomputes_prompt_plus_output_once_its_blocks_are_reused() -> None:
+    # "new" held 2 full blocks (32 tokens); "old" runs to 56 tokens and takes both of them back
+    # from the free queue before "new" is rescheduled: no prefix left, all 16 + 17 recomputed.
+    eng, produced = _preempt_new(40, 30)
     recompute = next(s for s in iter(lambda: eng.step(0.0), None) if s.prefill_tokens > 0)
-    assert recompute.prefill_tokens == 16 + produced
+    assert recompute.prefill_tokens == 16 + produced == 33
     assert recompute.first_token == [], "not a first token: it had produced some before"
+
+
+def test_preempted_request_finds_its_untouched_prefix_in_the_cache() -> None:
+    # As in vLLM: freed blocks go to the back of the free queue, last block first.  "old" (41 tokens)
+    # takes one more block, "new"'s second; its first (tokens 0-15) still holds its KV when "new"
+    # is rescheduled, so only 33 - 16 tokens are computed again.
+    eng, produced = _preempt_new(25, 25)
+    recompute = next(s for s in iter(lambda: eng.step(0.0), None) if s.prefill_tokens > 0)
+    assert recompute.prefill_tokens == 16 + produced - 16 == 17
+    assert eng.stats().finished == 1 and eng.output_tokens("new") == produced + 1
 
 
 def test_priority_policy_preempts_the_highest_priority_value() -> None:
@@ -260,3 +277,16 @@ def test_many_aborted_waiting_requests_are_compacted_away_in_order(policy: str) 
     assert len(queue._heap) + len(queue._fifo) < 300, "dead entries do not pile up"
     order = [rid for s in run_to_end(eng) for rid in s.scheduled_first]
     assert order == [f"w{i}" for i in range(0, 300, 3)]
+
+
+def test_long_prompts_under_kv_pressure_do_not_thrash() -> None:
+    # 12 requests of 900 + 200 tokens on 2,048 tokens of KV: preemptions happen, but a preempted
+    # request gets back the prefix the free queue has not handed out again, so the engine computes
+    # little more than the prompts once (without that: ~9.6x the prompts, 118 preemptions).
+    eng = engine(max_num_seqs=16, max_num_batched_tokens=256, num_gpu_blocks=128)
+    for i in range(12):
+        eng.add_request(Request(str(i), 900, 200), 0.0)
+    steps = run_to_end(eng)
+    assert eng.stats().num_preemptions > 0
+    assert eng.stats().finished == 12
+    assert sum(s.prefill_tokens for s in steps) <= 1.25 * 12 * 900

@@ -57,6 +57,7 @@ def test_auto_kv_dtype_keeps_bf16_under_fp8_weights() -> None:
     [
         ("llama-3.1-8b", 8.03e9, 0.005),
         ("llama-3.1-70b", 70.6e9, 0.005),
+        ("llama-3.3-70b", 70.6e9, 0.005),
         ("qwen2.5-7b", 7.6e9, 0.01),
         ("mixtral-8x7b", 46.7e9, 0.005),
         ("llama-3.2-1b", 1.24e9, 0.01),
@@ -134,6 +135,8 @@ def test_gpu_aliases() -> None:
     assert get_gpu("H100 SXM5").name == "H100-SXM"
     assert get_gpu("a100").name == "A100-80G-SXM"
     assert get_model("meta-llama/Llama-3.1-8B-Instruct").name == "llama-3.1-8b"
+    assert get_model("meta-llama/Llama-3.3-70B-Instruct").name == "llama-3.3-70b"
+    assert get_gpu("RTX PRO 6000 Blackwell").name == "RTX-PRO-6000"
 
 
 def test_unknown_names_list_the_known_ones() -> None:
@@ -230,10 +233,28 @@ def test_compute_bound_batch_flips_the_roofline() -> None:
 
 
 def test_saturation_by_hand() -> None:
+    # KV-bound: 203 sequences of 512 + 256 tokens fit.  Freed KV admits prompts in bursts, so their
+    # 203 × 512 prompt tokens ride in budget-filling chunks of 8192 − 203 = 7989 tokens beside the
+    # decodes: 13 compute-bound mixed steps per 256-step round.
+    dep = deployment(get_gpu("A100-40G"), get_model("llama-3.1-8b"))
+    sat = saturation(dep, 512, 256, max_num_seqs=1024)
+    assert sat.batch == 203 and sat.bound == "kv_cache"
+    mixed = 203 * 512 / 7989
+    t_mixed = dep.step_time(7989, 203, 203 * 640, 0, prefill_seqs=16)  # 7989 / 512 = 15.6 prompts: 16
+    t_decode = dep.decode_step_time(203, 203 * 640)
+    round_time = mixed * t_mixed + (256 - mixed) * t_decode
+    assert sat.request_rate == pytest.approx(203 / round_time)
+    assert sat.step_time_s == pytest.approx(round_time / 256)
+    assert t_mixed > 2 * t_decode, "a mixed step is compute-bound: its prefill does not hide under decode"
+
+
+def test_saturation_slot_bound_admits_a_prompt_per_finish() -> None:
+    # max_num_seqs binds: one request finishes per step (256 / 256), freeing one slot for one prompt,
+    # so every step carries 512 prompt tokens beside the 256 decodes.
     dep = deployment(get_gpu("H100-SXM"), get_model("llama-3.1-8b"))
     sat = saturation(dep, 512, 256, max_num_seqs=256)
     assert sat.batch == 256 and sat.bound == "max_num_seqs"
-    step = dep.step_time(512, 256, 256 * 640)
+    step = dep.step_time(512, 256, 256 * 640, 0, prefill_seqs=1)
     assert sat.step_time_s == pytest.approx(step)
     assert sat.request_rate == pytest.approx(256 / (256 * step))
 
@@ -242,4 +263,4 @@ def test_saturation_kv_bound() -> None:
     dep = deployment(get_gpu("A100-40G"), get_model("llama-3.1-8b"))
     sat = saturation(dep, 512, 256, max_num_seqs=1024)
     assert sat.bound == "kv_cache"
-    assert sat.batch == dep.kv_capacity_tokens // 640
+    assert sat.batch == dep.kv_capacity_tokens // 768, "room for every sequence's last token (512 + 256)"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from turbogate.perf import GiB, deployment, get_gpu, get_model, saturation
@@ -40,6 +42,16 @@ def test_capacity_report_matches_perf() -> None:
     assert low.hbm_util > low.naive_bw_util * 100  # decode traffic dwarfs the KV write rate
     d = r.to_dict()
     assert d["rates"][1]["ttft_s"] is None  # past saturation: unbounded, written as null
+
+
+def test_hbm_traffic_is_a_time_average() -> None:
+    # At 0.01 req/s a step still streams the weights, but the replica is idle 97 % of the time.
+    dep = deployment(get_gpu("A100-80G-SXM"), get_model("llama-3.1-8b"))
+    low, high = capacity(dep, 512, 256, rates=[0.01, 17.0]).rates
+    assert low.hbm_util_busy > 0.5
+    assert low.hbm_util == pytest.approx(low.hbm_util_busy * -math.expm1(-0.01 * low.point.e2e_s))
+    assert low.hbm_util < 0.05
+    assert high.hbm_util == high.hbm_util_busy, "past saturation the replica is always busy"
 
 
 def test_capacity_rejects_bad_rates() -> None:

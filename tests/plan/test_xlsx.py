@@ -23,7 +23,7 @@ ROWS: list[dict[str, object]] = [
     {"gpu": "H100-SXM", "model": "llama-3.1-8b", "tp": 1, "dtype": "bf16", "prompt": 512, "max_tokens": 256,
      "batch": 256, "peak": 15.0, "replicas": 1, "lora": False, "http2": True},
     {"gpu": "A100-40G", "model": "mixtral-8x7b", "tp": 4, "dtype": "bf16", "prompt": 1000, "max_tokens": 300,
-     "batch": 128, "peak": 14.0, "replicas": 1, "lora": False, "http2": True},
+     "batch": 128, "peak": 8.0, "replicas": 1, "lora": False, "http2": True},
     {"gpu": "L4", "model": "llama-3.2-1b", "tp": 1, "dtype": "fp8", "prompt": 333, "max_tokens": 101,
      "batch": 64, "peak": 100.0, "replicas": 1, "lora": True, "http2": False},
 ]

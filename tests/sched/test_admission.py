@@ -25,6 +25,11 @@ def submit(adm: Admission, tier: Tier, now: float, slots: int, tenant: str = "a"
     return ticket
 
 
+def turbo_active(adm: Admission, now: float, slots: int) -> None:
+    """A Turbo request came (and went): the holdback keeps headroom only while Turbo is asked for."""
+    adm.cancel(submit(adm, Tier.TURBO, now, slots))
+
+
 def drain(adm: Admission, now: float, slots: int) -> list[Ticket]:
     out = []
     while (t := adm.next_dispatch(now, slots)) is not None:
@@ -47,6 +52,7 @@ def test_turbo_goes_before_older_standard_when_a_slot_frees() -> None:
 def test_holdback_keeps_headroom_for_turbo_before_saturation() -> None:
     adm = Admission(POLICIES)
     slots = 10
+    turbo_active(adm, 0.0, slots)
     for _ in range(20):
         submit(adm, Tier.STANDARD, 0.0, slots)
     sent = drain(adm, 0.0, slots)
@@ -57,12 +63,31 @@ def test_holdback_keeps_headroom_for_turbo_before_saturation() -> None:
 
 def test_holdback_counts_whole_slots_and_never_blocks_a_one_slot_pool() -> None:
     adm = Admission(POLICIES)
+    turbo_active(adm, 0.0, 2)
     for _ in range(5):
         submit(adm, Tier.STANDARD, 0.0, 2)
     assert len(drain(adm, 0.0, 2)) == 1  # 80 % of 2 slots: one stays free for Turbo
     one = Admission(POLICIES)
     submit(one, Tier.RELAX, 0.0, 1)
     assert len(drain(one, 0.0, 1)) == 1
+
+
+def test_no_headroom_is_kept_while_nobody_asks_for_turbo() -> None:
+    adm = Admission(POLICIES)
+    for _ in range(40):
+        submit(adm, Tier.STANDARD, 0.0, 10)
+    running = drain(adm, 0.0, 10)
+    assert len(running) == 10  # no Turbo request seen: nothing to keep room for
+
+    def refill(now: float) -> int:
+        for t in running:
+            adm.on_complete(t, now)
+        running[:] = drain(adm, now, 10)
+        return len(running)
+
+    turbo_active(adm, 1.0, 10)
+    assert refill(1.0) == 8  # Turbo was asked for just now: two slots stay free
+    assert refill(31.0) == 10  # half a minute without Turbo: the pool is the others'
 
 
 def test_holdback_off_uses_every_slot() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -126,9 +128,13 @@ def test_slots_follow_the_learned_limit_saturation_and_staleness() -> None:
     assert picker.replica_slots(a, 0.0) == 4  # no metrics yet: stale, half of the limit (8)
     a.in_flight = 7
     picker.on_metrics(a, ReplicaLoad(running=5, waiting=2, kv_usage=0.2), 0.0)
-    assert a.limit == 8  # a small queue seen once may be requests sent during an engine step
-    picker.on_metrics(a, ReplicaLoad(running=5, waiting=2, kv_usage=0.2), 0.0)
-    assert a.limit == 5 and picker.replica_slots(a, 0.1) == 5  # seen twice: the engine runs 5 of our 7
+    assert a.limit == 5 and picker.replica_slots(a, 0.1) == 5  # in slow start a queue is the overshoot
+    a.limit, a.in_flight, a.last_waiting = 8, 7, 0
+    picker.on_metrics(a, ReplicaLoad(running=5, waiting=0, kv_usage=0.2), 0.04)
+    picker.on_metrics(a, ReplicaLoad(running=5, waiting=2, kv_usage=0.2), 0.05)
+    assert a.limit == 8  # past slow start, a small queue seen once may be requests sent mid-step
+    picker.on_metrics(a, ReplicaLoad(running=5, waiting=2, kv_usage=0.2), 0.05)
+    assert a.limit == 5  # seen twice: the engine runs 5 of our 7
     a.in_flight = 2
     picker.on_metrics(a, ReplicaLoad(running=3, waiting=0, kv_usage=0.95), 0.2)
     assert picker.replica_slots(a, 0.3) == 2  # saturated KV: keeps only what it has
@@ -184,3 +190,38 @@ def test_never_picks_saturated_when_a_lighter_replica_has_room(loads: list[tuple
     bands = [picker.band(r, 0.1) for r in reps]
     if any(b is not Band.SATURATED for b in bands):
         assert picker.band(chosen, 0.1) is not Band.SATURATED
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["dispatch", "answer", "fail", "hard", "release", "scrape", "probe"]),
+                          st.integers(0, 11), st.integers(0, 24), st.integers(0, 6), st.floats(0, 1)),
+                max_size=150))
+def test_a_large_pool_keeps_exact_running_sums(ops: list[tuple[str, int, int, int, float]]) -> None:
+    """Past SCAN_MAX replicas the picker keeps running sums and a room list instead of
+    rescanning; they must always equal a full recount."""
+    picker = Picker(CFG)
+    reps = [picker.add(Replica(id=f"r{i}", pool="p")) for i in range(12)]
+    now = 0.0
+    for op, i, running, waiting, kv in ops:
+        now += 0.25
+        r = reps[i]
+        if op == "dispatch" and r.in_flight < int(r.limit):
+            picker.on_dispatch(r)
+        elif op == "answer" and r.in_flight:
+            picker.on_response(r, 200, 0.5, now)
+        elif op in ("fail", "hard") and r.in_flight:
+            picker.on_failure(r, now, hard=op == "hard")
+        elif op == "release" and r.in_flight:
+            picker.on_release(r)
+        elif op == "scrape" and r.health is Health.HEALTHY:
+            picker.on_scrape(r, ReplicaLoad(running=running, waiting=waiting, kv_usage=kv), now)
+        elif op == "probe":
+            picker.on_probe(r, True, now)
+        assert picker.slots("p", now) == sum(picker.replica_slots(x, now) for x in reps)
+        assert picker.proven_slots("p", now) == sum(
+            picker.replica_slots(x, now) if math.isinf(x.ssthresh) or x.proven < 1
+            else min(picker.replica_slots(x, now), int(x.proven)) for x in reps)
+        room = {x.id for x in reps if x.health is Health.HEALTHY and x.in_flight < int(x.limit)}
+        chosen = picker.pick("p", now)
+        assert (chosen is None) == (not room)
+        assert chosen is None or chosen.id in room

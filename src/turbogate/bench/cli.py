@@ -231,4 +231,7 @@ def compare_cmd(
 
 def turbo_bench_main() -> None:
     """The ``turbo-bench`` console script: the same options as ``turbogate bench``."""
+    from turbogate.cli import set_help_width  # here, not at import: turbogate.cli imports this module
+
+    set_help_width()
     app(prog_name="turbo-bench")

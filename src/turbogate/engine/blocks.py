@@ -5,6 +5,10 @@ back in reverse order (tail blocks first), so after some churn the free blocks a
 over the pool.  The map lets us measure that scatter (fragmentation) without walking Python
 objects: a free run is a stretch of zero bytes.
 
+The queue is FIFO, so a block's place in it says when it will be handed out again:
+``taken`` (blocks ever taken from the front) and ``appended`` (ever put at the back) let the
+scheduler tell whether a freed request's blocks still hold their KV (vLLM's prefix cache).
+
 Speed: the queue is a list read from a moving head, and every bulk operation (take n, return
 a list, mark the map) runs as one C-level slice, ``extend`` or ``map`` rather than a Python loop.
 """
@@ -21,7 +25,7 @@ _consume: Callable[[Iterable[object]], None] = deque[object](maxlen=0).extend  #
 class BlockManager:
     """Fixed pool of ``num_blocks`` KV blocks of ``block_size`` tokens each."""
 
-    __slots__ = ("_free", "_head", "_used", "block_size", "num_blocks")
+    __slots__ = ("_base", "_free", "_head", "_used", "block_size", "num_blocks")
 
     def __init__(self, num_blocks: int, block_size: int = 16) -> None:
         if num_blocks < 1:
@@ -32,6 +36,7 @@ class BlockManager:
         self.block_size = block_size
         self._free: list[int] = list(range(num_blocks))  # the queue is _free[_head:]
         self._head = 0
+        self._base = 0  # queue positions dropped from the front of _free so far
         self._used = bytearray(num_blocks)  # 1 = allocated
 
     @property
@@ -41,6 +46,16 @@ class BlockManager:
     @property
     def num_used(self) -> int:
         return self.num_blocks - self.num_free
+
+    @property
+    def taken(self) -> int:
+        """Queue positions handed out since the start (the front's position in the FIFO)."""
+        return self._base + self._head
+
+    @property
+    def appended(self) -> int:
+        """Queue positions filled since the start (the initial pool counts): the back's position."""
+        return self._base + len(self._free)
 
     @property
     def usage(self) -> float:
@@ -58,6 +73,7 @@ class BlockManager:
         head += n
         if head > 1024 and 2 * head > len(free):
             del free[:head]  # drop the consumed front now and then (amortised O(1))
+            self._base += head
             head = 0
         self._head = head
         _consume(map(self._used.__setitem__, chunk, repeat(1)))

@@ -167,12 +167,28 @@ class Engine:
             self._decode.leave(seq)
         else:
             self._prefill.remove(seq)
-        self.blocks.free(seq.blocks)
+        bm = self.blocks
+        seq.cache_full = seq.computed // bm.block_size
+        bm.free(seq.blocks)
+        seq.cache_end = bm.appended
         seq.computed = 0
         seq.state = WAITING
         self._waiting.push(seq, front=True)
         self._num_preemptions += 1
         self._preempted.append(seq.req.request_id)
+
+    def _cache_hit(self, seq: Seq) -> int:
+        """Tokens of a preempted request whose KV is still in free blocks (0 for a new one).
+
+        Its blocks went to the back of the free queue last block first, so they are handed out
+        again tail first: the blocks not reached since form a prefix.  As vLLM does, only full
+        blocks count and the last token is always recomputed (it yields the next token's logits).
+        """
+        if not seq.cache_full:
+            return 0
+        bm = self.blocks
+        intact = min(seq.cache_full, seq.cache_end - bm.taken, (seq.num_tokens - 1) // bm.block_size)
+        return max(0, intact) * bm.block_size
 
     def _admit(self, seq: Seq) -> None:
         seq.state = PREFILL
@@ -244,11 +260,15 @@ class Engine:
                 head = waiting.peek()
                 if head is None:
                     break
-                new = min(head.num_tokens - head.computed, budget)
-                need = -(-(head.computed + new) // block_size) - len(head.blocks)
+                # A waiting request holds no blocks; a preempted one may find its prefix still cached.
+                hit = self._cache_hit(head)
+                new = min(head.num_tokens - hit, budget)
+                need = -(-(hit + new) // block_size)
                 if need > bm.num_free:
                     break
                 waiting.pop()
+                head.computed = hit
+                head.cache_full = 0
                 bm.allocate(need, head.blocks)
                 self._admit(head)
                 head.new = new

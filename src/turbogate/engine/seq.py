@@ -21,6 +21,8 @@ class Seq:
         "blocks",
         "bucket",
         "c_off",
+        "cache_end",
+        "cache_full",
         "computed",
         "new",
         "num_tokens",
@@ -49,6 +51,10 @@ class Seq:
         self.out_off = 0
         self.c_off = 0
         self.bucket = 0
+        # After a preemption: its full blocks (cache_full) went to the free queue ending at position
+        # cache_end, tail first; those not handed out since still hold their KV (vLLM prefix cache).
+        self.cache_end = 0
+        self.cache_full = 0
 
     def rank(self) -> tuple[int, float, int]:
         return (self.req.priority, self.arrival, self.order)

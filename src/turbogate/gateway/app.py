@@ -37,6 +37,7 @@ from turbogate.gateway.metrics import GatewayMetrics
 from turbogate.gateway.proxy import attempt
 from turbogate.gateway.runtime import Runtime, TenantRt, build_runtime
 from turbogate.gateway.scrape import probe_once, scrape_all, scrape_loop
+from turbogate.gateway.tracing import install as install_tracing
 from turbogate.httpclient import UpstreamPool
 from turbogate.sched import FlowRequest, Health, Replica, Respond, Tier
 
@@ -101,6 +102,7 @@ class GatewayApp(AsgiApp):
         self._models_body = orjson.dumps({"object": "list", "data": models})
         self._started = False
         self._watches: set[_Watch] = set()
+        install_tracing(self)  # OpenTelemetry hook (issue 13): returns at once unless TURBOGATE_OTEL is on
 
     # ---- ASGI entry (AsgiApp) ---------------------------------------------------------------
     async def handle_http(self, scope: Scope, receive: Receive, send: Send) -> None:

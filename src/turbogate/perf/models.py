@@ -74,6 +74,8 @@ _CATALOG: tuple[ModelSpec, ...] = (
     ModelSpec("llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, 131072),
     # meta-llama/Llama-3.1-70B config.json (70.6B parameters).
     ModelSpec("llama-3.1-70b", 80, 8192, 64, 8, 128, 28672, 128256, 131072),
+    # meta-llama/Llama-3.3-70B-Instruct config.json: the 3.1-70B architecture, new weights (70.6B).
+    ModelSpec("llama-3.3-70b", 80, 8192, 64, 8, 128, 28672, 128256, 131072),
     # meta-llama/Llama-3.2-1B config.json (1.24B, tied embeddings): a small model for fast tests.
     ModelSpec("llama-3.2-1b", 16, 2048, 32, 8, 64, 8192, 128256, 131072, tie_embeddings=True),
     # Qwen/Qwen2.5-7B config.json (7.6B parameters; 28 query heads, 4 KV heads).

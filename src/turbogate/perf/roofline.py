@@ -47,30 +47,39 @@ class PerfFactors:
     mfu: fraction of dense tensor FLOP/s reached by large prefill GEMMs; 0.5 is typical of
         vLLM/SGLang prefill on Hopper at bf16.
     bw_efficiency: fraction of datasheet HBM bandwidth a decode step achieves streaming
-        weights and KV (0.8 is what memcpy-like kernels reach on H100/A100).
+        weights and KV; None (the default) takes the GPU's own (``GPU.bw_efficiency``) or
+        DEFAULT_BW_EFFICIENCY (0.8, what memcpy-like kernels reach on H100/A100).
     step_overhead_s: host-side scheduling, sampling and launch time per engine step (CUDA
         graphs keep this near a millisecond in vLLM V1).
     per_seq_overhead_s: extra host time per sequence in a step (sampling, detokenization).
     activation_reserve_bytes: per-GPU memory held back for activations, CUDA graphs and the
         allocator, beyond weights, before the KV cache is sized.
-    tp_allreduce_s: per-layer all-reduce latency added per step when tp > 1.
+    tp_allreduce_s: latency of one all-reduce (two per layer per step when tp > 1).
+    link_efficiency: share of the GPU's one-way link bandwidth (``GPU.link_bandwidth``) an
+        all-reduce achieves; a ring all-reduce sends 2(tp−1)/tp of the step's activations
+        (tokens × hidden × 2 bytes) over it, twice per layer.
     """
 
     mfu: float = 0.5
-    bw_efficiency: float = 0.8
+    bw_efficiency: float | None = None
     step_overhead_s: float = 0.0008
     per_seq_overhead_s: float = 0.000004
     activation_reserve_bytes: float = 2.0 * GiB
     tp_allreduce_s: float = 0.000012
+    link_efficiency: float = 0.8
 
     def __post_init__(self) -> None:
-        for name in ("mfu", "bw_efficiency"):
+        for name in ("mfu", "bw_efficiency", "link_efficiency"):
             value = getattr(self, name)
-            if not 0.0 < value <= 1.0:
+            if value is not None and not 0.0 < value <= 1.0:
                 raise ValueError(f"{name} must be in (0, 1], got {value}")
         for name in ("step_overhead_s", "per_seq_overhead_s", "activation_reserve_bytes", "tp_allreduce_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
+
+
+DEFAULT_BW_EFFICIENCY = 0.8
+ACTIVATION_BYTES = 2.0  # activations all-reduced in bf16, whatever the weight dtype
 
 
 def kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "bf16") -> int:
@@ -150,8 +159,30 @@ class Deployment:
         return self.gpu.flops_for(self.weight_dtype) * self.factors.mfu * self.tp
 
     @property
+    def bw_efficiency(self) -> float:
+        """Achieved share of datasheet HBM bandwidth: the factor if set, else the GPU's own."""
+        if self.factors.bw_efficiency is not None:
+            return self.factors.bw_efficiency
+        return self.gpu.bw_efficiency or DEFAULT_BW_EFFICIENCY
+
+    @property
+    def link_bytes_per_s(self) -> float:
+        """Achieved one-way GPU-to-GPU bandwidth for all-reduce (0: none in the catalog)."""
+        return self.gpu.link_bandwidth * self.factors.link_efficiency
+
+    @property
     def _bandwidth(self) -> float:
-        return self.gpu.hbm_bandwidth * self.factors.bw_efficiency * self.tp
+        return self.gpu.hbm_bandwidth * self.bw_efficiency * self.tp
+
+    def allreduce_time(self, tokens: int) -> float:
+        """Seconds of tensor-parallel communication in a step of ``tokens`` tokens (0 at tp 1)."""
+        if self.tp <= 1:
+            return 0.0
+        per = self.factors.tp_allreduce_s
+        link = self.link_bytes_per_s
+        if link > 0:
+            per += 2.0 * (self.tp - 1) / self.tp * tokens * self.model.hidden_size * ACTIVATION_BYTES / link
+        return 2 * self.model.n_layers * per
 
     def _attention_flops(self, query_tokens: float, context_tokens: float) -> float:
         # QK^T and softmax·V: 2 matmuls × 2 FLOPs × heads × head_dim per (query, key) pair.
@@ -196,8 +227,7 @@ class Deployment:
         kv_write = self.kv_bytes_per_token * tokens
         memory_s = (self._weights_read_bytes(tokens) + kv_read + kv_write) / self._bandwidth
         overhead = self.factors.step_overhead_s + self.factors.per_seq_overhead_s * (decode_seqs + n_prefill)
-        if self.tp > 1:
-            overhead += self.factors.tp_allreduce_s * 2 * m.n_layers
+        overhead += self.allreduce_time(tokens)
         return max(compute_s, memory_s) + overhead
 
     def prefill_time(self, n_tokens: int, cached_tokens: int = 0) -> float:

@@ -30,6 +30,14 @@ def naive_bw_util(qps: float, kv_bytes_per_token: float, seq_len: float, peak_ba
     return qps * kv_bytes_per_token * seq_len / peak_bandwidth
 
 
+def busy_share(rate: float, e2e_s: float, saturation_rate: float) -> float:
+    """Share of time the replica has work: 1 − e^(−rate × E2E), the chance that at least one
+    request is in flight when requests arrive as a Poisson stream (1 at saturation)."""
+    if rate >= saturation_rate or not math.isfinite(e2e_s):
+        return 1.0
+    return -math.expm1(-rate * e2e_s)
+
+
 def hbm_traffic_per_s(dep: Deployment, model: LatencyModel, rate: float) -> float:
     """Bytes/s the replica moves over HBM at ``rate``: every step reads all weights and the KV of
     every running sequence and writes the new tokens' KV (dense weights, all experts counted)."""
@@ -56,7 +64,8 @@ class DecodeRow:
 class RatePoint:
     point: LoadPoint
     naive_bw_util: float
-    hbm_util: float  # modelled HBM bytes/s over datasheet peak
+    hbm_util: float  # modelled HBM bytes/s over datasheet peak, averaged over time (idle time counts)
+    hbm_util_busy: float  # the same while the replica is busy (what a profiler shows during a step)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +139,8 @@ class CapacityReport:
             "peak_decode_tokens_per_s": self.peak_decode_tokens_per_s,
             "knee": {"factor": self.knee_factor, "rate": self.knee_rate, "method": "predicted-e2e"},
             "rates": [
-                {**r.point.to_dict(), "naive_bw_util": r.naive_bw_util, "hbm_util": r.hbm_util} for r in self.rates
+                {**r.point.to_dict(), "naive_bw_util": r.naive_bw_util, "hbm_util": r.hbm_util,
+                 "hbm_util_busy": r.hbm_util_busy} for r in self.rates
             ],
         }
 
@@ -168,7 +178,7 @@ def capacity(
         p = model.point(r)
         naive = naive_bw_util(r, dep.kv_bytes_per_token, prompt_tokens + output_tokens, dep.gpu.hbm_bandwidth * dep.tp)
         hbm = hbm_traffic_per_s(dep, model, r) / (dep.gpu.hbm_bandwidth * dep.tp)
-        points.append(RatePoint(p, naive, hbm))
+        points.append(RatePoint(p, naive, hbm * busy_share(r, p.e2e_s, model.saturation_rate), hbm))
     peak_decode = sat.batch / dep.decode_step_time(sat.batch, sat.batch * ctx_seq)
     return CapacityReport(
         gpu=dep.gpu.name,

@@ -186,7 +186,8 @@ def _capacity_tables(r: CapacityReport) -> list[Table]:
         dec.add_row(str(d.batch), f"{d.step_time_s * 1000:.2f}", f"{d.output_tokens_per_s:,.0f}", d.bound)
     load = Table(title="Predicted latency against request rate (one replica; means)",
                  caption="HBM traffic: the bytes the modelled steps move (weights + KV read + KV written) per second, "
-                         "as a share of datasheet bandwidth.\nnaive bw_util: the formula in circulation, req/s × KV "
+                         "as a share of datasheet bandwidth, averaged over time (idle time counts).\n"
+                         "naive bw_util: the formula in circulation, req/s × KV "
                          "bytes/token × (prompt + output tokens) / peak bandwidth — the rate new KV is written once, "
                          "not what bounds decode; shown for comparison (docs/plan.md, worked example).",
                  caption_justify="left")

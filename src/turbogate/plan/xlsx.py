@@ -77,7 +77,8 @@ INPUT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("step_oh", "step overhead (s)"),
     ("seq_oh", "per-sequence overhead (s)"),
     ("reserve", "activation reserve (bytes/GPU)"),
-    ("allreduce", "TP all-reduce per layer (s)"),
+    ("allreduce", "TP all-reduce latency (s)"),
+    ("link_bw", "TP link bytes/s achieved"),
 )
 
 _IN = {name: col_letter(i + 1) for i, (name, _h) in enumerate(INPUT_COLUMNS)}
@@ -123,10 +124,13 @@ def _step(pt: str, ds: str, dctx: str, pctx: str, nps: str = "1") -> str:
     flops = (f"(2*{{m:n_active}}*{tokens}+{attn}*({pt})*((({pt})/2+({pctx}))/MAX(1,{nps}))"
              f"+{attn}*({ds})*(({dctx})/MAX({ds},1)))")
     wread = (f"IF({{i:n_experts}}>1,({{m:n_params}}-{{m:n_expert_params}})*{{m:wbytes}}"
-             f"+{{m:n_expert_params}}*{{m:wbytes}}*(1-(1-{{i:experts_per_token}}/{{i:n_experts}})^MAX({tokens},1)),"
+             f"+{{m:n_expert_params}}*{{m:wbytes}}*(1-MAX(1-{{i:experts_per_token}}/{{i:n_experts}},"
+             f"1E-300^(1/MAX({tokens},1)))^MAX({tokens},1)),"  # floored: a spreadsheet's x^n must not underflow
              f"{{m:n_params}}*{{m:wbytes}})")
     mem = f"(({wread})+{{m:kvb}}*(({dctx})+({pctx}))+{{m:kvb}}*{tokens})"
-    overhead = f"({{i:step_oh}}+{{i:seq_oh}}*(({ds})+{n_prefill})+IF({{i:tp}}>1,{{i:allreduce}}*2*{{i:n_layers}},0))"
+    comm = (f"IF({{i:tp}}>1,2*{{i:n_layers}}*({{i:allreduce}}+IF({{i:link_bw}}>0,"
+            f"2*({{i:tp}}-1)/{{i:tp}}*{tokens}*{{i:hidden}}*2/{{i:link_bw}},0)),0)")
+    overhead = f"({{i:step_oh}}+{{i:seq_oh}}*(({ds})+{n_prefill})+{comm})"
     return f"IF({tokens}<=0,0,MAX({flops}/{{m:flops}},{mem}/{{m:bw}})+{overhead})"
 
 
@@ -158,16 +162,36 @@ _d("fits", "fits", "{m:kv_cache}>={m:kvb}*{i:block_size}")
 _d("kv_tokens", "KV capacity tokens", "INT({m:kv_cache}/({m:kvb}*{i:block_size}))*{i:block_size}")
 _d("per_seq", "KV tokens/sequence",
    "ROUNDUP(({i:prompt_tokens}+{i:max_tokens}/2)/{i:block_size},0)*{i:block_size}")
+# perf.saturation: a round of max_tokens steps is "mixed" steps (a budget-filling prefill chunk
+# plus every decode) and pure decode steps; prefill-bound when mixed steps alone fall short.
+_d("peak_seq", "KV tokens/sequence at its end",
+   "ROUNDUP(({i:prompt_tokens}+{i:max_tokens})/{i:block_size},0)*{i:block_size}")
 _d("c", "saturation batch",
-   "MAX(1,MIN({i:batch_size},INT({m:kv_tokens}/{m:per_seq})))")
-_d("sat_prefill", "prefill tokens/step at saturation", "{m:c}*{i:prompt_tokens}/{i:max_tokens}")
-_d("spread", "token-budget spread",
-   "MAX(1,({m:sat_prefill}+{m:c})/{i:max_batched})")
+   "MAX(1,MIN({i:batch_size},INT({m:kv_tokens}/{m:peak_seq})))")
+_d("sat_chunk", "prefill chunk beside the batch",
+   "IF({i:batch_size}<=INT({m:kv_tokens}/{m:peak_seq}),MIN({i:max_batched}-{m:c},"
+   "ROUNDUP({i:prompt_tokens}*MAX(1,{m:c}/{i:max_tokens}),0)),{i:max_batched}-{m:c})")
+_d("mixed", "mixed steps per round",
+   "IF({m:sat_chunk}>0,{m:c}*{i:prompt_tokens}/{m:sat_chunk},1E+300)")
+_d("pb", "prefill-bound", "{m:mixed}>{i:max_tokens}")
+_d("sat_n", "decodes per mixed step",
+   "IF({m:pb},MAX(1," + _banker_round("{i:max_batched}*{i:max_tokens}/({i:prompt_tokens}+{i:max_tokens})")
+   + "),{m:c})")
+_d("sat_pf", "prefill tokens per mixed step", "IF({m:pb},MAX(1,{i:max_batched}-{m:sat_n}),{m:sat_chunk})")
+_d("sat_seqs", "requests per chunk",
+   "IF({i:prompt_tokens}>={m:sat_pf},1,MAX(1," + _banker_round("{m:sat_pf}/{i:prompt_tokens}") + "))")
+_d("sat_cached", "cached context per chunk",
+   "IF({i:prompt_tokens}>={m:sat_pf},INT((ROUNDUP({i:prompt_tokens}/{m:sat_pf},0)-1)*{m:sat_pf}/2),0)")
+_d("t_mixed", "mixed step (s)",
+   _step("{m:sat_pf}", "{m:sat_n}", "INT({m:sat_n}*({i:prompt_tokens}+{i:max_tokens}/2))",
+         "{m:sat_cached}*{m:sat_seqs}", "{m:sat_seqs}"))
+_d("t_dec", "decode step at saturation (s)",
+   _step("0", "{m:c}", "INT({m:c}*({i:prompt_tokens}+{i:max_tokens}/2))", "0"))
 _d("s_sat", "step at saturation (s)",
-   "(" + _step(_banker_round("{m:sat_prefill}/{m:spread}"), "{m:c}",
-               "INT({m:c}*({i:prompt_tokens}+{i:max_tokens}/2))", "0",
-               "MAX(1," + _banker_round("{m:c}/{i:max_tokens}/{m:spread}") + ")") + ")*{m:spread}")
-_d("mu", "saturation rate (req/s)", "{m:c}/({i:max_tokens}*{m:s_sat})")
+   "IF({m:pb},{m:t_mixed},({m:mixed}*{m:t_mixed}+({i:max_tokens}-{m:mixed})*{m:t_dec})/{i:max_tokens})")
+_d("mu", "saturation rate (req/s)",
+   "IF({m:pb},{m:sat_n}/({i:max_tokens}*{m:s_sat}),"
+   "{m:c}/({m:mixed}*{m:t_mixed}+({i:max_tokens}-{m:mixed})*{m:t_dec}))")
 _d("s_idle", "lone decode step (s)", _step("0", "1", "INT({i:prompt_tokens}+{i:max_tokens}/2)", "0"))
 _d("chunks", "prefill chunks", "MAX(1,ROUNDUP({i:prompt_tokens}/{i:max_batched},0))")
 _d("chunk", "tokens/chunk", "ROUNDUP({i:prompt_tokens}/{m:chunks},0)")
@@ -261,8 +285,8 @@ def _input_values(sc: Scenario) -> dict[str, object]:
         "n_heads": m.n_heads, "n_kv_heads": m.n_kv_heads, "head_dim": m.head_dim,
         "intermediate": m.intermediate_size, "vocab": m.vocab_size, "tie": m.tie_embeddings,
         "n_experts": m.n_experts, "experts_per_token": m.experts_per_token, "mfu": f.mfu,
-        "bw_eff": f.bw_efficiency, "step_oh": f.step_overhead_s, "seq_oh": f.per_seq_overhead_s,
-        "reserve": f.activation_reserve_bytes, "allreduce": f.tp_allreduce_s,
+        "bw_eff": d.bw_efficiency, "step_oh": f.step_overhead_s, "seq_oh": f.per_seq_overhead_s,
+        "reserve": f.activation_reserve_bytes, "allreduce": f.tp_allreduce_s, "link_bw": d.link_bytes_per_s,
     }
 
 

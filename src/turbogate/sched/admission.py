@@ -69,7 +69,7 @@ def headroom_slots(top_rate: float, completion_rate: float, risk: float, most: i
     most ``risk``.  Kept-free slots are used by top-tier arrivals and given back by completions
     (lower tiers do not refill them): a birth–death chain whose empty state has probability
     about ρ^R (1 − ρ) with ρ = arrivals / completions; hence R = ln(risk / (1 − ρ)) / ln ρ."""
-    if top_rate <= 0.0:
+    if top_rate <= 0.0 or completion_rate <= 0.0:  # no evidence yet: the static line alone
         return 0
     if completion_rate <= top_rate:
         return most
@@ -311,10 +311,12 @@ class Admission:
             return None
         base = slots if proven is None else min(proven, slots)
         # The most the lower tiers may hold: never more than leaves Turbo its needed headroom.
+        # No Turbo request for about RATE_TAU_S: no headroom to keep (it would only idle).
         ceiling = slots
-        if self.holdback:
-            need = headroom_slots(self._top_arrivals.read(now), self._completions.read(now), self.headroom_risk, base)
-            ceiling = base - need
+        top_rate = self._top_arrivals.read(now)
+        held = self.holdback and top_rate * RATE_TAU_S >= 0.5
+        if held:
+            ceiling = base - headroom_slots(top_rate, self._completions.read(now), self.headroom_risk, base)
         best: Ticket | None = None
         owed: Ticket | None = None
         line_above = 0  # the holdback line of the best tier above with queued work
@@ -324,7 +326,7 @@ class Admission:
             # Holdback in whole slots, at least one: on a 2-slot pool 85 % keeps one slot free,
             # on a 1-slot pool the tier can still run (epsilon: 0.29 × 100 must give 29, not 28).
             line = slots
-            if self.holdback and policy.max_utilization < 1.0:
+            if held and policy.max_utilization < 1.0:
                 line = max(1, min(math.floor(policy.max_utilization * base + 1e-9), ceiling))
             due = queue.share < policy.min_share
             cap = max(1, math.floor(policy.capacity_share * slots + 1e-9))

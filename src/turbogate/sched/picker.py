@@ -11,28 +11,7 @@ Bands (per replica):
 
 Expected queue time = engine waiting count × the replica's observed service time / running.
 
-**Adaptive concurrency.**  How many requests a replica should hold is learned, not configured:
-the queue — and with it the tiers' priority — must live in the gateway, not in the engine's
-own FIFO.  At each scrape of an engine that reports its waiting count:
-
-* a queue above ``queue_tolerance`` (default 0) → the limit drops to what the engine runs of
-  ours (one scrape converges: 64 in flight, 48 of them waiting, gives 16), and that value
-  becomes the slow-start threshold.  A small queue must be seen on two scrapes in a row: a
-  request sent during an engine step shows as waiting until the step ends, and a limit that
-  shrinks on such snapshots ratchets down;
-* no queue, the limit reached since the last scrape (so it may be what holds us back), the
-  engine seen running (nearly) that many at once, and KV use below ``saturated_kv`` → the limit
-  grows: ×1.5 per scrape below the threshold (slow start), one slot every
-  ``grow_every_scrapes`` above it (a rare probe), as TCP does.  Turbo avoids the probed slots
-  (``pick(proven_only=True)``).
-
-Overshoot is what hurts: a limit above what the engine runs puts requests in the engine's
-FIFO, where a Turbo request waits behind Standard ones for a completion, and it erases the
-holdback's headroom.  Hence no tolerance by default and slow probing above the threshold;
-undershooting by a slot costs little.
-
-``max_concurrency`` from the config is only an optional cap.  A replica without metrics
-(``scraped=False``) keeps ``unscraped_limit`` (or its cap): nothing tells us its queue.
+The concurrency limit each replica offers is learned from its engine (``sched/concurrency.py``).
 
 **Health.**  A refused connection ejects at once; soft failures (5xx answers, resets, a failed
 scrape, a deadline hit while waiting for the first byte) eject after ``eject_after_failures``
@@ -44,95 +23,19 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
-from enum import IntEnum, StrEnum
-from typing import Literal, NamedTuple
 
+from turbogate.sched.concurrency import adapt_limit
 from turbogate.sched.load import ReplicaLoad
+from turbogate.sched.replica import Band, Health, HealthChange, PickerConfig, Replica, ScrapeFailed
+
+__all__ = ["Band", "Health", "HealthChange", "Picker", "PickerConfig", "Replica", "ScrapeFailed"]
 
 
-class Band(IntEnum):
-    LIGHT = 0
-    BUSY = 1
-    SATURATED = 2
-
-
-class Health(StrEnum):
-    HEALTHY = "healthy"
-    EJECTED = "ejected"
-
-
-ScrapeFailureKind = Literal["connect", "status", "timeout", "parse"]
-
-
-class ScrapeFailed(NamedTuple):
-    """A scrape of ``/metrics`` that gave no load: the connection was refused (``connect``),
-    the answer was not 200 (``status``), it did not come in time (``timeout``: the load goes
-    stale, counted as saturated, but a slow /metrics under load is "busy", not "dead"), or it
-    could not be parsed (``parse``)."""
-
-    kind: ScrapeFailureKind
-
-
-@dataclass(frozen=True, slots=True)
-class PickerConfig:
-    light_kv: float = 0.60
-    saturated_kv: float = 0.85
-    light_queue_s: float = 0.100
-    saturated_queue_s: float = 0.500
-    stale_after_s: float = 5.0
-    eject_after_failures: int = 3
-    probe_backoff_s: float = 1.0
-    probe_backoff_max_s: float = 30.0
-    scale_out_after_s: float = 30.0
-    default_service_s: float = 1.0
-    initial_limit: int = 8
-    min_limit: int = 1
-    queue_tolerance: float = 0.0
-    grow_every_scrapes: int = 5
-    unscraped_limit: int = 64
-
-
-@dataclass(slots=True, eq=False)
-class Replica:
-    """One engine replica as L2 sees it."""
-
-    id: str
-    pool: str
-    cap: int | None = None  # max_concurrency from the config: an optional upper bound
-    scraped: bool = True
-    limit: float = 8.0
-    ssthresh: float = math.inf
-    peak_in_flight: int = 0
-    hold: int = 0  # scrapes to wait before the next additive probe
-    last_waiting: float = 0.0  # the engine's waiting count at the previous scrape
-    proven: float = 0.0  # most requests the engine was seen running at once since the last cut
-    awaiting_first: int = 0  # ours dispatched and not yet answering (prefilling, for streams)
-    in_flight: int = 0
-    load: ReplicaLoad | None = None
-    load_at: float = -math.inf
-    health: Health = Health.HEALTHY
-    failures: int = 0  # request-path failures in a row (a good answer resets them)
-    scrape_failures: int = 0  # failed scrapes in a row (a good scrape resets them)
-    backoff_s: float = 0.0
-    next_probe_at: float = 0.0
-    ejections: int = 0
-    served: int = 0
-    service_s: float | None = None
-    foreign: float = 0.0  # engine load not sent by this gateway, as of the last scrape
-    eject_reason: str = ""
-
-    @property
-    def max_concurrency(self) -> int:
-        """The working limit now (learned, within the cap)."""
-        return int(self.limit)
-
-
-class HealthChange(NamedTuple):
-    """A replica was ejected (``healthy`` False) or came back, and why."""
-
-    replica: Replica
-    healthy: bool
-    reason: str
+#: Pools up to this size are scanned whole on every choice (exact); larger ones keep running
+#: sums and a list of the replicas with room, and choose among a few sampled from it (the
+#: "power of k choices"), so a decision costs the same for 8 replicas and for 1,000.
+SCAN_MAX = 8
+SAMPLE = 4
 
 
 @dataclass(slots=True)
@@ -140,6 +43,14 @@ class _Pool:
     replicas: list[Replica] = field(default_factory=list)
     rotor: int = 0
     saturated_since: float | None = None
+    slots: int = 0
+    proven: int = 0
+    room: list[Replica] = field(default_factory=list)
+    stale_at: float = math.inf  # the earliest time a counted replica's metrics go stale
+
+    @property
+    def indexed(self) -> bool:
+        return len(self.replicas) > SCAN_MAX
 
 
 class Picker:
@@ -151,13 +62,22 @@ class Picker:
         self._by_id: dict[str, Replica] = {}
         #: Health changes since the caller last took them (``take_health_changes``).
         self._changes: list[HealthChange] = []
+        self._now = 0.0  # the latest time any call told us (for updates that carry none)
+        self._sample_seed = 0x9E3779B9
 
     def add(self, replica: Replica) -> Replica:
         cfg = self.config
         start = cfg.initial_limit if replica.scraped else cfg.unscraped_limit
         replica.limit = float(min(start, replica.cap) if replica.cap is not None else start)
-        self._pools.setdefault(replica.pool, _Pool()).replicas.append(replica)
+        pool = self._pools.setdefault(replica.pool, _Pool())
+        pool.replicas.append(replica)
         self._by_id[replica.id] = replica
+        if pool.indexed:
+            if len(pool.replicas) == SCAN_MAX + 1:  # it just grew past the scan size: index it all
+                for r in pool.replicas:
+                    self._refresh(r, self._now)
+            else:
+                self._refresh(replica, self._now)
         return replica
 
     def get(self, replica_id: str) -> Replica:
@@ -215,20 +135,60 @@ class Picker:
             cap = min(cap, max(1, replica.in_flight))
         return cap
 
+    def _proven_part(self, replica: Replica, slots: int) -> int:
+        if math.isinf(replica.ssthresh) or replica.proven < 1.0:
+            return slots
+        return min(slots, int(replica.proven))
+
     def slots(self, pool: str, now: float) -> int:
         """Total dispatch slots of ``pool`` for L1's ``slots`` argument."""
-        return sum(self.replica_slots(r, now) for r in self._pools[pool].replicas)
+        state = self._pools[pool]
+        if not state.indexed:
+            return sum(self.replica_slots(r, now) for r in state.replicas)
+        self._catch_up(state, now)
+        return state.slots
 
     def proven_slots(self, pool: str, now: float) -> int:
         """The part of ``slots`` each engine has shown it runs at once, for the holdback: a
         replica still in slow start counts whole (the lower tiers' traffic is how its limit is
         found); past it, only what its engine was seen running since the last cut, so a probe
         of the limit never counts as Turbo's headroom."""
-        total = 0
-        for r in self._pools[pool].replicas:
-            n = self.replica_slots(r, now)
-            total += n if math.isinf(r.ssthresh) or r.proven < 1.0 else min(n, int(r.proven))
-        return total
+        state = self._pools[pool]
+        if not state.indexed:
+            return sum(self._proven_part(r, self.replica_slots(r, now)) for r in state.replicas)
+        self._catch_up(state, now)
+        return state.proven
+
+    def _catch_up(self, state: _Pool, now: float) -> None:
+        self._now = max(self._now, now)
+        if now > state.stale_at:  # someone's metrics went stale since: count everyone again
+            state.stale_at = math.inf
+            for r in state.replicas:
+                self._refresh(r, now)
+
+    def _refresh(self, replica: Replica, now: float | None = None) -> None:
+        """Recount ``replica`` in its pool's running sums and room list (large pools only)."""
+        state = self._pools[replica.pool]
+        if not state.indexed:
+            return
+        t = self._now if now is None else now
+        n = self.replica_slots(replica, t)
+        proven = self._proven_part(replica, n)
+        state.slots += n - replica.counted_slots
+        state.proven += proven - replica.counted_proven
+        replica.counted_slots, replica.counted_proven = n, proven
+        if replica.scraped and replica.load is not None and replica.health is Health.HEALTHY:
+            state.stale_at = min(state.stale_at, replica.load_at + self.config.stale_after_s)
+        room = replica.health is Health.HEALTHY and replica.in_flight < int(replica.limit)
+        if room and replica.room_index < 0:
+            replica.room_index = len(state.room)
+            state.room.append(replica)
+        elif not room and replica.room_index >= 0:
+            last = state.room.pop()
+            if last is not replica:
+                state.room[replica.room_index] = last
+                last.room_index = replica.room_index
+            replica.room_index = -1
 
     def healthy(self, pool: str) -> int:
         return sum(1 for r in self._pools[pool].replicas if r.health is Health.HEALTHY)
@@ -242,11 +202,12 @@ class Picker:
              ) -> Replica | None:
         """The replica for the next request of ``pool``, or ``None`` if none can take one.
 
-        ``proven_only`` (Turbo): prefer a replica whose in-flight count is below what its engine
-        was seen running at once, so a probe of the limit (a slot the engine may not have) is
-        taken by lower tiers and a Turbo request never waits in an engine's queue for it; and
-        among those one with no request awaiting its first token (no prefill under way), so
-        its own prefill does not share, or wait for, a longer engine step."""
+        ``proven_only`` (Turbo): only a replica whose in-flight count is below what its engine
+        was seen running at once (or one still in slow start, whose limit is not known yet), so
+        a probe of the limit (a slot the engine may not have) is taken by lower tiers and a
+        Turbo request never waits in an engine's queue for it; and among those one with no
+        request awaiting its first token (no prefill under way), so its own prefill does not
+        share, or wait for, a longer engine step."""
         state = self._pools.get(pool)
         if state is None:
             return None
@@ -254,8 +215,12 @@ class Picker:
         best_key = (Band.SATURATED + 1, math.inf)
         safe: Replica | None = None
         safe_key: tuple[float, ...] = (math.inf,)
-        replicas = state.replicas
+        self._now = max(self._now, now)
+        replicas = state.room if state.indexed else state.replicas
         n = len(replicas)
+        if state.indexed and n > 2 * SAMPLE:
+            replicas = self._sample(replicas, 2 * SAMPLE if proven_only else SAMPLE)
+            n = len(replicas)
         state.rotor = (state.rotor + 1) % max(n, 1)
         for i in range(n):  # start at a rotating index so ties spread evenly
             r = replicas[(state.rotor + i) % n]
@@ -265,11 +230,46 @@ class Picker:
             key = (Band.BUSY if band is Band.LIGHT else band, self.score(r, now))
             if key < best_key:
                 best, best_key = r, key
-            if proven_only and r.in_flight < int(r.proven):
+            if proven_only and (r.in_flight < int(r.proven) or math.isinf(r.ssthresh)):
                 turbo_key = (Band.SATURATED + 1 if r.awaiting_first else 0, key[0], key[1])
                 if safe is None or turbo_key < safe_key:
                     safe, safe_key = r, turbo_key
-        return safe or best
+        # Past slow start, a Turbo request waits in the gateway (first in line for the next slot)
+        # rather than behind others in an engine's queue at a replica beyond what it runs.
+        chosen = safe if proven_only else best
+        if chosen is None and state.indexed and len(state.room) > n:
+            return self._scan(state, now, exclude, proven_only)  # none of the sampled ones would do
+        return chosen
+
+    def _sample(self, room: list[Replica], k: int) -> list[Replica]:
+        """``k`` distinct replicas from ``room`` by a fixed pseudo-random sequence (a
+        deterministic xorshift, so a simulation is reproducible)."""
+        n = len(room)
+        x = self._sample_seed
+        picked: list[Replica] = []
+        seen: set[int] = set()
+        while len(picked) < k:
+            x ^= (x << 13) & 0xFFFFFFFF
+            x ^= x >> 17
+            x ^= (x << 5) & 0xFFFFFFFF
+            i = x % n
+            if i not in seen:
+                seen.add(i)
+                picked.append(room[i])
+        self._sample_seed = x
+        return picked
+
+    def _scan(self, state: _Pool, now: float, exclude: Collection[str], proven_only: bool) -> Replica | None:
+        best: Replica | None = None
+        best_key = (Band.SATURATED + 1, math.inf)
+        for r in state.room:
+            if r.id in exclude or (proven_only and r.in_flight >= int(r.proven) and not math.isinf(r.ssthresh)):
+                continue
+            band = self.band(r, now)
+            key = (Band.BUSY if band is Band.LIGHT else band, self.score(r, now))
+            if key < best_key:
+                best, best_key = r, key
+        return best
 
     def pick_plain(self, pool: str, how: str, exclude: Collection[str] = ()) -> Replica | None:
         """Baselines without limits or metrics: ``round-robin`` over healthy replicas, or
@@ -291,6 +291,7 @@ class Picker:
         replica.in_flight += 1
         if replica.in_flight > replica.peak_in_flight:
             replica.peak_in_flight = replica.in_flight
+        self._refresh(replica)
 
     # ---- outcomes --------------------------------------------------------------------------
     def on_response(self, replica: Replica, status: int, latency_s: float, now: float) -> None:
@@ -299,11 +300,12 @@ class Picker:
         replica.in_flight = max(0, replica.in_flight - 1)
         if status in (502, 503, 504):
             self._fail(replica, now, hard=False, reason=f"answered HTTP {status}")
-            return
-        replica.failures = 0
-        replica.served += 1
-        prev = replica.service_s
-        replica.service_s = latency_s if prev is None else prev + 0.2 * (latency_s - prev)
+        else:
+            replica.failures = 0
+            replica.served += 1
+            prev = replica.service_s
+            replica.service_s = latency_s if prev is None else prev + 0.2 * (latency_s - prev)
+        self._refresh(replica, now)
 
     def on_failure(self, replica: Replica, now: float, *, hard: bool, dispatched: bool = True,
                    reason: str = "") -> None:
@@ -312,10 +314,12 @@ class Picker:
         if dispatched:
             replica.in_flight = max(0, replica.in_flight - 1)
         self._fail(replica, now, hard=hard, reason=reason or ("connection refused" if hard else "request failed"))
+        self._refresh(replica, now)
 
     def on_release(self, replica: Replica) -> None:
         """A request ended without telling anything about the replica (client went away)."""
         replica.in_flight = max(0, replica.in_flight - 1)
+        self._refresh(replica)
 
     def _fail(self, replica: Replica, now: float, *, hard: bool, reason: str) -> None:
         replica.failures += 1
@@ -331,6 +335,7 @@ class Picker:
         replica.load = None
         replica.eject_reason = reason
         self._changes.append(HealthChange(replica, False, reason))
+        self._refresh(replica, now)
 
     # ---- scrapes -----------------------------------------------------------------------------
     def on_scrape(self, replica: Replica, result: ReplicaLoad | ScrapeFailed, now: float) -> None:
@@ -357,53 +362,8 @@ class Picker:
         # Compare with our in-flight count *now*, at scrape time: later our count moves on while
         # the scraped one stands still, and the difference would look like someone else's load.
         replica.foreign = max(0.0, (load.running or 0.0) + (load.waiting or 0.0) - replica.in_flight)
-        self._adapt(replica, load)
-
-    def _adapt(self, replica: Replica, load: ReplicaLoad) -> None:
-        cfg = self.config
-        waiting = load.waiting
-        if waiting is None:
-            return
-        # A request sent during an engine step shows as waiting until the step ends, so a small
-        # queue proves nothing unless it is seen twice while the engine runs as many as it ever
-        # has (a full engine); a large queue always counts.
-        running = load.running or 0.0
-        large = max(4.0, 0.25 * running)
-        if waiting >= large:
-            excess = waiting
-        elif running >= replica.proven:
-            excess = min(waiting, replica.last_waiting)
-        else:
-            excess = 0.0
-        replica.last_waiting = waiting
-        replica.proven = max(replica.proven, running)
-        limit = replica.limit
-        if excess > cfg.queue_tolerance:
-            # What the engine runs of ours now: measured against our in-flight count at scrape
-            # time, not the limit, which our in-flight may still exceed after a previous cut.
-            limit = max(float(cfg.min_limit), min(limit, replica.in_flight - (excess - cfg.queue_tolerance)))
-            # Slow start may climb back to what the engine showed it runs (others' load may go).
-            replica.ssthresh = max(limit, load.running or 0.0)
-            replica.hold = cfg.grow_every_scrapes
-            replica.proven = min(replica.proven, limit)
-        elif waiting <= cfg.queue_tolerance and (load.kv_usage or 0.0) < cfg.saturated_kv:
-            # Grow only on the engine's own evidence that it runs what we send (its running
-            # count, not our in-flight count: ours may still be on the wire).
-            if limit < replica.ssthresh:
-                # 0.8: below the holdback line (0.85 of the limit) lower tiers alone can prove it
-                if replica.proven >= 0.8 * limit:
-                    limit = min(limit * 1.5, replica.ssthresh)  # slow start (×1.5: a smaller overshoot)
-            elif replica.proven < int(limit):
-                pass  # it has not run the whole limit at once since the last cut: no reason to probe
-            elif replica.hold <= 1:  # past the threshold, probe one more now and then
-                limit += 1.0
-                replica.hold = cfg.grow_every_scrapes
-            else:
-                replica.hold -= 1
-        if replica.cap is not None:
-            limit = min(limit, float(replica.cap))
-        replica.limit = max(float(cfg.min_limit), limit)
-        replica.peak_in_flight = replica.in_flight
+        adapt_limit(replica, load, self.config)
+        self._refresh(replica, now)
 
     # ---- health ----------------------------------------------------------------------------
     def due_probes(self, now: float) -> list[Replica]:
@@ -424,6 +384,7 @@ class Picker:
             replica.failures = replica.scrape_failures = 0
             replica.load_at = -math.inf  # stale until the next scrape
             self._changes.append(HealthChange(replica, True, "health probe answered 200"))
+            self._refresh(replica, now)
             return
         replica.backoff_s = min(self.config.probe_backoff_max_s, max(replica.backoff_s, 1e-3) * 2.0)
         replica.next_probe_at = now + replica.backoff_s
@@ -454,6 +415,9 @@ class Picker:
                 "score": round(self.score(r, now), 4),
                 "in_flight": r.in_flight,
                 "limit": round(r.limit, 2),
+                "proven": r.proven,
+                "slow_start": math.isinf(r.ssthresh),
+                "awaiting_first": r.awaiting_first,
                 "max_concurrency": r.cap,
                 "slots": self.replica_slots(r, now),
                 "served": r.served,

@@ -1,0 +1,70 @@
+"""Published offline-throughput measurements the perf model is checked against (data only).
+
+TRTLLM: NVIDIA TensorRT-LLM "Performance Overview", docs/source/performance/perf-overview.md in
+NVIDIA/TensorRT-LLM at commit 00f37686aa854010d68bcbd0f4ab000221541ca6.  trtllm-bench throughput
+(all requests queued at once), PyTorch backend, fixed ISL/OSL, metric "Total Output Throughput
+(tokens/sec)"; checkpoints nvidia/Llama-3.1-8B-Instruct-FP8 and nvidia/Llama-3.3-70B-Instruct-FP8
+(FP8 weights and FP8 KV cache), KV cache at 0.95 of free memory where it fit.  ``requests`` is the
+``$num_requests`` that page lists for the shape.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+TRTLLM_SOURCE = ("NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md @ "
+                 "00f37686aa854010d68bcbd0f4ab000221541ca6, trtllm-bench offline throughput, FP8")
+
+
+class Cell(NamedTuple):
+    """One published measurement: ``output_tok_s`` for ``requests`` requests of ``isl``/``osl`` tokens."""
+
+    model: str  # turbogate catalog name
+    gpu: str  # turbogate catalog name
+    tp: int
+    isl: int
+    osl: int
+    output_tok_s: float  # published Total Output Throughput
+    requests: int
+    dtype: str = "fp8"
+    kv_dtype: str = "fp8"
+    gpu_mem_util: float = 0.95
+    uniform_lengths: bool = False  # lengths drawn uniformly from 1..isl and 1..osl (else exactly isl, osl)
+    source: str = TRTLLM_SOURCE
+
+
+_REQUESTS = {(128, 128): 30000, (1000, 1000): 3000, (2048, 128): 3000, (5000, 500): 1500, (20000, 2000): 1000}
+_SHAPES = tuple(_REQUESTS)
+
+# (model, gpu, tp) -> published output tok/s per shape, in _SHAPES order.
+_TABLE: dict[tuple[str, str, int], tuple[int, ...]] = {
+    ("llama-3.1-8b", "H100-SXM", 1): (28_312, 15_220, 3_450, 3_459, 1_351),
+    ("llama-3.1-8b", "H200", 1): (27_911, 17_744, 3_538, 3_902, 1_804),
+    ("llama-3.3-70b", "H100-SXM", 2): (6_378, 4_205, 762, 898, 437),
+    ("llama-3.3-70b", "H200", 1): (3_803, 2_909, 442, 566, 283),
+}
+
+TRTLLM_CELLS: tuple[Cell, ...] = tuple(
+    Cell(model, gpu, tp, isl, osl, value, _REQUESTS[(isl, osl)])
+    for (model, gpu, tp), values in _TABLE.items()
+    for (isl, osl), value in zip(_SHAPES, values, strict=True)
+)
+
+SGLANG_SOURCE = ("datacrunch-research/h200-benchmarks sglang/outputs/llama_3_3_70b_offline_output.jsonl @ "
+                 "c091ef530a525d2e788bc41c39a4450b09c9f2ad (commands: sglang/experiments/llama_3_3_70b_sglang.sh): "
+                 "SGLang, meta-llama/Llama-3.3-70B-Instruct bf16, 4x H200 TP4, bench_serving --dataset-name random "
+                 "at request rate inf, random_range_ratio 0 (lengths uniform in 1..len), output_throughput")
+
+# Public measurements from another engine, never used to tune a constant: SGLang's default KV share
+# at TP4 is 0.85 of memory; every row of that file is here (the repeated 4096/1024 run once).
+OTHER_ENGINE_CELLS: tuple[Cell, ...] = tuple(
+    Cell("llama-3.3-70b", "H200", 4, isl, osl, value, n, dtype="bf16", kv_dtype="bf16", gpu_mem_util=0.85,
+         uniform_lengths=True, source=SGLANG_SOURCE)
+    for isl, osl, value, n in (
+        (1024, 1024, 4520.7, 3000),
+        (1024, 512, 3492.3, 4000),
+        (4096, 2048, 2051.3, 800),
+        (4096, 1024, 1655.0, 1500),
+        (256, 512, 6648.4, 6000),
+    )
+)

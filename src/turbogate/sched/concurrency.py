@@ -1,0 +1,81 @@
+"""Adaptive concurrency: how many requests each replica should hold, learned from its engine.
+
+How many requests a replica should hold is learned, not configured:
+the queue — and with it the tiers' priority — must live in the gateway, not in the engine's
+own FIFO.  At each scrape of an engine that reports its waiting count:
+
+* a queue above ``queue_tolerance`` (default 0) → the limit drops to what the engine runs of
+  ours (one scrape converges: 64 in flight, 48 of them waiting, gives 16), and that value
+  becomes the slow-start threshold.  A small queue must be seen on two scrapes in a row: a
+  request sent during an engine step shows as waiting until the step ends, and a limit that
+  shrinks on such snapshots ratchets down;
+* no queue, the limit reached since the last scrape (so it may be what holds us back), the
+  engine seen running (nearly) that many at once, and KV use below ``saturated_kv`` → the limit
+  grows: ×1.5 per scrape below the threshold (slow start), one slot every
+  ``grow_every_scrapes`` above it (a rare probe), as TCP does.  Turbo avoids the probed slots
+  (``pick(proven_only=True)``).
+
+Overshoot is what hurts: a limit above what the engine runs puts requests in the engine's
+FIFO, where a Turbo request waits behind Standard ones for a completion, and it erases the
+holdback's headroom.  Hence no tolerance by default and slow probing above the threshold;
+undershooting by a slot costs little.
+
+``max_concurrency`` from the config is only an optional cap.  A replica without metrics
+(``scraped=False``) keeps ``unscraped_limit`` (or its cap): nothing tells us its queue.
+"""
+
+from __future__ import annotations
+
+import math
+
+from turbogate.sched.load import ReplicaLoad
+from turbogate.sched.replica import PickerConfig, Replica
+
+
+def adapt_limit(replica: Replica, load: ReplicaLoad, cfg: PickerConfig) -> None:
+    """Update ``replica``'s concurrency limit from one scrape (see the module docstring)."""
+    waiting = load.waiting
+    if waiting is None:
+        return
+    # A request sent during an engine step shows as waiting until the step ends, so a small
+    # queue proves nothing unless it is seen twice while the engine runs as many as it ever
+    # has (a full engine); a large queue always counts.
+    running = load.running or 0.0
+    # In slow start the limit has just grown past what the engine showed it runs, so a queue is
+    # most likely that overshoot: a smaller one counts at once.
+    large = max(2.0, 0.1 * running) if math.isinf(replica.ssthresh) else max(4.0, 0.25 * running)
+    if waiting >= large:
+        excess = waiting
+    elif running >= replica.proven:
+        excess = min(waiting, replica.last_waiting)
+    else:
+        excess = 0.0
+    replica.last_waiting = waiting
+    replica.proven = max(replica.proven, running)
+    limit = replica.limit
+    if excess > cfg.queue_tolerance:
+        # What the engine runs of ours now: measured against our in-flight count at scrape
+        # time, not the limit, which our in-flight may still exceed after a previous cut.
+        limit = max(float(cfg.min_limit), min(limit, replica.in_flight - (excess - cfg.queue_tolerance)))
+        # Slow start may climb back to what the engine showed it runs (others' load may go).
+        replica.ssthresh = max(limit, load.running or 0.0)
+        replica.hold = cfg.grow_every_scrapes
+        replica.proven = min(replica.proven, limit)
+    elif waiting <= cfg.queue_tolerance and (load.kv_usage or 0.0) < cfg.saturated_kv:
+        # Grow only on the engine's own evidence that it runs what we send (its running
+        # count, not our in-flight count: ours may still be on the wire).
+        if limit < replica.ssthresh:
+            # 0.8: below the holdback line (0.85 of the limit) lower tiers alone can prove it
+            if replica.proven >= 0.8 * limit:
+                limit = min(limit * 1.5, replica.ssthresh)  # slow start (×1.5: a smaller overshoot)
+        elif replica.proven < int(limit):
+            pass  # it has not run the whole limit at once since the last cut: no reason to probe
+        elif replica.hold <= 1:  # past the threshold, probe one more now and then
+            limit += 1.0
+            replica.hold = cfg.grow_every_scrapes
+        else:
+            replica.hold -= 1
+    if replica.cap is not None:
+        limit = min(limit, float(replica.cap))
+    replica.limit = max(float(cfg.min_limit), limit)
+    replica.peak_in_flight = replica.in_flight

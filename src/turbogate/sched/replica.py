@@ -1,0 +1,102 @@
+"""What L2 knows about each replica, and its settings (pure values)."""
+
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
+from typing import Literal, NamedTuple
+
+from turbogate.sched.load import ReplicaLoad
+
+
+class Band(IntEnum):
+    LIGHT = 0
+    BUSY = 1
+    SATURATED = 2
+
+
+class Health(StrEnum):
+    HEALTHY = "healthy"
+    EJECTED = "ejected"
+
+
+ScrapeFailureKind = Literal["connect", "status", "timeout", "parse"]
+
+
+class ScrapeFailed(NamedTuple):
+    """A scrape of ``/metrics`` that gave no load: the connection was refused (``connect``),
+    the answer was not 200 (``status``), it did not come in time (``timeout``: the load goes
+    stale, counted as saturated, but a slow /metrics under load is "busy", not "dead"), or it
+    could not be parsed (``parse``)."""
+
+    kind: ScrapeFailureKind
+
+
+@dataclass(frozen=True, slots=True)
+class PickerConfig:
+    light_kv: float = 0.60
+    saturated_kv: float = 0.85
+    light_queue_s: float = 0.100
+    saturated_queue_s: float = 0.500
+    stale_after_s: float = 5.0
+    eject_after_failures: int = 3
+    probe_backoff_s: float = 1.0
+    probe_backoff_max_s: float = 30.0
+    scale_out_after_s: float = 30.0
+    default_service_s: float = 1.0
+    initial_limit: int = 8
+    min_limit: int = 1
+    queue_tolerance: float = 0.0
+    grow_every_scrapes: int = 5
+    unscraped_limit: int = 64
+
+
+@dataclass(slots=True, eq=False)
+class Replica:
+    """One engine replica as L2 sees it."""
+
+    id: str
+    pool: str
+    cap: int | None = None  # max_concurrency from the config: an optional upper bound
+    scraped: bool = True
+    limit: float = 8.0
+    ssthresh: float = math.inf
+    peak_in_flight: int = 0
+    hold: int = 0  # scrapes to wait before the next additive probe
+    last_waiting: float = 0.0  # the engine's waiting count at the previous scrape
+    proven: float = 0.0  # most requests the engine was seen running at once since the last cut
+    awaiting_first: int = 0  # ours dispatched and not yet answering (prefilling, for streams)
+    # Large pools keep running sums instead of rescanning: this replica's share of them.
+    counted_slots: int = 0
+    counted_proven: int = 0
+    room_index: int = -1  # position in its pool's list of replicas with room, -1 when none
+    in_flight: int = 0
+    load: ReplicaLoad | None = None
+    load_at: float = -math.inf
+    health: Health = Health.HEALTHY
+    failures: int = 0  # request-path failures in a row (a good answer resets them)
+    scrape_failures: int = 0  # failed scrapes in a row (a good scrape resets them)
+    backoff_s: float = 0.0
+    next_probe_at: float = 0.0
+    ejections: int = 0
+    served: int = 0
+    service_s: float | None = None
+    foreign: float = 0.0  # engine load not sent by this gateway, as of the last scrape
+    eject_reason: str = ""
+
+    @property
+    def max_concurrency(self) -> int:
+        """The working limit now (learned, within the cap)."""
+        return int(self.limit)
+
+
+class HealthChange(NamedTuple):
+    """A replica was ejected (``healthy`` False) or came back, and why."""
+
+    replica: Replica
+    healthy: bool
+    reason: str
+
+
