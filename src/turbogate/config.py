@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from turbogate.errors import ConfigError
 from turbogate.sched.admission import TierPolicy
+from turbogate.sched.guard import GuardPolicy, KneeSource
 from turbogate.sched.picker import PickerConfig
 from turbogate.sched.policy import FlowPolicy, Mode, PoolSpec, ReplicaSpec, TenantSpec
 from turbogate.sched.tiers import Tier
@@ -27,6 +28,7 @@ EngineKind = Literal["vllm", "sglang", "tgi", "llamacpp", "openai", "emulator"]
 TierName = Literal["turbo", "standard", "relax"]
 #: The pure core's defaults: the config's defaults are read from here, never written twice.
 _PICK = PickerConfig()
+_GUARD = GuardPolicy()
 
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="sha256 hex digest (lower case)")]
 
@@ -136,6 +138,36 @@ class Pool(_Model):
         "then passed as the request's priority field"
     )
     region: str | None = None
+    knee_rps: float | None = Field(
+        None, gt=0, description="the pool's knee (offered req/s, all tiers): with one, a knee guard caps and then "
+        "closes Turbo past it (docs/gateway.md)")
+    knee_from: str | None = Field(
+        None, description="a bench or sim run folder whose measured knee (tier 'all') is the pool's knee")
+
+    @model_validator(mode="after")
+    def _one_knee(self) -> Pool:
+        if self.knee_rps is not None and self.knee_from is not None:
+            raise ValueError("give knee_rps or knee_from, not both")
+        return self
+
+
+class KneeGuardConfig(_Model):
+    """Thresholds of the knee guard, as offered load ÷ knee (sched/guard.py)."""
+
+    enter_capped: float = Field(_GUARD.enter_capped, gt=0)
+    leave_capped: float = Field(_GUARD.leave_capped, gt=0)
+    enter_closed: float = Field(_GUARD.enter_closed, gt=0)
+    leave_closed: float = Field(_GUARD.leave_closed, gt=0)
+    min_dwell_s: float = Field(_GUARD.min_dwell_s, ge=0)
+    turbo_share: float = Field(_GUARD.turbo_share, gt=0, le=1,
+                               description="capped: Turbo grants per second at most this share of the knee")
+    window_s: float = Field(_GUARD.rate_tau_s, gt=0, description="time constant of the offered-load estimate")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> KneeGuardConfig:
+        if not self.leave_capped < self.enter_capped <= self.leave_closed < self.enter_closed:
+            raise ValueError("need leave_capped < enter_capped <= leave_closed < enter_closed")
+        return self
 
 
 class Scrape(_Model):
@@ -193,6 +225,7 @@ class GatewayConfig(_Model):
     health: HealthConfig = HealthConfig.model_validate({})  # frozen, so one shared default is safe
     bands: Bands = Bands.model_validate({})  # frozen, so one shared default is safe
     concurrency: Concurrency = Concurrency.model_validate({})  # frozen, so one shared default is safe
+    knee_guard: KneeGuardConfig = KneeGuardConfig.model_validate({})  # frozen, so one shared default is safe
     service_tier_names: Literal["turbogate", "openai"] = Field(
         "turbogate", description="words for the tier served in answers' service_tier: turbogate's (turbo / "
         "standard / relax) or OpenAI's (priority / default / flex); X-Turbogate-Tier always uses turbogate's")
@@ -300,7 +333,7 @@ def flow_policy(config: GatewayConfig, pools: Sequence[PoolSpec] | None = None, 
         pools = [
             PoolSpec(p.name, tuple(p.models),
                      tuple(ReplicaSpec(rid, r.max_concurrency, r.engine != "openai") for rid, r in replica_ids(p)),
-                     p.scheduling_policy == "priority")
+                     p.scheduling_policy == "priority", knee_source(p))
             for p in config.pools
         ]
     bands, cc = config.bands, config.concurrency
@@ -320,8 +353,32 @@ def flow_policy(config: GatewayConfig, pools: Sequence[PoolSpec] | None = None, 
         unscraped_limit=cc.unscraped_limit,
     )
     disabled = frozenset(Tier(name) for name, t in config.tiers.items() if not t.enabled and name != "standard")
+    g = config.knee_guard
+    guard = GuardPolicy(enter_capped=g.enter_capped, leave_capped=g.leave_capped, enter_closed=g.enter_closed,
+                        leave_closed=g.leave_closed, min_dwell_s=g.min_dwell_s, turbo_share=g.turbo_share,
+                        rate_tau_s=g.window_s)
     return FlowPolicy(tiers=tiers, tenants=tenants, pools=tuple(pools), picker=picker, disabled=disabled, mode=mode,
-                      health_interval_s=config.health.interval_s)
+                      health_interval_s=config.health.interval_s, guard=guard)
+
+
+def knee_source(pool: Pool) -> KneeSource | None:
+    """The pool's knee for its guard: a fixed value, or a run folder's measured knee (the file
+    is read here, at the edge).  ``ConfigError`` when the folder has no knee to give."""
+    if pool.knee_rps is not None:
+        return KneeSource("config", pool.knee_rps)
+    if pool.knee_from is None:
+        return None
+    from turbogate.results import load_run
+
+    try:
+        run = load_run(Path(pool.knee_from), with_requests=False, with_samples=False)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"pools.{pool.name}.knee_from: cannot read {pool.knee_from} ({exc})") from None
+    knee = run.summary.knee()
+    if knee is None:
+        raise ConfigError(f"pools.{pool.name}.knee_from: {pool.knee_from} found no knee (run past it, or give "
+                          "knee_rps)")
+    return KneeSource("run", knee, pool.knee_from)
 
 
 def json_schema() -> dict[str, Any]:

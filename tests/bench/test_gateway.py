@@ -65,7 +65,7 @@ def test_bench_through_gateway_records_tiers(emulator_factory: Callable[..., Ser
 
 def test_demo_runs_past_the_knee_and_cleans_up(tmp_path: Path) -> None:
     out = tmp_path / "demo"
-    proc = subprocess.run([sys.executable, "-m", "turbogate", "demo", "--duration", "14", "--time-scale", "0.25",
+    proc = subprocess.run([sys.executable, "-m", "turbogate", "demo", "--duration", "20", "--time-scale", "0.25",
                            "--no-live", "--out", str(out)], capture_output=True, text=True, timeout=240,
                           env={"COLUMNS": "160", "PATH": "/usr/bin:/bin"})
     text = proc.stdout + proc.stderr

@@ -2,20 +2,24 @@
 
 ``POST /admin/tiers/{tier}`` ``{"enabled": bool}`` — switch Turbo (or Relax) off/on globally;
 ``POST /admin/tenants/{name}`` ``{"turbo_enabled": bool}`` — the same for one tenant;
-``GET /admin/state`` — switches, queues, replicas with their bands and scores.
+``GET /admin/state`` — switches, queues, knee guards, replicas with their bands and scores;
+``GET /admin/events`` — the knee guards' state changes with the signals that caused them;
+``POST /admin/pools/{pool}/guard`` ``{"state": "open"|"capped"|"closed"|null}`` — pin a pool's
+knee guard, or hand it back to the load.
 Switches act on the next request; they live in the worker process (see docs/gateway.md).
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from turbogate.asgi import Receive, Scope, Send, header, read_body, send_error, send_json
 from turbogate.sched import TIERS, Tier, parse_tier
+from turbogate.sched.guard import GuardState
 
 if TYPE_CHECKING:
     from turbogate.gateway.app import GatewayApp
@@ -29,6 +33,11 @@ class TierSwitch(BaseModel):
 class TenantSwitch(BaseModel):
     model_config = ConfigDict(extra="forbid")
     turbo_enabled: bool
+
+
+class GuardSwitch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    state: Literal["open", "capped", "closed"] | None  # null hands the guard back to the load
 
 
 def state(app: GatewayApp) -> dict[str, Any]:
@@ -49,6 +58,7 @@ def state(app: GatewayApp) -> dict[str, Any]:
                 "queues": admission.snapshot(),
                 "scale_out_desired": picker.scale_out_desired(name, now),
                 "holdback": admission.holdback,
+                "knee_guard": flow.guards[name].describe(now) if name in flow.guards else None,
             }
             for name, admission in flow.admissions()
         },
@@ -81,6 +91,24 @@ async def handle(app: GatewayApp, scope: Scope, receive: Receive, send: Send) ->
     parts = path.strip("/").split("/")
     if parts == ["admin", "state"] and method == "GET":
         await send_json(send, 200, state(app))
+        return
+    if parts == ["admin", "events"] and method == "GET":
+        guards = app.rt.flow.guards
+        await send_json(send, 200, {"events": sorted(
+            ({"pool": pool, "at": e.at, "from": e.before.value, "to": e.after.value, "load_rps": round(e.load_rps, 3),
+              "knee_rps": e.knee_rps, "why": e.why} for pool, g in guards.items() for e in g.events),
+            key=lambda e: float(e["at"]))})
+        return
+    if len(parts) == 4 and parts[1] == "pools" and parts[3] == "guard" and method == "POST":
+        guard = app.rt.flow.guards.get(parts[2])
+        if guard is None:
+            await send_error(send, 404, f"pool {parts[2]!r} has no knee guard (give it knee_rps or knee_from)",
+                             param="pool", code="not_found")
+            return
+        body = await _body(receive, send, GuardSwitch)
+        if isinstance(body, GuardSwitch):
+            guard.override(None if body.state is None else GuardState(body.state), time.perf_counter())
+            await send_json(send, 200, {"pool": parts[2], "forced": body.state})
         return
     if len(parts) == 3 and parts[1] == "tiers" and method == "POST":
         tier = parse_tier(parts[2])

@@ -56,10 +56,14 @@ class _StateCollector(Collector):
             healthy.add_metric(labels, 1.0 if r.health.value == "healthy" else 0.0)
             r_flight.add_metric(labels, r.in_flight)
             limit.add_metric(labels, r.limit)
+        guard = GaugeMetricFamily("turbogate_knee_guard_state", "Knee guard: 0 open, 1 capped, 2 closed",
+                                  labels=["pool"])
+        for name, g in flow.guards.items():
+            guard.add_metric([name], {"open": 0.0, "capped": 1.0, "closed": 2.0}[g.current(now).value])
         enabled = GaugeMetricFamily("turbogate_tier_enabled", "Hot switch state", labels=["tier"])
         for tier in TIERS:
             enabled.add_metric([tier.value], 1.0 if tier in flow.enabled else 0.0)
-        yield from (depth, in_flight, slots, scale, band, score, healthy, r_flight, limit, enabled)
+        yield from (depth, in_flight, slots, scale, band, score, healthy, r_flight, limit, guard, enabled)
 
 
 class _FastCounter:

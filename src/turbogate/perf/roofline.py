@@ -103,6 +103,8 @@ class Deployment:
     gpu_mem_util: float = 0.9
     block_size: int = 16
     factors: PerfFactors = field(default_factory=PerfFactors)
+    # Constants of ``step_time``, computed once: a simulator calls it millions of times.
+    _step_consts: list[float] = field(default_factory=list, init=False, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.tp < 1:
@@ -214,21 +216,28 @@ class Deployment:
         tokens = prefill_tokens + decode_seqs
         if tokens <= 0:
             return 0.0
-        m = self.model
-        flops = 2.0 * m.n_active_params * tokens
-        n_prefill = max(1, prefill_seqs or 1) if prefill_tokens > 0 else 0
+        consts = self._step_consts
+        if not consts:
+            m = self.model
+            consts.extend((2.0 * m.n_active_params, 4.0 * m.n_layers * m.n_heads * m.head_dim, self._flops,
+                           float(self.kv_bytes_per_token), self._bandwidth, self.factors.step_overhead_s,
+                           self.factors.per_seq_overhead_s, 1.0 if self.model.is_moe or self.tp > 1 else 0.0,
+                           self._weights_read_bytes(1)))
+        per_param, attn, peak_flops, kv_token, bandwidth, step_over, seq_over, varies, weights = consts
+        flops = per_param * tokens
+        n_prefill = (prefill_seqs if prefill_seqs and prefill_seqs > 1 else 1) if prefill_tokens > 0 else 0
         # Causal prefill attends on average to half its own chunk plus what was cached before it.
         if n_prefill:
-            per_chunk_ctx = (prefill_tokens / 2.0 + prefill_context_tokens) / n_prefill
-            flops += self._attention_flops(prefill_tokens, per_chunk_ctx)
-        flops += self._attention_flops(decode_seqs, decode_context_tokens / max(decode_seqs, 1))
-        compute_s = flops / self._flops
-        kv_read = self.kv_bytes_per_token * (decode_context_tokens + prefill_context_tokens)
-        kv_write = self.kv_bytes_per_token * tokens
-        memory_s = (self._weights_read_bytes(tokens) + kv_read + kv_write) / self._bandwidth
-        overhead = self.factors.step_overhead_s + self.factors.per_seq_overhead_s * (decode_seqs + n_prefill)
-        overhead += self.allreduce_time(tokens)
-        return max(compute_s, memory_s) + overhead
+            flops += attn * prefill_tokens * (prefill_tokens / 2.0 + prefill_context_tokens) / n_prefill
+        if decode_seqs:
+            flops += attn * decode_context_tokens  # decode_seqs × (context / decode_seqs)
+        compute_s = flops / peak_flops
+        read = weights if not varies else self._weights_read_bytes(tokens)
+        memory_s = (read + kv_token * (decode_context_tokens + prefill_context_tokens + tokens)) / bandwidth
+        overhead = step_over + seq_over * (decode_seqs + n_prefill)
+        if varies:
+            overhead += self.allreduce_time(tokens)
+        return (compute_s if compute_s > memory_s else memory_s) + overhead
 
     def prefill_time(self, n_tokens: int, cached_tokens: int = 0) -> float:
         """Seconds to prefill ``n_tokens`` prompt tokens alone in one step."""

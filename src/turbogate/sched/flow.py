@@ -32,6 +32,7 @@ from enum import Enum, IntEnum
 from typing import NamedTuple
 
 from turbogate.sched.admission import Admission, Shed, TenantPolicy, Ticket, TierPolicy, clamp_retry
+from turbogate.sched.guard import KneeGuard
 from turbogate.sched.load import ReplicaLoad
 from turbogate.sched.picker import Health, HealthChange, Picker, Replica, ScrapeFailed
 from turbogate.sched.policy import FlowPolicy, PoolSpec, TenantSpec
@@ -138,6 +139,9 @@ class Flow:
         counts: dict[str, int] = {}  # shared: a tenant's max_in_flight spans every pool
         self.pools: dict[str, _Pool] = {}
         self.pool_of_model: dict[str, str] = {}
+        #: Knee guards of the pools that have a knee (sched/guard.py).
+        self.guards: dict[str, KneeGuard] = {
+            spec.name: KneeGuard(spec.knee, policy.guard) for spec in policy.pools if spec.knee is not None}
         for spec in policy.pools:
             for r in spec.replicas:
                 self.picker.add(Replica(id=r.id, pool=spec.name, cap=r.max_concurrency, scraped=r.scraped))
@@ -213,6 +217,13 @@ class Flow:
         else:
             asked = spec.default_tier
         served, why = self.resolve(spec, asked)
+        guard = self.guards.get(pool)
+        if guard is not None:
+            guard.observe(now)
+            if served is Tier.TURBO:
+                refused = guard.grant(now)
+                if refused is not None:  # past the knee: served Standard, and the answer says why
+                    served, why = Tier.STANDARD, refused
         policy = self.policy
         tokens = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0 \
             else policy.default_max_tokens

@@ -120,8 +120,12 @@ class Picker:
 
     def score(self, replica: Replica, now: float) -> float:
         """Lower is better: own in-flight relative to the learned limit, doubled when busy."""
-        ratio = replica.in_flight / max(1.0, replica.limit)
-        return ratio * (2.0 if self.band(replica, now) is Band.BUSY else 1.0)
+        return self._score(replica, self.band(replica, now))
+
+    @staticmethod
+    def _score(replica: Replica, band: Band) -> float:
+        ratio = replica.in_flight / (replica.limit if replica.limit > 1.0 else 1.0)
+        return ratio * 2.0 if band is Band.BUSY else ratio
 
     def replica_slots(self, replica: Replica, now: float) -> int:
         """Dispatch slots this replica offers L1: its learned limit; a saturated replica only
@@ -227,7 +231,7 @@ class Picker:
             if r.health is not Health.HEALTHY or r.in_flight >= int(r.limit) or r.id in exclude:
                 continue
             band = self.band(r, now)
-            key = (Band.BUSY if band is Band.LIGHT else band, self.score(r, now))
+            key = (Band.BUSY if band is Band.LIGHT else band, self._score(r, band))
             if key < best_key:
                 best, best_key = r, key
             if proven_only and (r.in_flight < int(r.proven) or math.isinf(r.ssthresh)):
@@ -266,7 +270,7 @@ class Picker:
             if r.id in exclude or (proven_only and r.in_flight >= int(r.proven) and not math.isinf(r.ssthresh)):
                 continue
             band = self.band(r, now)
-            key = (Band.BUSY if band is Band.LIGHT else band, self.score(r, now))
+            key = (Band.BUSY if band is Band.LIGHT else band, self._score(r, band))
             if key < best_key:
                 best, best_key = r, key
         return best

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from turbogate.sched.admission import TierPolicy
+from turbogate.sched.guard import GuardPolicy, KneeSource
 from turbogate.sched.picker import PickerConfig
 from turbogate.sched.tiers import Tier
 
@@ -41,6 +42,7 @@ class PoolSpec:
     models: tuple[str, ...]
     replicas: tuple[ReplicaSpec, ...]
     priority_field: bool = False  # engines run vLLM --scheduling-policy priority
+    knee: KneeSource | None = None  # with a knee, the pool's Turbo grants pass a knee guard
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,7 @@ class FlowPolicy:
     health_interval_s: float = 1.0  # how often replicas without metrics are health-checked
     default_max_tokens: int = 256  # a request's cost when it names no max_tokens
     max_cost_tokens: int = 131072  # bound on one request's fair-queue cost (tokens)
+    guard: GuardPolicy = field(default_factory=GuardPolicy)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
