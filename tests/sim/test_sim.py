@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from tests.sim.helpers import sim_config
+from tests.sim.helpers import gateway_data, sim_config
+from turbogate.config import parse_config
 from turbogate.results import ALL
 from turbogate.sim.replica import group_deployment
 from turbogate.sim.run import simulate, summarize_sim
@@ -67,3 +70,15 @@ def test_a_replica_outage_loses_no_request() -> None:
 def test_baseline_policies_run(policy: str) -> None:
     out = simulate(sim_config(policy=policy, qps=2.0, duration=10.0))
     assert out.records and all(r.ok for r in out.records)
+
+
+def test_the_pools_knee_guard_serves_turbo_as_standard_past_the_knee() -> None:
+    # The gateway config's knee_rps reaches the simulated Flow: past it Turbo is granted as Standard.
+    data = gateway_data()
+    data["pools"][0]["knee_rps"] = 1.0
+    sc = replace(sim_config(qps=6.0, duration=30.0), gateway=parse_config(data))
+    out = simulate(sc)
+    turbo = [r for r in out.records if r.tier_asked == "turbo"]
+    assert turbo and any(r.tier_served == "standard" for r in turbo)
+    plain = simulate(sim_config(qps=6.0, duration=30.0))
+    assert all(r.tier_served == "turbo" for r in plain.records if r.tier_asked == "turbo" and r.status == 200)

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, cast
 
 from turbogate.bench.options import LoadOptions
-from turbogate.config import GatewayConfig, flow_policy, hash_key
+from turbogate.config import GatewayConfig, flow_policy, hash_key, knee_source
 from turbogate.engine import EngineConfig
 from turbogate.errors import CatalogError, ConfigError
 from turbogate.sched.flow import Flow
@@ -97,7 +97,7 @@ def build_replicas(sc: SimConfig) -> tuple[list[SimReplica], list[PoolSpec]]:
                 mine.append(ReplicaSpec(id=rid, max_concurrency=g.max_concurrency or gp.replicas[0].max_concurrency,
                                         scraped=True))
         specs.append(PoolSpec(fp.name, models=tuple(gp.models), priority_field=gp.scheduling_policy == "priority",
-                              replicas=tuple(mine)))
+                              replicas=tuple(mine), knee=knee_source(gp)))  # the pool's knee guard, as served
     return reps, specs
 
 
