@@ -9,15 +9,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from turbogate.bench.arrivals import ARRIVALS, Arrivals
+from turbogate.bench import options as opt
 from turbogate.bench.collectors import parse_metrics_option
-from turbogate.bench.dataset import load_prompts
 from turbogate.bench.run import BenchConfig, BenchResult, knee_line, run_bench
 from turbogate.bench.runner import TIER_VIA, Target
-from turbogate.bench.shapes import SHAPES, make_shape
-from turbogate.bench.workload import TierMix, TruncNormal, Workload
 from turbogate.errors import TurbogateError
-from turbogate.results import SLO, CostConfig, KneeSettings, Summary, compare, load_run
+from turbogate.results import Summary, compare, load_run
 from turbogate.results.fmt import fmt_ms, fmt_num, fmt_pct, fmt_signed_pct
 from turbogate.results.knee import method_cell
 
@@ -30,42 +27,6 @@ app = typer.Typer(
 
 def _bad(message: str) -> typer.BadParameter:
     return typer.BadParameter(message)
-
-
-def parse_slo(spec: str | None) -> SLO:
-    """``ttft=0.5,tpot=0.05,e2e=10`` in seconds (``500ms`` also accepted)."""
-    if not spec:
-        return SLO()
-    vals: dict[str, float] = {}
-    for item in spec.split(","):
-        key, sep, raw = item.partition("=")
-        key = key.strip().lower()
-        if not sep or key not in ("ttft", "tpot", "e2e"):
-            raise ValueError(f"--slo: {item!r} must be ttft=S, tpot=S or e2e=S")
-        raw = raw.strip().lower()
-        try:
-            vals[key] = float(raw[:-2]) / 1000 if raw.endswith("ms") else float(raw.rstrip("s"))
-        except ValueError:
-            raise ValueError(f"--slo: {raw!r} for {key} is not a number of seconds") from None
-        if vals[key] <= 0:
-            raise ValueError(f"--slo: {key} must be > 0")
-    return SLO(ttft_s=vals.get("ttft"), tpot_s=vals.get("tpot"), e2e_s=vals.get("e2e"))
-
-
-def parse_cost(spec: str | None, fleet_cost_per_hour: float) -> CostConfig:
-    base = CostConfig(fleet_cost_per_hour=fleet_cost_per_hour)
-    if not spec:
-        return base
-    weights = dict(base.tier_weights)
-    for item in spec.split(","):
-        name, sep, raw = item.partition("=")
-        try:
-            if not sep:
-                raise ValueError
-            weights[name.strip().lower()] = float(raw)
-        except ValueError:
-            raise ValueError(f"--tier-cost: {item!r} must be TIER=WEIGHT (a number)") from None
-    return CostConfig(fleet_cost_per_hour=fleet_cost_per_hour, tier_weights=weights)
 
 
 def print_summary(summary: Summary, console: Console) -> None:
@@ -109,43 +70,42 @@ def print_roi(summary: Summary, console: Console) -> None:
 def bench(
     ctx: typer.Context,
     host: str = typer.Option("http://127.0.0.1:8000", "--host", help="Target base URL (engine or gateway)."),
-    route: str = typer.Option("/v1/chat/completions", "--route", help="/v1/chat/completions or /v1/completions."),
+    route: str = opt.ROUTE,
     model: str | None = typer.Option(None, "--model", help="Model name; default: the first of GET /v1/models."),
-    shape: str | None = typer.Option(None, "--shape", help=f"Load shape: {', '.join(SHAPES)}. Default: constant "
-                                     "with --qps, linear when --qps-start/--qps-end are given."),
-    qps: float | None = typer.Option(None, "--qps", help="Rate of the constant shape (req/s)."),
-    qps_start: float | None = typer.Option(None, "--qps-start", help="Start rate of a ramp / sweep / --find-knee."),
-    qps_end: float | None = typer.Option(None, "--qps-end", help="End rate of a ramp / sweep (cap of --find-knee)."),
-    steps: int = typer.Option(10, "--steps", min=1, help="Sweep steps, or slices of a ramp for per-step stats."),
-    duration: float = typer.Option(60.0, "--duration", help="Seconds of load."),
+    shape: str | None = opt.SHAPE,
+    qps: float | None = opt.QPS,
+    qps_start: float | None = opt.QPS_START,
+    qps_end: float | None = opt.QPS_END,
+    steps: int = opt.STEPS,
+    duration: float = opt.DURATION,
     find_knee: bool = typer.Option(False, "--find-knee", help="Step the rate up until saturation, then bisect."),
     step_duration: float = typer.Option(10.0, "--step-duration", help="Seconds per --find-knee probe."),
     knee_growth: float = typer.Option(1.5, "--knee-growth", help="Rate multiplier between --find-knee probes."),
     bisections: int = typer.Option(3, "--bisections", min=0, help="Bisection probes after the first saturation."),
-    arrivals: str = typer.Option("poisson", "--arrivals", help=f"Arrival process: {', '.join(ARRIVALS)}."),
-    burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape (1 = Poisson, < 1 burstier)."),
-    prompt_tokens: str = typer.Option("256:0:256:256", "--prompt-tokens", help="mean:std:min:max (truncated normal)."),
-    output_tokens: str = typer.Option("128:0:128:128", "--output-tokens", help="mean:std:min:max (truncated normal)."),
-    dataset: Path | None = typer.Option(None, "--dataset", help="JSONL (prompt/text/messages) or ShareGPT JSON."),
-    no_seed: bool = typer.Option(False, "--no-seed", help="Do not send a fresh random seed per request."),
-    tiers: str | None = typer.Option(None, "--tiers", help="Tier mix, e.g. turbo=0.2,standard=0.8."),
+    arrivals: str = opt.ARRIVALS_OPT,
+    burstiness: float = opt.BURSTINESS,
+    prompt_tokens: str = opt.PROMPT_TOKENS,
+    output_tokens: str = opt.OUTPUT_TOKENS,
+    dataset: Path | None = opt.DATASET,
+    no_seed: bool = opt.NO_SEED,
+    tiers: str | None = opt.TIERS,
     tier_via: str = typer.Option("both", "--tier-via", help="Ask the tier by body service_tier, header, or both."),
-    api_key: list[str] = typer.Option([], "--api-key", help="API key (repeat for several; picked at random)."),
-    ignore_eos: bool = typer.Option(True, "--ignore-eos/--no-ignore-eos", help="Send ignore_eos (exact lengths)."),
-    min_tokens: bool = typer.Option(False, "--min-tokens", help="Also send min_tokens = max_tokens."),
-    stream: bool = typer.Option(True, "--stream/--no-stream", help="Stream responses (needed for TTFT/ITL)."),
-    random_seed: int = typer.Option(0, "--random-seed", help="Seed of the schedule and the workload."),
+    api_key: list[str] = opt.API_KEY,
+    ignore_eos: bool = opt.IGNORE_EOS,
+    min_tokens: bool = opt.MIN_TOKENS,
+    stream: bool = opt.STREAM,
+    random_seed: int = opt.RANDOM_SEED,
     max_concurrency: int | None = typer.Option(None, "--max-concurrency", min=1,
                                                help="Cap on requests in flight; waits are recorded as queue time."),
     timeout: float = typer.Option(600.0, "--timeout", help="Per-request timeout (s)."),
     scrape: list[str] = typer.Option([], "--scrape", help="Prometheus URL to sample once a second (repeatable)."),
     metrics: str | None = typer.Option(None, "--metrics", help="gpu-util,mem-fragmentation,p95-latency."),
-    slo: str | None = typer.Option(None, "--slo", help="Goodput SLOs, e.g. ttft=0.5,tpot=0.05,e2e=10 (seconds)."),
-    knee_method: str = typer.Option("throughput", "--knee-method", help="throughput, latency or goodput."),
-    knee_k: float = typer.Option(2.0, "--knee-k", help="Latency knee: p95 above k × its low-load value."),
-    knee_metric: str = typer.Option("e2e", "--knee-metric", help="Latency knee metric: ttft, tpot, itl, e2e."),
-    fleet_cost: float = typer.Option(1.0, "--fleet-cost-per-hour", help="Cost units per hour of the target fleet."),
-    tier_cost: str | None = typer.Option(None, "--tier-cost", help="Cost weight per tier, e.g. turbo=2,standard=1."),
+    slo: str | None = opt.SLO_OPT,
+    knee_method: str = opt.KNEE_METHOD,
+    knee_k: float = opt.KNEE_K,
+    knee_metric: str = opt.KNEE_METRIC,
+    fleet_cost: float = opt.FLEET_COST,
+    tier_cost: str | None = opt.TIER_COST,
     out: Path | None = typer.Option(None, "--out", help="Run folder (default runs/bench-<timestamp>)."),
     grace: float = typer.Option(30.0, "--grace", help="On Ctrl-C, seconds to wait for requests in flight."),
     drain: float | None = typer.Option(None, "--drain", min=0.0,
@@ -160,8 +120,7 @@ def bench(
     max_lag_ms: float = typer.Option(10.0, "--max-lag-ms", min=0.0,
                                      help="Warn when the p99 dispatch lag exceeds this: the bench itself was the "
                                           "bottleneck."),
-    knee_min_requests: int = typer.Option(20, "--knee-min-requests", min=1,
-                                          help="Completed requests a step needs to count for the knee."),
+    knee_min_requests: int = opt.KNEE_MIN_REQUESTS,
 ) -> None:
     """Run a benchmark (or `turbogate bench compare RUN_A RUN_B`)."""
     if ctx.invoked_subcommand is not None:
@@ -218,42 +177,26 @@ def build_config(*, host: str, route: str, model: str | None, shape: str | None,
         raise ValueError(f"--route must start with '/', got {route!r}")
     if tier_via not in TIER_VIA:
         raise ValueError(f"--tier-via must be one of {', '.join(TIER_VIA)}")
-    if shape is None:
-        shape = "linear" if (qps_start is not None or qps_end is not None) and qps is None else "constant"
-    if shape == "constant" and qps is None:
-        qps = qps_start if qps_start is not None else 1.0
-    if shape != "constant" and not find_knee and (qps_start is None or qps_end is None):
-        raise ValueError(f"--shape {shape} needs --qps-start and --qps-end")
-    if duration <= 0:
-        raise ValueError("--duration must be > 0")
     if step_duration <= 0:
         raise ValueError("--step-duration must be > 0")
     if grace < 0 or timeout <= 0:
         raise ValueError("--grace must be >= 0 and --timeout > 0")
-    if knee_metric not in ("ttft", "tpot", "itl", "e2e"):
-        raise ValueError("--knee-metric must be one of ttft, tpot, itl, e2e")
-    workload = Workload(
-        prompt_tokens=TruncNormal.parse(prompt_tokens, "--prompt-tokens"),
-        output_tokens=TruncNormal.parse(output_tokens, "--output-tokens"),
-        tiers=TierMix.parse(tiers), n_api_keys=len(api_key), per_request_seed=not no_seed,
-        dataset=load_prompts(dataset) if dataset is not None else ())
+    load = opt.build_load(
+        shape=shape, qps=qps, qps_start=qps_start, qps_end=qps_end, steps=steps, duration=duration,
+        arrivals=arrivals, burstiness=burstiness, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+        dataset=dataset, no_seed=no_seed, tiers=tiers, n_api_keys=len(api_key), random_seed=random_seed, slo=slo,
+        knee_method=knee_method, knee_k=knee_k, knee_metric=knee_metric, fleet_cost=fleet_cost,
+        tier_cost=tier_cost, knee_min_requests=knee_min_requests, max_error_rate=max_error_rate, find_knee=find_knee)
     target = Target(base_url=host, route=route, model=model or "", api_keys=tuple(api_key), stream=stream,
                     ignore_eos=ignore_eos, min_tokens=min_tokens, tier_via=tier_via, timeout_s=timeout,
                     max_concurrency=max_concurrency)
     cfg = BenchConfig(
-        target=target, shape=shape,
-        qps=qps if qps is not None else 1.0, qps_start=qps_start if qps_start is not None else 1.0,
-        qps_end=qps_end if qps_end is not None else 0.0, steps=steps, duration_s=duration, find_knee=find_knee,
-        step_duration_s=step_duration, knee_growth=knee_growth, bisections=bisections,
-        arrivals=Arrivals(arrivals, burstiness), workload=workload, random_seed=random_seed, scrape=tuple(scrape),
-        metrics=tuple(parse_metrics_option(metrics)), slo=parse_slo(slo),
-        knee=KneeSettings(method=knee_method, k=knee_k, metric=knee_metric, min_requests=knee_min_requests,
-                          max_error_rate=max_error_rate),
-        cost=parse_cost(tier_cost, fleet_cost), out=out, grace_s=grace, drain_s=drain, live=live, report=report,
-        label=label, max_error_rate=max_error_rate, max_lag_s=max_lag_ms / 1000)
-    if not find_knee:  # validate the rates now, before anything starts
-        make_shape(cfg.shape, start=cfg.qps if cfg.shape == "constant" else cfg.qps_start, end=cfg.qps_end,
-                   duration=cfg.duration_s, steps=cfg.steps)
+        target=target, shape=load.shape, qps=load.qps, qps_start=load.qps_start, qps_end=load.qps_end,
+        steps=load.steps, duration_s=load.duration_s, find_knee=find_knee, step_duration_s=step_duration,
+        knee_growth=knee_growth, bisections=bisections, arrivals=load.arrivals, workload=load.workload,
+        random_seed=load.random_seed, scrape=tuple(scrape), metrics=tuple(parse_metrics_option(metrics)),
+        slo=load.slo, knee=load.knee, cost=load.cost, out=out, grace_s=grace, drain_s=drain, live=live,
+        report=report, label=label, max_error_rate=max_error_rate, max_lag_s=max_lag_ms / 1000)
     return cfg
 
 

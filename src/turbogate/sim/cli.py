@@ -2,9 +2,170 @@
 
 from __future__ import annotations
 
-from turbogate.notlanded import not_landed
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+from turbogate.bench import options as opt
+from turbogate.bench.cli import print_summary
+from turbogate.bench.run import knee_line
+from turbogate.config import load_config
+from turbogate.errors import ConfigError
+from turbogate.results import Summary, summarize, write_run
+from turbogate.sim.baselines import baseline_rows, print_baselines, write_baselines
+from turbogate.sim.build import POLICIES, SimConfig, build_replicas
+from turbogate.sim.fleet import load_fleet
+from turbogate.sim.run import SimOutcome, default_out, simulate, write_sim
+from turbogate.sim.sweep import combine, default_jobs, parse_sweep, point_config, run_points
 
 
-def sim() -> None:
+def sim(
+    config: Path = typer.Option(..., "--config", help="The gateway's own config file (tiers, tenants, pools)."),
+    fleet: Path = typer.Option(..., "--fleet", help="Fleet file: replicas per pool, network, failures (docs/sim.md)."),
+    model: str | None = typer.Option(None, "--model", help="Model asked for; default: the first fleet pool's."),
+    route: str = opt.ROUTE,
+    shape: str | None = opt.SHAPE,
+    qps: float | None = opt.QPS,
+    qps_start: float | None = opt.QPS_START,
+    qps_end: float | None = opt.QPS_END,
+    steps: int = opt.STEPS,
+    duration: float = opt.DURATION,
+    arrivals: str = opt.ARRIVALS_OPT,
+    burstiness: float = opt.BURSTINESS,
+    prompt_tokens: str = opt.PROMPT_TOKENS,
+    output_tokens: str = opt.OUTPUT_TOKENS,
+    dataset: Path | None = opt.DATASET,
+    no_seed: bool = opt.NO_SEED,
+    tiers: str | None = opt.TIERS,
+    api_key: list[str] = opt.API_KEY,
+    ignore_eos: bool = opt.IGNORE_EOS,
+    min_tokens: bool = opt.MIN_TOKENS,
+    stream: bool = opt.STREAM,
+    random_seed: int = opt.RANDOM_SEED,
+    slo: str | None = opt.SLO_OPT,
+    knee_method: str = opt.KNEE_METHOD,
+    knee_k: float = opt.KNEE_K,
+    knee_metric: str = opt.KNEE_METRIC,
+    knee_min_requests: int = opt.KNEE_MIN_REQUESTS,
+    fleet_cost: float = opt.FLEET_COST,
+    tier_cost: str | None = opt.TIER_COST,
+    policy: str = typer.Option("turbogate", "--policy", help=f"Gateway policy: {', '.join(POLICIES)}."),
+    compare_policies: bool = typer.Option(False, "--compare-policies",
+                                          help="Run the workload under every policy; print a table per load level."),
+    sweep: str | None = typer.Option(None, "--sweep", help="qps=START:STOP:STEP — one constant-rate run per point "
+                                     "(each --duration long), in parallel; the knee over the points."),
+    jobs: int = typer.Option(0, "--jobs", min=0, help="Parallel processes for sweeps / policies (0: all cores)."),
+    ray_address: str | None = typer.Option(None, "--ray", help="Run the runs on a Ray cluster at ADDRESS "
+                                           "('auto', 'ray://host:10001', or 'local' for a local instance)."),
+    out: Path | None = typer.Option(None, "--out", help="Run folder (default runs/sim-<timestamp>)."),
+    report: bool = typer.Option(True, "--report/--no-report", help="Write report.html."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar (virtual time or runs done)."),
+    label: str = typer.Option("", "--label", help="Free text stored in summary.json."),
+) -> None:
     """Simulate a fleet bigger than one machine with the gateway's own scheduling code."""
-    not_landed("sim", "the discrete-event simulator")
+    try:
+        if route not in ("/v1/chat/completions", "/v1/completions"):
+            raise ValueError("--route must be /v1/chat/completions or /v1/completions")
+        load = opt.build_load(
+            shape=shape, qps=qps, qps_start=qps_start, qps_end=qps_end, steps=steps, duration=duration,
+            arrivals=arrivals, burstiness=burstiness, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+            dataset=dataset, no_seed=no_seed, tiers=tiers, n_api_keys=len(api_key), random_seed=random_seed,
+            slo=slo, knee_method=knee_method, knee_k=knee_k, knee_metric=knee_metric, fleet_cost=fleet_cost,
+            tier_cost=tier_cost, knee_min_requests=knee_min_requests)
+        if policy not in POLICIES:
+            raise ValueError(f"--policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+        points = parse_sweep(sweep) if sweep else None
+        base = SimConfig(gateway=load_config(config), fleet=load_fleet(fleet), load=load, model=model,
+                         policy=policy, chat=route.endswith("chat/completions"), stream=stream,
+                         ignore_eos=ignore_eos, min_tokens=min_tokens, api_keys=tuple(api_key), label=label)
+        build_replicas(base)  # fail on a bad fleet before anything runs
+        base.resolved_model()
+    except (ValueError, ConfigError, StopIteration) as exc:
+        raise typer.BadParameter(str(exc) or "the fleet's first pool serves no model") from None
+    console = Console(width=None if Console().is_terminal else 150)
+    out_dir = out or default_out()
+    policies = list(POLICIES) if compare_policies else [policy]
+    levels: list[float | None] = list(points) if points else [None]
+    runs = [(p, q) for p in policies for q in levels]
+    configs = [_config(base, p, q) for p, q in runs]
+    try:
+        if len(configs) == 1 and ray_address is None:
+            outcomes = [_one_with_bar(configs[0], progress)]
+        else:
+            with _bar(progress, "runs", len(configs)) as advance:
+                outcomes = run_points(configs, jobs=jobs or default_jobs(), ray_address=ray_address,
+                                      on_done=lambda i: advance(1))
+    except ConfigError as exc:
+        typer.echo(f"turbogate sim: {exc}", err=True)
+        raise typer.Exit(code=2) from None
+    summaries: dict[str, Summary] = {}
+    for p in policies:
+        folder = out_dir / p if compare_policies else out_dir
+        mine = [(q, c, o) for (pp, q), c, o in zip(runs, configs, outcomes, strict=True) if pp == p]
+        summaries[p] = _write(folder, base, p, mine, points, report)
+    if compare_policies:
+        rows = baseline_rows(summaries)
+        print_baselines(rows, console)
+        write_baselines(out_dir, rows)
+    else:
+        print_summary(summaries[policy], console)
+        console.print(knee_line(summaries[policy]))
+    console.print(f"run folder: {out_dir}")
+
+
+def _config(base: SimConfig, policy: str, qps: float | None) -> SimConfig:
+    c = replace(base, policy=policy)
+    return c if qps is None else point_config(c, qps)
+
+
+def _write(folder: Path, base: SimConfig, policy: str, runs: list[tuple[float | None, SimConfig, SimOutcome]],
+           points: list[float] | None, report: bool) -> Summary:
+    if points is None:
+        _, c, o = runs[0]
+        return write_sim(folder, c, o, report=report)
+    for q, c, o in runs:
+        write_sim(folder / "points" / f"qps-{q or 0:g}", c, o, report=False)
+    records, steps, duration = combine(points, [o for _, _, o in runs])
+    sc = replace(base, policy=policy, extra={**base.extra, "sweep": [float(q) for q in points]})
+    summary = summarize(records, steps, kind="sim", started_at=_now(), duration_s=duration, config=sc.describe(),
+                        slo=sc.load.slo, knee_settings=sc.load.knee, cost=sc.load.cost,
+                        notes=[f"sweep of {len(points)} points, one constant-rate run each; points/ holds each run"])
+    write_run(folder, records, (), summary, report=report)
+    return summary
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def _one_with_bar(sc: SimConfig, enabled: bool) -> SimOutcome:
+    total = sc.load.duration_s
+    with _bar(enabled, "virtual s", total) as advance:
+        done = [0.0]
+
+        def tick(t: float, _total: float) -> None:
+            advance(t - done[0])
+            done[0] = t
+
+        return simulate(sc, tick if enabled else None)
+
+
+class _bar:
+    """A Rich progress bar (or nothing): ``with _bar(on, unit, total) as advance: advance(n)``."""
+
+    def __init__(self, enabled: bool, unit: str, total: float) -> None:
+        self._p = Progress(TextColumn("[bold]sim[/bold]"), BarColumn(), TextColumn(f"{{task.completed:.0f}}/"
+                           f"{{task.total:.0f}} {unit}"), TimeRemainingColumn(), disable=not enabled, transient=True)
+        self._task = self._p.add_task("sim", total=total)
+
+    def __enter__(self) -> Callable[[float], None]:
+        self._p.start()
+        return lambda n: self._p.advance(self._task, n)
+
+    def __exit__(self, *exc: object) -> None:
+        self._p.stop()

@@ -1,0 +1,311 @@
+"""The discrete-event loop: the gateway's own Flow and one EngineLoop per replica, in virtual time.
+
+A heap of ``(time, seq, callback, arg)``; each callback feeds one event to the Flow (or to an
+engine) and carries out the actions it returns, exactly as the gateway shell does with
+sockets.  Nothing here decides a tier, a queue, a replica, a retry or a shed: the Flow does.
+
+Network: a message crosses client↔gateway in ``c2g`` seconds and gateway↔replica in the
+replica's ``delay`` (one way).  A down replica refuses connections (``Failure.CONNECT`` one
+delay later); the requests it held break (``RESET`` before their first byte, ``BROKEN`` after).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, cast
+
+from turbogate.engine import Request, RequestTooLarge
+from turbogate.results import RequestRecord
+from turbogate.sched.flow import Cancel, Dispatch, Failure, Flow, FlowRequest, Probe, Respond
+from turbogate.sched.load import ReplicaLoad
+from turbogate.sched.picker import ScrapeFailed
+from turbogate.sim.replica import SimReplica
+from turbogate.sim.requests import SimRequest
+
+_NO_TIMING: dict[str, float] = {}  # shared by every record (never mutated; a mappingproxy cannot pickle)
+TIMER_RESOLUTION_S = 0.001  # the gateway's one timer is no finer either
+_TIER_BODY = {"turbo": "priority", "standard": "default", "relax": "flex"}
+
+
+class Call:
+    """One request's life in the simulation (the Flow's ``handle``)."""
+
+    __slots__ = ("attempt", "closed", "first_at", "flow", "rep", "rid", "sim", "t_sent")
+
+    def __init__(self, sim: SimRequest, t_sent: float) -> None:
+        self.sim = sim
+        self.t_sent = t_sent
+        self.rid = str(sim.id)
+        self.flow: FlowRequest | None = None
+        self.rep: SimReplica | None = None
+        self.attempt = 0  # bumped per dispatch and per failure: stale engine news is dropped
+        self.first_at: float | None = None  # client saw the first byte
+        self.closed = False  # its record is written
+
+
+class Simulation:
+    """Run ``requests`` through ``flow`` onto ``replicas``; ``run()`` returns one record each."""
+
+    def __init__(self, flow: Flow, replicas: list[SimReplica], requests: Iterable[SimRequest], *, model: str,
+                 tenants: list[str], stream: bool = True, c2g_s: float = 0.0, scrape_interval_s: float = 1.0,
+                 staleness_s: float = 0.0, outages: Iterable[tuple[float, str, bool]] = (),
+                 progress: Callable[[float], None] | None = None) -> None:
+        self.flow = flow
+        self.replicas = {r.id: r for r in replicas}
+        self._scraped = [r for r in replicas if r.scraped]
+        self._requests: Iterator[SimRequest] = iter(requests)
+        self.model = model
+        self.tenants = tenants  # tenant per API key index; [0] also serves key-less requests
+        self.stream = stream
+        self.c2g = c2g_s
+        self.scrape_interval = scrape_interval_s
+        self.staleness = staleness_s
+        self.records: list[RequestRecord] = []
+        self._heap: list[tuple[float, int, Callable[[float, Any], None], Any]] = []
+        self._seq = itertools.count()
+        self._armed = math.inf
+        self._last_tick = -math.inf
+        self._open = 0  # requests sent and not yet answered
+        self._more = True  # the schedule has more requests
+        self._progress = progress
+        for t, rid, up in outages:
+            self._push(t, self._up if up else self._down, self.replicas[rid])
+
+    # ---- the loop -------------------------------------------------------------------------
+
+    def _push(self, t: float, fn: Callable[[float, Any], None], arg: Any) -> None:
+        heapq.heappush(self._heap, (t, next(self._seq), fn, arg))
+
+    def run(self) -> list[RequestRecord]:
+        self._next_arrival()
+        if self._scraped:
+            self._push(0.0, self._scrape, None)
+        heap, pop, flow = self._heap, heapq.heappop, self.flow
+        progress, every, n = self._progress, 4096, 0
+        while heap and (self._open or self._more):
+            t, _, fn, arg = pop(heap)
+            fn(t, arg)
+            w = flow.wake_at()
+            if w < self._armed:
+                # Never before now, nor again within a timer tick of the last tick: a timer the
+                # Flow leaves due must not spin the loop at one instant.
+                self._armed = w = max(w, t, self._last_tick + TIMER_RESOLUTION_S)
+                heapq.heappush(heap, (w, next(self._seq), self._tick, w))
+            n += 1
+            if progress is not None and n % every == 0:
+                progress(t)
+        return self.records
+
+    def _tick(self, t: float, armed: float) -> None:
+        if armed != self._armed:
+            return  # superseded by an earlier wake-up
+        self._armed = math.inf
+        self._last_tick = t
+        self._act(self.flow.tick(t), t)
+
+    def _act(self, actions: list[Any], now: float) -> None:
+        for a in actions:
+            kind = type(a)
+            if kind is Dispatch:
+                call: Call = a.req.handle
+                call.attempt += 1
+                rep = self.replicas[a.replica.id]
+                call.rep = rep
+                if rep.delay:
+                    self._push(now + rep.delay, self._at_replica, (call, call.attempt))
+                else:  # no wire: skip the heap (the hot path of a large fleet)
+                    self._at_replica(now, (call, call.attempt))
+            elif kind is Respond:
+                self._respond(a, now)
+            elif kind is Cancel:
+                call = a.req.handle
+                held = call.rep
+                if held is not None and call.rid in held.on:
+                    self._push(now + held.delay, self._abort, (call, held, held.gen))
+            elif kind is Probe:
+                rep = self.replicas[a.replica.id]
+                self._push(now + 2 * rep.delay, self._probed, rep)
+
+    # ---- client and gateway ---------------------------------------------------------------
+
+    def _next_arrival(self) -> None:
+        req = next(self._requests, None)
+        if req is None:
+            self._more = False
+            return
+        self._push(req.t + self.c2g, self._arrive, req)
+
+    def _arrive(self, now: float, req: SimRequest) -> None:
+        self._next_arrival()
+        self._open += 1
+        call = Call(req, req.t)
+        tier = req.tier
+        r = self.flow.open(tenant=self.tenants[req.api_key or 0], model=self.model,
+                           tier_body=_TIER_BODY[tier] if tier else None, tier_header=tier,
+                           max_tokens=req.max_tokens, prompt_bytes=4 * req.prompt_tokens, stream=self.stream,
+                           now=now, handle=call)
+        if isinstance(r, Respond):
+            self._close(call, now + self.c2g, r.status, f"HTTP {r.status}: {r.message}")
+            return
+        call.flow = r
+        self._act(self.flow.arrive(r, now), now)
+
+    def _respond(self, a: Respond, now: float) -> None:
+        if a.req is None:
+            return  # only open() answers without a request, and _arrive handles that
+        call = cast(Call, a.req.handle)
+        self._close(call, now + self.c2g, a.status, f"HTTP {a.status}: {a.message}")
+
+    def _close(self, call: Call, end: float, status: int | None, error: str | None, out: int | None = None) -> None:
+        if call.closed:
+            return  # e.g. a Respond after the driver already ended a broken stream
+        call.closed = True
+        self._open -= 1
+        call.attempt += 1
+        sim, fr = call.sim, call.flow
+        sent = call.t_sent
+        ok = error is None
+        e2e = end - sent if ok else None
+        ttft = (call.first_at - sent if call.first_at is not None else e2e) if ok else None
+        tpot = (e2e - ttft) / (out - 1) if ok and out and out > 1 and e2e is not None and ttft is not None else None
+        rep = call.rep
+        self.records.append(RequestRecord(
+            sim.id, sim.step, sim.offered_rps, sim.t, sent, 0.0, 0.0, end, sim.tier,
+            None if fr is None else fr.served.value, status, ok, error, ttft, (), tpot, e2e,
+            sim.prompt_tokens if ok else None, out, _NO_TIMING, sim.api_key, None if rep is None else rep.id))
+
+    # ---- replicas --------------------------------------------------------------------------
+
+    def _at_replica(self, now: float, arg: tuple[Call, int]) -> None:
+        call, attempt = arg
+        fr, rep = call.flow, call.rep
+        if attempt != call.attempt or fr is None or fr.done or rep is None:
+            return
+        if rep.down:
+            self._push(now + rep.delay, self._failed, (call, attempt, Failure.CONNECT))
+            return
+        sim = call.sim
+        if sim.prompt_tokens + sim.max_tokens > rep.max_model_len:
+            self._push(now + rep.delay, self._rejected, (call, attempt, 400))
+            return
+        loop = rep.loop
+        idle = loop.next_time() is None
+        try:
+            loop.submit(Request(call.rid, sim.prompt_tokens, sim.output_tokens, fr.priority or 0,
+                                sim.finish_reason), now)  # type: ignore[arg-type]
+        except RequestTooLarge:
+            self._push(now + rep.delay, self._rejected, (call, attempt, 400))
+            return
+        rep.on[call.rid] = call
+        if idle:
+            self._push(loop.next_time(), self._step, (rep, rep.gen))  # type: ignore[arg-type]
+
+    def _step(self, now: float, arg: tuple[SimReplica, int]) -> None:
+        rep, gen = arg
+        if gen != rep.gen:
+            return  # the replica went down: this engine is gone
+        loop = rep.loop
+        res = loop.advance(now)
+        nt = loop.next_time()
+        if nt is not None:  # armed before the news is handled, so a submit below finds it busy
+            self._push(nt, self._step, arg)
+        d, on = rep.delay, rep.on
+        if self.stream:
+            for rid in res.first_token:
+                call = on.get(rid)
+                if call is None:
+                    continue
+                if d:
+                    self._push(now + d, self._first_byte, (call, call.attempt))
+                else:
+                    self._first_byte(now, (call, call.attempt))
+        for rid, out, _reason in res.finished:
+            call = on.pop(rid, None)
+            if call is None:
+                continue
+            if d:
+                self._push(now + d, self._finished, (call, call.attempt, out))
+            else:
+                self._finished(now, (call, call.attempt, out))
+
+    def _first_byte(self, now: float, arg: tuple[Call, int]) -> None:
+        call, attempt = arg
+        fr = call.flow
+        if attempt != call.attempt or fr is None or fr.done:
+            return
+        call.first_at = now + self.c2g
+        self._act(self.flow.first_byte(fr, now), now)
+
+    def _finished(self, now: float, arg: tuple[Call, int, int]) -> None:
+        call, attempt, out = arg
+        fr = call.flow
+        if attempt != call.attempt or fr is None or fr.done:
+            return
+        if call.first_at is None:  # not streamed: the first byte is the whole answer
+            call.first_at = now + self.c2g
+            self._act(self.flow.first_byte(fr, now), now)
+            if fr.done:
+                return
+        actions = self.flow.finished(fr, now, status=200)
+        self._close(call, now + self.c2g, 200, None, out)
+        self._act(actions, now)
+
+    def _rejected(self, now: float, arg: tuple[Call, int, int]) -> None:
+        call, attempt, status = arg
+        fr = call.flow
+        if attempt != call.attempt or fr is None or fr.done:
+            return
+        self._act(self.flow.first_byte(fr, now), now)
+        if not fr.done:
+            actions = self.flow.finished(fr, now, status=status)
+            self._close(call, now + self.c2g, status, f"HTTP {status}: the replica refused the request's length")
+            self._act(actions, now)
+
+    def _failed(self, now: float, arg: tuple[Call, int, Failure]) -> None:
+        call, attempt, kind = arg
+        fr = call.flow
+        if attempt != call.attempt or fr is None or fr.done:
+            return
+        call.attempt += 1
+        actions = self.flow.failed(fr, now, kind)
+        if kind is Failure.BROKEN:
+            self._close(call, now + self.c2g, 200, "stream broke: the replica went down mid-answer")
+        self._act(actions, now)
+
+    def _abort(self, now: float, arg: tuple[Call, SimReplica, int]) -> None:
+        call, rep, gen = arg
+        if gen == rep.gen and rep.on.pop(call.rid, None) is not None:
+            rep.loop.abort(call.rid, now)
+
+    def _down(self, now: float, rep: SimReplica) -> None:
+        broken = rep.crash()
+        for call in broken:
+            kind = Failure.BROKEN if call.first_at is not None else Failure.RESET
+            self._push(now + rep.delay, self._failed, (call, call.attempt, kind))
+
+    def _up(self, now: float, rep: SimReplica) -> None:
+        rep.down = False
+
+    def _probed(self, now: float, rep: SimReplica) -> None:
+        self._act(self.flow.probed(rep.id, not rep.down, now), now)
+
+    def _scrape(self, now: float, _: None) -> None:
+        stale = self.staleness
+        for rep in self._scraped:
+            if rep.down:
+                load: ReplicaLoad | ScrapeFailed = ScrapeFailed(kind="connect")
+            else:
+                s = rep.loop.engine.stats()
+                load = ReplicaLoad(running=s.running, waiting=s.waiting, kv_usage=s.kv_usage)
+            if stale > 0:
+                self._push(now + stale, self._deliver, (rep.id, load))
+            else:
+                self._act(self.flow.scraped(rep.id, load, now), now)
+        if self._open or self._more:
+            self._push(now + self.scrape_interval, self._scrape, None)
+
+    def _deliver(self, now: float, arg: tuple[str, ReplicaLoad | ScrapeFailed]) -> None:
+        self._act(self.flow.scraped(arg[0], arg[1], now), now)

@@ -1,0 +1,48 @@
+"""One simulated engine replica: an Engine on the perf model, its virtual-time loop, its links."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from turbogate.engine import Engine, EngineConfig, EngineLoop
+from turbogate.perf import Deployment, deployment, get_gpu, resolve_model
+from turbogate.sim.fleet import ReplicaGroup
+
+if TYPE_CHECKING:
+    from turbogate.sim.core import Call
+
+
+def group_deployment(g: ReplicaGroup) -> Deployment:
+    return deployment(get_gpu(g.gpu), resolve_model(g.model), tp=g.tp, weight_dtype=g.dtype,
+                      kv_dtype=g.kv_cache_dtype, gpu_mem_util=g.gpu_memory_utilization)
+
+
+class SimReplica:
+    """Engine + loop + which calls it holds.  ``crash()`` loses them all and restarts it empty."""
+
+    __slots__ = ("config", "delay", "deployment", "down", "gen", "id", "loop", "max_model_len", "on", "pool",
+                 "scraped")
+
+    def __init__(self, rid: str, pool: str, dep: Deployment, config: EngineConfig, *, delay_s: float,
+                 scraped: bool = True) -> None:
+        self.id = rid
+        self.pool = pool
+        self.deployment = dep
+        self.config = config
+        self.delay = delay_s  # one way, gateway ↔ replica
+        self.scraped = scraped
+        self.down = False
+        self.gen = 0  # bumped by a crash: news from the old engine is dropped
+        self.on: dict[str, Call] = {}
+        self.loop = EngineLoop(Engine(dep, config))
+        # What the emulator would accept: the model's context, at most the whole KV cache.
+        self.max_model_len = min(dep.model.max_context, self.loop.engine.max_tokens_per_request)
+
+    def crash(self) -> list[Any]:
+        """Go down now: every request held breaks, and the engine restarts empty on recovery."""
+        self.down = True
+        self.gen += 1
+        broken = list(self.on.values())
+        self.on = {}
+        self.loop = EngineLoop(Engine(self.deployment, self.config))
+        return broken

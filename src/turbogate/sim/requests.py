@@ -1,0 +1,124 @@
+"""The simulated requests: bench's schedule, drawn lazily and without prompt text (pure).
+
+``bench`` builds its whole schedule up front (:func:`turbogate.bench.arrivals.build_schedule`):
+first every send time from the seeded RNG, then one :meth:`Workload.make` per request.  A
+simulator of a large fleet cannot hold a million prompts, so :func:`sim_requests` makes the
+same draws from the same RNG in the same order but keeps only token counts: the send times
+come from bench's own :func:`send_times`, and a synthetic prompt's words are drawn (to keep
+the RNG in step) without being joined into text.  tests/sim/test_requests.py holds the two
+equal, request by request, so one seed gives the same requests in bench and sim.
+
+Prompt tokens are counted as the emulator counts them (four characters per token, Llama 3
+chat framing), so a simulated replica sees what an emulated one would.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+from array import array
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from turbogate.bench.arrivals import send_times
+from turbogate.bench.options import LoadOptions
+from turbogate.bench.workload import _WORDS, Workload
+from turbogate.emulator.tokens import BOS_TOKENS, CHAT_ASSISTANT_HEADER, CHAT_MESSAGE_OVERHEAD, CharEstimator
+from turbogate.engine.lengths import output_length
+from turbogate.results import Step
+
+_WORD_COST = tuple(len(w) + 1 for w in _WORDS)  # a word and the space after it
+_BITS = len(_WORDS).bit_length()
+# Cost of each value getrandbits(_BITS) can return; values >= len(_WORDS) are rejected draws.
+_DRAW_COST = _WORD_COST + (0,) * ((1 << _BITS) - len(_WORDS))
+_MAX_COST = max(_WORD_COST)
+
+
+class SimRequest(NamedTuple):
+    id: int
+    t: float  # scheduled send time, seconds from run start
+    step: int
+    offered_rps: float
+    prompt_tokens: int  # as the engine counts them
+    max_tokens: int
+    output_tokens: int  # what the engine will produce (max_tokens unless EOS comes first)
+    finish_reason: str  # "length" | "stop"
+    tier: str | None
+    api_key: int | None
+    seed: int | None
+
+
+def skip_synthetic_prompt(n_tokens: int, rng: random.Random) -> None:
+    """Advance ``rng`` exactly as :func:`synthetic_prompt` does, without building the text.
+
+    ``rng.choice(seq)`` is ``seq[rng._randbelow(len(seq))]``, which draws ``getrandbits(k)``
+    until the value is below ``len(seq)``; a rejected value costs no characters here.  The
+    prompt grows until it is longer than ``4 × n_tokens`` characters; while it is more than
+    eight words short of that, eight draws are made per loop turn (the hot loop of a large
+    simulation).
+    """
+    target = 4 * max(1, n_tokens)
+    bits, k, c = rng.getrandbits, _BITS, _DRAW_COST
+    size = 0
+    safe = target - 8 * _MAX_COST
+    while size <= safe:
+        size += c[bits(k)] + c[bits(k)] + c[bits(k)] + c[bits(k)] + c[bits(k)] + c[bits(k)] + c[bits(k)] + c[bits(k)]
+    while size <= target:
+        size += c[bits(k)]
+
+
+def _framed(text_tokens: int, chat: bool) -> int:
+    if chat:
+        return BOS_TOKENS + CHAT_MESSAGE_OVERHEAD + text_tokens + CHAT_ASSISTANT_HEADER
+    return BOS_TOKENS + text_tokens
+
+
+class RequestSource:
+    """The run's requests in send order, drawn lazily; ``len()`` is known up front."""
+
+    def __init__(self, load: LoadOptions, *, chat: bool = True, ignore_eos: bool = True,
+                 min_tokens: bool = False) -> None:
+        self.rng = random.Random(load.random_seed)
+        shape, steps = load.shape_and_steps()
+        self.steps: list[Step] = steps
+        self._shape = shape
+        # Send times first, from bench's own code: the RNG then stands where bench's does.
+        self.times = array("d", send_times(shape, load.arrivals, self.rng))
+        self._starts = [s.start_s for s in self.steps]
+        self._workload = load.workload
+        self._chat = chat
+        self._ignore_eos = ignore_eos
+        self._min_tokens = min_tokens
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def __iter__(self) -> Iterator[SimRequest]:
+        w: Workload = self._workload
+        rng = self.rng
+        shape = self._shape
+        starts = self._starts
+        steps = self.steps
+        chat = self._chat
+        est = CharEstimator()
+        dataset_tokens: dict[int, int] = {}
+        for i, t in enumerate(self.times):
+            if w.dataset:
+                j = rng.randrange(len(w.dataset))
+                if j not in dataset_tokens:
+                    dataset_tokens[j] = est.count(w.dataset[j])
+                prompt = _framed(dataset_tokens[j], chat)
+            else:
+                hint = w.prompt_tokens.sample(rng)
+                skip_synthetic_prompt(hint, rng)
+                prompt = _framed(max(1, hint), chat)  # the text is exactly 4 × hint characters
+            max_tokens = w.output_tokens.sample(rng)
+            tier = w.tiers.pick(rng)
+            api_key = rng.randrange(w.n_api_keys) if w.n_api_keys else None
+            seed = rng.randrange(2**31) if w.per_request_seed else None
+            # The emulator draws from the request's seed (else from its own counter: here the id).
+            out = output_length(seed if seed is not None else i, max_tokens,
+                                min_tokens=max_tokens if self._min_tokens else 0, ignore_eos=self._ignore_eos)
+            step = steps[max(0, bisect.bisect_right(starts, t) - 1)].index
+            yield SimRequest(i, t, step, shape.rate_at(t), prompt, max_tokens, out,
+                             "length" if out >= max_tokens else "stop", tier, api_key, seed)
