@@ -57,14 +57,3 @@ def test_without_ignore_eos_lengths_stop_early_and_say_so(tmp_path: Path) -> Non
     assert early and all(s.finish_reason == "stop" for s in early)
     assert all(s.finish_reason == "length" for s in sims if s.output_tokens == s.max_tokens)
 
-
-@pytest.mark.parametrize("n_tokens", [0, 1, 2, 7, 30, 31, 32, 33, 100, 512, 2048])
-def test_skipping_a_prompt_leaves_the_rng_where_building_it_does(n_tokens: int) -> None:
-    from turbogate.bench.workload import synthetic_prompt
-    from turbogate.sim.requests import skip_synthetic_prompt
-
-    for seed in range(20):
-        built, skipped = random.Random(seed), random.Random(seed)
-        synthetic_prompt(n_tokens, built)
-        skip_synthetic_prompt(n_tokens, skipped)
-        assert built.getstate() == skipped.getstate()

@@ -185,7 +185,9 @@ class Workload:
             hint = len(prompt.split())
         else:
             hint = self.prompt_tokens.sample(rng)
-            prompt = synthetic_prompt(hint, rng)
+            # The text has its own generator, seeded by one draw: a simulator that needs only the
+            # lengths skips it with that one draw instead of drawing every word.
+            prompt = synthetic_prompt(hint, random.Random(rng.getrandbits(64)))
         return RequestSpec(
             prompt=prompt,
             max_tokens=self.output_tokens.sample(rng),

@@ -298,8 +298,9 @@ class Simulation:
             if rep.down:
                 load: ReplicaLoad | ScrapeFailed = ScrapeFailed(kind="connect")
             else:
-                s = rep.loop.engine.stats()
-                load = ReplicaLoad(running=s.running, waiting=s.waiting, kv_usage=s.kv_usage)
+                engine = rep.loop.engine  # O(1) gauges, as vLLM's: stats() also measures fragmentation
+                load = ReplicaLoad(running=engine.num_running, waiting=engine.waiting_gauge,
+                                   kv_usage=engine.blocks.usage)
             if stale > 0:
                 self._push(now + stale, self._deliver, (rep.id, load))
             else:

@@ -4,9 +4,10 @@
 first every send time from the seeded RNG, then one :meth:`Workload.make` per request.  A
 simulator of a large fleet cannot hold a million prompts, so :func:`sim_requests` makes the
 same draws from the same RNG in the same order but keeps only token counts: the send times
-come from bench's own :func:`send_times`, and a synthetic prompt's words are drawn (to keep
-the RNG in step) without being joined into text.  tests/sim/test_requests.py holds the two
-equal, request by request, so one seed gives the same requests in bench and sim.
+come from bench's own :func:`send_times`, and a synthetic prompt's text, which has its own
+generator seeded by one draw of the main one, costs the simulator just that draw.
+tests/sim/test_requests.py holds the two equal, request by request, so one seed gives the same
+requests in bench and sim.
 
 Prompt tokens are counted as the emulator counts them (four characters per token, Llama 3
 chat framing), so a simulated replica sees what an emulated one would.
@@ -22,16 +23,10 @@ from typing import NamedTuple
 
 from turbogate.bench.arrivals import send_times
 from turbogate.bench.options import LoadOptions
-from turbogate.bench.workload import _WORDS, Workload
+from turbogate.bench.workload import Workload
 from turbogate.emulator.tokens import BOS_TOKENS, CHAT_ASSISTANT_HEADER, CHAT_MESSAGE_OVERHEAD, CharEstimator
 from turbogate.engine.lengths import output_length
 from turbogate.results import Step
-
-_WORD_COST = tuple(len(w) + 1 for w in _WORDS)  # a word and the space after it
-_BITS = len(_WORDS).bit_length()
-# Cost of each value getrandbits(_BITS) can return; values >= len(_WORDS) are rejected draws.
-_DRAW_COST = _WORD_COST + (0,) * ((1 << _BITS) - len(_WORDS))
-_MAX_COST = max(_WORD_COST)
 
 
 class SimRequest(NamedTuple):
@@ -46,25 +41,6 @@ class SimRequest(NamedTuple):
     tier: str | None
     api_key: int | None
     seed: int | None
-
-
-def skip_synthetic_prompt(n_tokens: int, rng: random.Random) -> None:
-    """Advance ``rng`` exactly as :func:`synthetic_prompt` does, without building the text.
-
-    ``rng.choice(seq)`` is ``seq[rng._randbelow(len(seq))]``, which draws ``getrandbits(k)``
-    until the value is below ``len(seq)``; a rejected value costs no characters here.  The
-    prompt grows until it is longer than ``4 × n_tokens`` characters; while it is more than
-    eight words short of that, eight draws are made per loop turn (the hot loop of a large
-    simulation).
-    """
-    target = 4 * max(1, n_tokens)
-    bits, k, c = rng.getrandbits, _BITS, _DRAW_COST
-    size = 0
-    safe = target - 8 * _MAX_COST
-    while size <= safe:
-        size += c[bits(k)] + c[bits(k)] + c[bits(k)] + c[bits(k)] + c[bits(k)] + c[bits(k)] + c[bits(k)] + c[bits(k)]
-    while size <= target:
-        size += c[bits(k)]
 
 
 def _framed(text_tokens: int, chat: bool) -> int:
@@ -110,7 +86,7 @@ class RequestSource:
                 prompt = _framed(dataset_tokens[j], chat)
             else:
                 hint = w.prompt_tokens.sample(rng)
-                skip_synthetic_prompt(hint, rng)
+                rng.getrandbits(64)  # the seed of the prompt's own generator (bench/workload.py)
                 prompt = _framed(max(1, hint), chat)  # the text is exactly 4 × hint characters
             max_tokens = w.output_tokens.sample(rng)
             tier = w.tiers.pick(rng)
