@@ -191,11 +191,15 @@ class Flow:
         return served, "tenant_switched_off"
 
     def open(self, *, tenant: str, model: str, tier_body: object = None, tier_header: str | None = None,
-             max_tokens: object = None, prompt_bytes: int = 0, stream: bool = False, now: float,
-             handle: object = None) -> FlowRequest | Respond:
+             max_tokens: object = None, max_tokens_field: str = "max_tokens", prompt_bytes: int = 0,
+             stream: bool = False, now: float, handle: object = None) -> FlowRequest | Respond:
         """A parsed request from an authenticated ``tenant``: its pool, tier and cost, or the 4xx
-        that refuses it (unknown model, unknown tier word)."""
+        that refuses it (unknown model, unknown tier word, ``max_tokens`` above the context)."""
         spec = self.tenants[tenant]
+        cap = self.policy.max_cost_tokens
+        if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > cap:
+            return Respond(None, 400, "invalid_value", f"{max_tokens_field} is {max_tokens}, above the context "
+                           f"limit of {cap} tokens", param=max_tokens_field)
         pool = self.pool_of_model.get(model)
         if pool is None:
             return Respond(None, 404, "model_not_found", f"The model `{model}` does not exist or you do not have "
@@ -216,7 +220,6 @@ class Flow:
         policy = self.policy
         tokens = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0 \
             else policy.default_max_tokens
-        cap = policy.max_cost_tokens
         cost = float(min(tokens, cap)) + min(prompt_bytes / 4.0, float(cap))
         self._ids += 1
         priority = PRIORITY[served] if self.pools[pool].spec.priority_field else None
