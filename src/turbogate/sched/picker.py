@@ -242,7 +242,8 @@ class Picker:
              ) -> Replica | None:
         """The replica for the next request of ``pool``, or ``None`` if none can take one.
 
-        ``proven_only`` (Turbo): prefer a replica whose in-flight count is below what its engine
+        ``proven_only`` (Turbo): prefer a replica with no request failure since its last good
+        answer (one timing out may be hung), then one whose in-flight count is below what its engine
         was seen running at once, so a probe of the limit (a slot the engine may not have) is
         taken by lower tiers and a Turbo request never waits in an engine's queue for it; and
         among those one with no request awaiting its first token (no prefill under way), so
@@ -251,7 +252,7 @@ class Picker:
         if state is None:
             return None
         best: Replica | None = None
-        best_key = (Band.SATURATED + 1, math.inf)
+        best_key: tuple[float, ...] = (True, Band.SATURATED + 1, math.inf)
         safe: Replica | None = None
         safe_key: tuple[float, ...] = (math.inf,)
         replicas = state.replicas
@@ -262,14 +263,19 @@ class Picker:
             if r.health is not Health.HEALTHY or r.in_flight >= int(r.limit) or r.id in exclude:
                 continue
             band = self.band(r, now)
-            key = (Band.BUSY if band is Band.LIGHT else band, self.score(r, now))
+            # For Turbo, a replica with request failures in a row (a deadline hit: it may be hung)
+            # is chosen only when no other can take the request.
+            strike = proven_only and r.failures > 0
+            key = (strike, Band.BUSY if band is Band.LIGHT else band, self.score(r, now))
             if key < best_key:
                 best, best_key = r, key
             if proven_only and r.in_flight < int(r.proven):
-                turbo_key = (Band.SATURATED + 1 if r.awaiting_first else 0, key[0], key[1])
+                turbo_key = (strike, Band.SATURATED + 1 if r.awaiting_first else 0, key[1], key[2])
                 if safe is None or turbo_key < safe_key:
                     safe, safe_key = r, turbo_key
-        return safe or best
+        if safe is not None and (not safe_key[0] or best_key[0]):
+            return safe
+        return best
 
     def pick_plain(self, pool: str, how: str, exclude: Collection[str] = ()) -> Replica | None:
         """Baselines without limits or metrics: ``round-robin`` over healthy replicas, or
