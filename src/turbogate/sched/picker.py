@@ -300,10 +300,11 @@ class Picker:
 
     # ---- outcomes --------------------------------------------------------------------------
     def on_response(self, replica: Replica, status: int, latency_s: float, now: float) -> None:
-        """The replica answered (any HTTP status).  502/503/504 from the engine count as soft
-        failures; anything else proves it alive and feeds its service time."""
+        """The replica answered (any HTTP status).  A 5xx from the engine counts as a soft
+        failure (a storm of them ejects it); anything else proves it alive and feeds its
+        service time."""
         replica.in_flight = max(0, replica.in_flight - 1)
-        if status in (502, 503, 504):
+        if status >= 500:
             self._fail(replica, now, hard=False, reason=f"answered HTTP {status}")
             return
         replica.failures = 0
@@ -427,7 +428,11 @@ class Picker:
             return
         if ok:
             replica.health = Health.HEALTHY
-            replica.failures = replica.scrape_failures = 0
+            # Back on probation: /health proves the process up, not that it answers (a hung engine
+            # still does), so its request failures stay one short of ejection until a good answer
+            # clears them; Turbo avoids it meanwhile (pick).
+            replica.failures = min(replica.failures, self.config.eject_after_failures - 1)
+            replica.scrape_failures = 0
             replica.load_at = -math.inf  # stale until the next scrape
             self._changes.append(HealthChange(replica, True, "health probe answered 200"))
             return
@@ -464,6 +469,7 @@ class Picker:
                 "slots": self.replica_slots(r, now),
                 "served": r.served,
                 "ejections": r.ejections,
+                "failures": r.failures,
                 "metrics_age_s": None if r.load_at == -math.inf else round(now - r.load_at, 3),
                 "running": r.load.running if r.load else None,
                 "waiting": r.load.waiting if r.load else None,
