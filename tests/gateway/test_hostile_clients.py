@@ -25,7 +25,8 @@ MSG = [{"role": "user", "content": "hi"}]
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory,
        gateway_factory: Callable[[dict[str, Any]], Service]) -> Iterator[Service]:
-    emu = start_emulator("--time-scale", "0", "--model", MODEL, "--scheduling-policy", "priority", log_dir=Path(tmp_path_factory.mktemp("emu")))
+    emu = start_emulator("--time-scale", "0", "--model", MODEL, "--scheduling-policy", "priority",
+                         log_dir=Path(tmp_path_factory.mktemp("emu")))
     try:
         yield gateway_factory(gateway_config(
             [pool("main", [MODEL], [emu.url], scheduling_policy="priority")],
@@ -158,8 +159,8 @@ def test_admin_body_over_its_limit_is_413_json(gw: Service) -> None:
 
 @pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
 def test_max_tokens_above_the_context_is_400_naming_the_field(gw: Service, field: str) -> None:
-    with openai.OpenAI(base_url=gw.url + "/v1", api_key=KEY, max_retries=0) as client:
-        with pytest.raises(openai.BadRequestError) as err:
-            client.chat.completions.create(model=MODEL, messages=MSG,  # type: ignore[arg-type]
-                                           extra_body={field: 18446744073709551615})
+    with openai.OpenAI(base_url=gw.url + "/v1", api_key=KEY, max_retries=0) as client, \
+            pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model=MODEL, messages=MSG,  # type: ignore[arg-type]
+                                       extra_body={field: 18446744073709551615})
     assert err.value.param == field  # type: ignore[attr-defined]

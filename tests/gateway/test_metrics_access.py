@@ -63,7 +63,8 @@ def test_tls_listener(tmp_path: Path, emulator_factory: Callable[..., Service],
                       gateway_factory: Callable[[dict[str, Any]], Service]) -> None:
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-                    "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+                    "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
     emu = emulator_factory("--time-scale", "0", "--model", MODEL)
     path = tmp_path / "tls.yaml"
     path.write_text(yaml.safe_dump(gateway_config([pool("main", [MODEL], [emu.url])],
