@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import logging
 import os
 import time
@@ -36,7 +34,7 @@ from turbogate.errors import ConfigError
 from turbogate.gateway import admin
 from turbogate.gateway.driver import FlowDriver, Handle
 from turbogate.gateway.metrics import GatewayMetrics
-from turbogate.gateway.metrics_port import MetricsServer
+from turbogate.gateway.metrics_port import MetricsServer, serve_metrics
 from turbogate.gateway.openapi import openapi_document
 from turbogate.gateway.proxy import attempt
 from turbogate.gateway.runtime import Runtime, TenantRt, build_runtime
@@ -150,28 +148,13 @@ class GatewayApp(AsgiApp):
             ready = all(picker.healthy(pool) > 0 for pool in picker.pools())
             await send_bytes(send, 200 if ready else 503, b'{"ready":true}' if ready else b'{"ready":false}')
         elif path == "/metrics":
-            await self.serve_metrics(scope, send)
+            await serve_metrics(self, scope, send)
         elif path == "/openapi.json":
             await send_bytes(send, 200, self._openapi_body)
         elif self._tenant(scope) is None:  # /v1/models
             await self._unauthorized(send)
         else:
             await send_bytes(send, 200, self._models_body)
-
-    async def serve_metrics(self, scope: Scope, send: Send) -> None:
-        """``/metrics``: tenants' names and traffic, so behind a token when one is configured."""
-        if self.metrics_token is not None:
-            auth = header(scope, b"authorization") or b""
-            token = auth[7:].strip() if auth[:7].lower() == b"bearer " else b""
-            if not hmac.compare_digest(hashlib.sha256(token).hexdigest(), self.metrics_token):
-                await send_error(send, 401, "/metrics needs Authorization: Bearer <metrics token>",
-                                 code="invalid_metrics_token")
-                return
-        body = self.metrics.render()
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
-            (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
 
     async def startup(self) -> None:
         if self._started:

@@ -1,19 +1,38 @@
-"""``/metrics`` on a port of its own (config ``metrics.port``), so it can stay off the public
-listener: same guarded HTTP protocol, same optional token, nothing else served there."""
+"""Who may read ``/metrics`` (it names tenants and their traffic): the optional bearer token
+(config ``metrics.token_sha256``), and a port of its own (``metrics.port``) so it can stay off
+the public listener — same guarded HTTP protocol, same token, nothing else served there."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 from typing import TYPE_CHECKING
 
 import uvicorn
 from uvicorn.server import ServerState
 
-from turbogate.asgi import Receive, Scope, Send, send_error
+from turbogate.asgi import Receive, Scope, Send, header, send_error
 from turbogate.gateway.guard import GuardedHttpToolsProtocol
 
 if TYPE_CHECKING:
     from turbogate.gateway.app import GatewayApp
+
+
+async def serve_metrics(app: GatewayApp, scope: Scope, send: Send) -> None:
+    """``GET /metrics``, behind the metrics token when one is configured."""
+    if app.metrics_token is not None:
+        auth = header(scope, b"authorization") or b""
+        token = auth[7:].strip() if auth[:7].lower() == b"bearer " else b""
+        if not hmac.compare_digest(hashlib.sha256(token).hexdigest(), app.metrics_token):
+            await send_error(send, 401, "/metrics needs Authorization: Bearer <metrics token>",
+                             code="invalid_metrics_token")
+            return
+    body = app.metrics.render()
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
+        (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 class _MetricsApp:
@@ -30,7 +49,7 @@ class _MetricsApp:
             await send_error(send, 405, "/metrics takes GET", code="method_not_allowed",
                              headers=[(b"allow", b"GET, HEAD")])
         else:
-            await self.gateway.serve_metrics(scope, send)
+            await serve_metrics(self.gateway, scope, send)
 
 
 class MetricsServer:
