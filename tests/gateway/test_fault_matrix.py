@@ -129,17 +129,28 @@ def test_5xx_storm_ejects_and_the_replica_is_taken_back(
     wait_for(lambda: _health(gw, stormy.url) == "healthy", what="the stormy replica probed back")
 
 
-def test_slow_start(emulator_factory: Callable[..., Service],
-                    gateway_factory: Callable[[dict[str, Any]], Service]) -> None:
-    emu = emulator_factory("--time-scale", "0", "--model", MODEL, "--startup-delay", "4", wait=False)
-    gw = gateway_factory(gateway_config([pool("main", [MODEL], [emu.url])]))
-    # While the engine loads, its 503s eject it: not ready, clients get 503 with Retry-After.
-    wait_for(lambda: not _ready(gw), what="/ready false while the engine loads")
-    down = _chat(gw)
-    assert down.status_code == 503 and "retry-after" in down.headers
-    # Loaded, it is taken back.
-    wait_for(lambda: _ready(gw), what="/ready once the engine has loaded")
-    assert _chat(gw).status_code == 200
+def test_slow_start(tmp_path: Path, gateway_factory: Callable[[dict[str, Any]], Service]) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    gw = gateway_factory(gateway_config([pool("main", [MODEL], [url])]))  # before its replica is up
+    wait_for(lambda: not _ready(gw), what="/ready false with the replica down")
+    with start_emulator("--time-scale", "0", "--model", MODEL, "--startup-delay", "3", port=port,
+                        log_dir=tmp_path, wait=False):
+        # While the engine loads (/health 503) it stays ejected: not ready, clients get 503 + Retry-After.
+        wait_for(lambda: _answers_503(url), what="the engine listening, still loading")
+        assert not _ready(gw)
+        down = _chat(gw)
+        assert down.status_code == 503 and "retry-after" in down.headers
+        # Loaded, it is taken back.
+        wait_for(lambda: _ready(gw), what="/ready once the engine has loaded")
+        assert _chat(gw).status_code == 200
+
+
+def _answers_503(url: str) -> bool:
+    try:
+        return httpx.get(url + "/health", timeout=2).status_code == 503
+    except httpx.HTTPError:
+        return False
 
 
 def test_slow_metrics(emulator_factory: Callable[..., Service],
