@@ -130,7 +130,8 @@ async def turbo_ttft(session: aiohttp.ClientSession, gw: str) -> float | None:
     return probe.ttft["turbo"][0] if probe.ttft["turbo"] else None
 
 
-async def soak(gw: Service, seconds: float, factor: float, max_open: int, seed: int) -> dict[str, Any]:
+async def soak(gw: Service, seconds: float, factor: float, max_open: int, seed: int,
+               baseline_s: float) -> dict[str, Any]:
     cap = capacity_rps()
     rng = random.Random(seed)
     headers = {"Authorization": f"Bearer {KEY}"}
@@ -138,7 +139,7 @@ async def soak(gw: Service, seconds: float, factor: float, max_open: int, seed: 
     async with aiohttp.ClientSession(connector=conn, headers=headers,
                                      timeout=aiohttp.ClientTimeout(total=None)) as session:
         base = Load(gw.url, max_open)
-        await base.poisson(session, 0.2 * cap, 15.0, (("turbo", 1.0),), rng)
+        await base.poisson(session, 0.2 * cap, baseline_s, (("turbo", 1.0),), rng)
         await asyncio.gather(*base.tasks, return_exceptions=True)
         unloaded = p95(base.ttft["turbo"])
         rss_start = rss_mb(gw.process.pid)
@@ -191,6 +192,7 @@ def main() -> None:
     ap.add_argument("--factor", type=float, default=10.0, help="offered load ÷ the fleet's capacity")
     ap.add_argument("--max-open", type=int, default=6000, help="most requests the client keeps open")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--baseline-seconds", type=float, default=15.0, help="Turbo alone at 0.2× capacity first")
     args = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
@@ -206,7 +208,8 @@ def main() -> None:
         path.write_text(yaml.safe_dump(config))
         try:
             with start_gateway(path, "--log-level", "warning", log_dir=folder) as gw:
-                out = asyncio.run(soak(gw, args.seconds, args.factor, args.max_open, args.seed))
+                out = asyncio.run(soak(gw, args.seconds, args.factor, args.max_open, args.seed,
+                                     args.baseline_seconds))
         finally:
             for e in emus:
                 e.stop()
