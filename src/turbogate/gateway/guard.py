@@ -28,6 +28,7 @@ from turbogate.config import Limits
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 _END = b"\r\n\r\n"
 _LINGER_S = 2.0
+_SWEEP_S = 0.5
 
 
 def _limits_of(app: Any) -> Limits:
@@ -43,39 +44,70 @@ def _limits_of(app: Any) -> Limits:
     return Limits.model_validate({})
 
 
+class _Sweeper:
+    """One timer per event loop checks every guarded connection's deadlines twice a second, so
+    a request costs no timer of its own (a timer armed and cancelled per request was measurable)."""
+
+    def __init__(self) -> None:
+        self.live: set[GuardedHttpToolsProtocol] = set()
+        self._handle: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def add(self, conn: GuardedHttpToolsProtocol) -> None:
+        self.live.add(conn)
+        loop = conn.loop
+        if self._handle is None or self._loop is not loop or loop.is_closed():
+            self._loop = loop
+            self._handle = loop.call_later(_SWEEP_S, self._sweep)
+
+    def _sweep(self) -> None:
+        self._handle = None
+        now = time.monotonic()
+        for conn in list(self.live):
+            conn.check(now)
+        if self.live and self._loop is not None:
+            self._handle = self._loop.call_later(_SWEEP_S, self._sweep)
+
+
+_SWEEPER = _Sweeper()
+_HEADERS, _BODY, _OTHER = 0, 1, 2  # what the connection's next bytes are
+
+
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, config: Any, server_state: Any, app_state: dict[str, Any],
                  _loop: asyncio.AbstractEventLoop | None = None) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        limits = _limits_of(self.app)
+        limits = getattr(config, "_turbogate_limits", None)
+        if limits is None:
+            limits = config._turbogate_limits = _limits_of(self.app)
         self._max_header = limits.max_header_bytes
         self._header_timeout = limits.header_timeout_s
         self._body_timeout = limits.body_timeout_s
         self._min_rate = limits.min_body_rate_bytes_s
-        self._in_headers = True  # the next bytes belong to a request line and its headers
+        self._phase = _HEADERS
+        self._fresh = True  # no request yet: a silent connection is closed after the header timeout
         self._header_bytes = 0
-        self._timer: asyncio.TimerHandle | None = None
-        self._body_started = 0.0  # when the current body began (monotonic)
-        self._body_last = 0.0  # when its last byte came
+        self._since = time.monotonic()  # when the current headers (or body) began
+        self._last = 0.0  # when the last body byte came
         self._body_bytes = 0
-        self._in_body = False
         self._discarding = False  # refused: what still comes is read and dropped until the close
 
     # ---- uvicorn's Protocol interface -----------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm(self._header_timeout, self._header_expired)  # a silent connection is closed too
+        self._since = time.monotonic()
+        _SWEEPER.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        _SWEEPER.live.discard(self)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._discarding:
             return
-        if self._in_headers:
-            if self._header_bytes == 0 and self._timer is None:
-                self._arm(self._header_timeout, self._header_expired)
+        if self._phase == _HEADERS:
+            if self._header_bytes == 0 and not self._fresh:
+                self._since = time.monotonic()  # a kept-alive connection's next request begins
             end = data.find(_END)
             seen = self._header_bytes + (len(data) if end < 0 else end)
             if seen > self._max_header:
@@ -83,8 +115,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                              "headers_too_large")
                 return
             self._header_bytes = seen
-        elif self._in_body:
-            self._body_last = time.monotonic()
+        elif self._phase == _BODY:
+            self._body_bytes += len(data)
+            self._last = time.monotonic()
         super().data_received(data)
 
     def send_400_response(self, msg: str) -> None:
@@ -92,78 +125,52 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     # ---- parser callbacks -----------------------------------------------------------------------
     def on_headers_complete(self) -> None:
-        self._in_headers = False
-        self._disarm()
+        # Every request is watched as if a body followed; one without a body completes at once.
+        self._phase = _BODY
+        self._fresh = False
+        self._since = self._last = time.monotonic()
+        self._body_bytes = 0
         super().on_headers_complete()
-        if self._expects_body():
-            self._in_body = True
-            self._body_started = self._body_last = time.monotonic()
-            self._body_bytes = 0
-            self._arm(self._body_timeout, self._body_check)
-
-    def on_body(self, body: bytes) -> None:
-        self._body_bytes += len(body)
-        super().on_body(body)
 
     def on_message_complete(self) -> None:
-        self._in_headers = True
+        self._phase = _HEADERS
         self._header_bytes = 0
-        if self._in_body:
-            self._in_body = False
-            self._disarm()
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
-        if self._in_body:  # answered without reading its whole body (e.g. a 413): stop watching it
-            self._in_body = False
-            self._disarm()
+        if self._phase == _BODY:  # answered without reading its whole body (e.g. a 413): stop watching it
+            self._phase = _OTHER
         super().on_response_complete()
 
-    # ---- timers ---------------------------------------------------------------------------------
-    def _arm(self, delay: float, callback: Any) -> None:
-        self._disarm()
-        self._timer = self.loop.call_later(delay, callback)
-
-    def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _header_expired(self) -> None:
-        self._timer = None
-        if not self._in_headers or self.transport.is_closing():
+    # ---- deadlines (the sweeper) ----------------------------------------------------------------
+    def check(self, now: float) -> None:
+        if self._discarding or self.transport.is_closing():
             return
-        if self._header_bytes == 0:  # nothing came: close quietly, as a keep-alive timeout would
-            self.transport.close()
+        if self.flow.read_paused:  # we stopped reading (a pipelined request waits its turn): not the client's stall
+            self._since = self._last = now
             return
-        self._refuse(408, f"the request headers did not arrive within {self._header_timeout:g}s", "request_timeout")
-
-    def _body_check(self) -> None:
-        self._timer = None
-        if not self._in_body or self.transport.is_closing():
-            return
-        now = time.monotonic()
-        stalled = now - self._body_last >= self._body_timeout
-        slow = self._body_bytes < self._min_rate * (now - self._body_started)
-        if stalled or slow:
-            self._refuse(408, "the request body stopped or came slower than "
-                         f"{self._min_rate:g} bytes/s", "request_timeout")
-            return
-        self._arm(min(1.0, self._body_timeout), self._body_check)
-
-    def _expects_body(self) -> bool:
-        for name, value in self.headers:
-            if name == b"content-length":
-                return value.strip() not in (b"0", b"")
-            if name == b"transfer-encoding":
-                return True
-        return False
+        if self._phase == _HEADERS:
+            if self._header_bytes == 0 and not self._fresh:
+                return  # idle between requests: uvicorn's keep-alive timeout closes it
+            if now - self._since < self._header_timeout:
+                return
+            if self._header_bytes == 0:  # nothing came: close quietly, as a keep-alive timeout would
+                self.transport.close()
+                return
+            self._refuse(408, f"the request headers did not arrive within {self._header_timeout:g}s",
+                         "request_timeout")
+        elif self._phase == _BODY:
+            elapsed = now - self._since
+            stalled = now - self._last >= self._body_timeout
+            slow = elapsed >= self._body_timeout and self._body_bytes < self._min_rate * elapsed
+            if stalled or slow:
+                self._refuse(408, "the request body stopped or came slower than "
+                             f"{self._min_rate:g} bytes/s", "request_timeout")
 
     # ---- refusing -------------------------------------------------------------------------------
     def _refuse(self, status: int, message: str, code: str) -> None:
         """Answer ``status`` in the OpenAI error shape (unless a response has begun) and close."""
-        self._disarm()
-        self._in_body = False
+        self._phase = _OTHER
         cycle = self.cycle
         started = cycle is not None and not cycle.response_complete and cycle.response_started
         if cycle is not None and not cycle.response_complete:
