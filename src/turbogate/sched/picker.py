@@ -90,6 +90,10 @@ class PickerConfig:
     queue_tolerance: float = 0.0
     grow_every_scrapes: int = 5
     unscraped_limit: int = 64
+    #: A first byte later than this after dispatch is a strike against the replica (the request
+    #: still waits for it, up to its deadline): a hung engine is ejected long before a tier's
+    #: deadline has passed on ``eject_after_failures`` requests.  A good answer clears strikes.
+    slow_first_byte_s: float = 60.0
 
 
 @dataclass(slots=True, eq=False)
