@@ -9,7 +9,7 @@ from dataclasses import replace
 from tests.sched.test_flow import fresh, new, policy
 from turbogate.sched import Flow, FlowRequest, Respond
 from turbogate.sched.flow import Dispatch
-from turbogate.sched.picker import HealthChange, PickerConfig
+from turbogate.sched.picker import Health, HealthChange, Picker, PickerConfig, Replica
 
 
 def test_max_tokens_above_the_context_is_400_naming_the_field() -> None:
@@ -64,3 +64,25 @@ def test_a_first_byte_in_time_is_no_strike() -> None:
     flow.first_byte(req, 4.0)
     flow.tick(5.0)
     assert flow.picker.get("r0").failures == 0
+
+
+def test_ejected_again_on_probation_the_backoff_keeps_doubling() -> None:
+    picker = Picker(PickerConfig(eject_after_failures=2, probe_backoff_s=1.0, probe_backoff_max_s=8.0))
+    r = Replica(id="r", pool="p", cap=4)
+    picker.add(r)
+    backoffs = []
+    now = 0.0
+    for _ in range(5):  # a hung engine: its /health answers, its requests never do
+        while r.health is Health.HEALTHY:
+            picker.on_dispatch(r)
+            picker.on_failure(r, now, hard=False, reason="deadline")
+        backoffs.append(r.backoff_s)
+        now = r.next_probe_at
+        picker.on_probe(r, True, now)
+        assert r.failures == 1  # back on probation: one more failure ejects it
+    assert backoffs == [1.0, 2.0, 4.0, 8.0, 8.0]
+    picker.on_dispatch(r)
+    picker.on_response(r, 200, 0.1, now)  # a good answer ends the probation
+    picker.on_failure(r, now, hard=False, reason="x")
+    picker.on_failure(r, now, hard=False, reason="x")
+    assert r.health is Health.EJECTED and r.backoff_s == 1.0

@@ -116,6 +116,7 @@ class Replica:
     load_at: float = -math.inf
     health: Health = Health.HEALTHY
     failures: int = 0  # request-path failures in a row (a good answer resets them)
+    probation: bool = False  # taken back by a probe, no good answer since
     scrape_failures: int = 0  # failed scrapes in a row (a good scrape resets them)
     backoff_s: float = 0.0
     next_probe_at: float = 0.0
@@ -312,6 +313,7 @@ class Picker:
             self._fail(replica, now, hard=False, reason=f"answered HTTP {status}")
             return
         replica.failures = 0
+        replica.probation = False
         replica.served += 1
         prev = replica.service_s
         replica.service_s = latency_s if prev is None else prev + 0.2 * (latency_s - prev)
@@ -337,7 +339,11 @@ class Picker:
     def _eject(self, replica: Replica, now: float, reason: str) -> None:
         replica.health = Health.EJECTED
         replica.ejections += 1
-        replica.backoff_s = self.config.probe_backoff_s
+        # Ejected again while on probation (e.g. a hung engine whose /health still answers): the
+        # backoff keeps doubling instead of starting over, so it costs ever fewer requests.
+        base, top = self.config.probe_backoff_s, self.config.probe_backoff_max_s
+        replica.backoff_s = min(top, max(replica.backoff_s, base) * 2) if replica.probation else base
+        replica.probation = False
         replica.next_probe_at = now + replica.backoff_s
         replica.load = None
         replica.eject_reason = reason
@@ -436,6 +442,7 @@ class Picker:
             # still does), so its request failures stay one short of ejection until a good answer
             # clears them; Turbo avoids it meanwhile (pick).
             replica.failures = min(replica.failures, self.config.eject_after_failures - 1)
+            replica.probation = True
             replica.scrape_failures = 0
             replica.load_at = -math.inf  # stale until the next scrape
             self._changes.append(HealthChange(replica, True, "health probe answered 200"))
