@@ -210,14 +210,44 @@ class Admin(_Model):
 
 
 class Limits(_Model):
-    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    """What one client may cost the gateway, enforced before any key is checked (docs/security.md)."""
+
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="largest request body; over it → 413")
+    max_header_bytes: int = Field(64 * 1024, ge=1024, description="request line and headers; over it → 431")
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="from a request's first byte (or a new connection) to the end of its headers → 408")
+    body_timeout_s: float = Field(
+        10.0, gt=0, description="longest a request body may stall; also the grace before the rate floor applies → 408")
+    min_body_rate_bytes_s: float = Field(1024.0, ge=0, description="least average rate of a body after the grace")
+    max_tokens: int = Field(
+        131072, ge=1, description="the largest max_tokens a request may ask (the models' context); over it → 400, "
+        "and the bound on one request's fair-queue cost")
     upstream_connect_timeout_s: float = Field(2.0, gt=0)
+
+
+class MetricsConfig(_Model):
+    """Who may read ``/metrics`` (it names tenants and their traffic)."""
+
+    token_sha256: Sha256 | None = Field(
+        None, description="sha256 of a bearer token /metrics then requires; unset with no port: public")
+    port: int | None = Field(
+        None, ge=0, le=65535, description="serve /metrics only on this port (on listen.host), not the main one")
+    host: str | None = Field(None, description="address for the metrics port (default: listen.host)")
+
+
+class Tls(_Model):
+    """HTTPS on the main listener."""
+
+    certfile: str = Field(min_length=1, description="PEM certificate chain")
+    keyfile: str = Field(min_length=1, description="PEM private key")
 
 
 class GatewayConfig(_Model):
     listen: Listen = Listen.model_validate({})  # frozen, so one shared default is safe
     admin: Admin = Admin.model_validate({})  # frozen, so one shared default is safe
     limits: Limits = Limits.model_validate({})  # frozen, so one shared default is safe
+    metrics: MetricsConfig = MetricsConfig.model_validate({})  # frozen, so one shared default is safe
+    tls: Tls | None = None
     tiers: dict[TierName, TierConfig] = Field(_default_tiers())  # type: ignore[arg-type]
     tenants: list[Tenant] = Field(min_length=1)
     pools: list[Pool] = Field(min_length=1)
@@ -358,7 +388,8 @@ def flow_policy(config: GatewayConfig, pools: Sequence[PoolSpec] | None = None, 
                         leave_closed=g.leave_closed, min_dwell_s=g.min_dwell_s, turbo_share=g.turbo_share,
                         rate_tau_s=g.window_s)
     return FlowPolicy(tiers=tiers, tenants=tenants, pools=tuple(pools), picker=picker, disabled=disabled, mode=mode,
-                      health_interval_s=config.health.interval_s, guard=guard)
+                      health_interval_s=config.health.interval_s, guard=guard,
+                      max_cost_tokens=config.limits.max_tokens)
 
 
 def knee_source(pool: Pool) -> KneeSource | None:

@@ -46,6 +46,8 @@ class Faults:
     hang_rate: float = 0.0
     crash_after: int | None = None
     startup_delay: float = 0.0
+    crash_mid_stream: bool = False  # exit once the first stream has sent its first token
+    metrics_delay: float = 0.0  # /metrics answers this late
 
 
 @dataclass
@@ -109,6 +111,8 @@ class EmulatorApp(AsgiApp):
                 ready = time.monotonic() >= self._ready_at
                 await send_bytes(send, 200 if ready else 503, b"" if ready else b'{"status":"starting"}')
             elif path == "/metrics":
+                if self.settings.faults.metrics_delay:
+                    await asyncio.sleep(self.settings.faults.metrics_delay)
                 await send_bytes(send, 200, generate_latest(self.metrics.registry),
                                  content_type=CONTENT_TYPE_LATEST.encode())
             elif path == "/v1/models":
@@ -228,6 +232,10 @@ class EmulatorApp(AsgiApp):
                      else protocol.completion_chunk(rid, created, model, piece, finish))
             await send({"type": "http.response.body", "body": role + _sse(chunk), "more_body": True})
             role = b""
+            if self.settings.faults.crash_mid_stream:
+                log.error("--crash-mid-stream: exiting mid-answer")
+                asyncio.get_running_loop().call_later(0.05, os._exit, 3)  # let the first token go out
+                await asyncio.sleep(3600)
             if finish is not None:
                 break
         tail = b""

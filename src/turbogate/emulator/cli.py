@@ -57,6 +57,10 @@ def emulate(
                                            help="Exit the process (code 3) after answering N completion requests."),
     startup_delay: float = typer.Option(0.0, "--startup-delay", min=0.0,
                                         help="Seconds during which /health answers 503, like a loading model."),
+    crash_mid_stream: bool = typer.Option(
+        False, "--crash-mid-stream", help="Exit the process (code 3) once the first stream has sent its first token."),
+    metrics_delay: float = typer.Option(0.0, "--metrics-delay", min=0.0,
+                                        help="Seconds /metrics waits before answering (a slow metrics endpoint)."),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level."),
 ) -> None:
     """Run an OpenAI-compatible engine emulator (vLLM-shaped scheduler, roofline timing)."""
@@ -70,6 +74,7 @@ def emulate(
             gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
             served_model_names=served_model_name or [model], tokenizer=tokenizer, time_scale=time_scale, seed=seed,
             error_rate=error_rate, hang_rate=hang_rate, crash_after=crash_after, startup_delay=startup_delay,
+            crash_mid_stream=crash_mid_stream, metrics_delay=metrics_delay,
         )
     except (TurbogateError, ValueError, RuntimeError) as exc:
         typer.echo(f"turbogate emulate: {exc}", err=True)

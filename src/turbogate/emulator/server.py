@@ -19,7 +19,8 @@ def build_app(*, gpu: str, model: str, tp: int = 1, max_num_seqs: int = 256, max
               kv_cache_dtype: str = "auto", gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
               served_model_names: list[str] | None = None, tokenizer: str | None = None, time_scale: float = 1.0,
               seed: int = 0, error_rate: float = 0.0, hang_rate: float = 0.0, crash_after: int | None = None,
-              startup_delay: float = 0.0) -> EmulatorApp:
+              startup_delay: float = 0.0, crash_mid_stream: bool = False,
+              metrics_delay: float = 0.0) -> EmulatorApp:
     spec = resolve_model(model)
     dep = deployment(get_gpu(gpu), spec, tp=tp, weight_dtype=dtype, kv_dtype=kv_cache_dtype,
                      gpu_mem_util=gpu_memory_utilization)
@@ -35,7 +36,7 @@ def build_app(*, gpu: str, model: str, tp: int = 1, max_num_seqs: int = 256, max
         served_model_names=served_model_names or [model],
         max_model_len=limit,
         seed=seed,
-        faults=Faults(error_rate, hang_rate, crash_after, startup_delay),
+        faults=Faults(error_rate, hang_rate, crash_after, startup_delay, crash_mid_stream, metrics_delay),
     )
     counter = make_counter(tokenizer)
     log.info("emulating %s on %d× %s: %d KV blocks (%d tokens), max_model_len %d, %s, policy %s, time scale %g, "

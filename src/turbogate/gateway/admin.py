@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from turbogate.gateway.app import GatewayApp
 
 
+MAX_BODY = 65536  # an admin switch is a few bytes
+
+
 class TierSwitch(BaseModel):
     model_config = ConfigDict(extra="forbid")
     enabled: bool
@@ -67,7 +70,7 @@ def state(app: GatewayApp) -> dict[str, Any]:
 
 
 async def _body(receive: Receive, send: Send, model: type[BaseModel]) -> BaseModel | None:
-    raw = await read_body(receive, 65536)
+    raw = await read_body(receive, MAX_BODY)  # over it: BodyTooLarge, answered 413 by the app
     if raw is None:
         return None
     try:

@@ -34,6 +34,8 @@ from turbogate.errors import ConfigError
 from turbogate.gateway import admin
 from turbogate.gateway.driver import FlowDriver, Handle
 from turbogate.gateway.metrics import GatewayMetrics
+from turbogate.gateway.metrics_port import MetricsServer, serve_metrics
+from turbogate.gateway.openapi import openapi_document
 from turbogate.gateway.proxy import attempt
 from turbogate.gateway.runtime import Runtime, TenantRt, build_runtime
 from turbogate.gateway.scrape import probe_once, scrape_all, scrape_loop
@@ -56,6 +58,8 @@ _ENDPOINTS = {
     "/v1/embeddings": ("embeddings", "/v1/embeddings"),
 }
 _REQUIRED = {"chat": "messages", "completions": "prompt", "embeddings": "input"}
+_GET_ROUTES = frozenset({"/health", "/ready", "/metrics", "/v1/models", "/openapi.json"})
+_MAX_DEPTH = 254  # orjson's encoder limit: a body re-encoded (service_tier, priority) may nest no deeper
 _WATCH_AFTER_S = 0.05
 _SWEEP_S = 0.05
 
@@ -100,8 +104,12 @@ class GatewayApp(AsgiApp):
         models = [{"id": m, "object": "model", "created": 0, "owned_by": p.name}
                   for p in config.pools for m in p.models]
         self._models_body = orjson.dumps({"object": "list", "data": models})
+        self._openapi_body = openapi_document(config)
         self._started = False
         self._watches: set[_Watch] = set()
+        self.metrics_token = config.metrics.token_sha256
+        self.metrics_port = config.metrics.port
+        self._metrics_server: MetricsServer | None = None
         install_tracing(self)  # OpenTelemetry hook (issue 13): returns at once unless TURBOGATE_OTEL is on
 
     # ---- ASGI entry (AsgiApp) ---------------------------------------------------------------
@@ -119,27 +127,36 @@ class GatewayApp(AsgiApp):
                 log.exception("internal error on %s", path)  # the scope's headers (keys) are not logged
                 with contextlib.suppress(Exception):  # fails harmlessly if the answer had started
                     await send_error(send, 500, "internal gateway error", code="internal_error")
-        elif path == "/health":
+        elif path.startswith("/admin/"):
+            try:
+                await admin.handle(self, scope, receive, send)
+            except BodyTooLarge:
+                await send_error(send, 413, f"admin request body is over the limit of {admin.MAX_BODY} bytes",
+                                 code="body_too_large")
+        elif path in _GET_ROUTES and not (path == "/metrics" and self.metrics_port is not None):
+            if method not in ("GET", "HEAD"):
+                await send_error(send, 405, f"{path} takes GET", code="method_not_allowed",
+                                 headers=[(b"allow", b"GET, HEAD")])
+                return
+            await self._get(scope, send, path)
+        else:
+            await send_error(send, 404, f"no route {path}", code="not_found")
+
+    async def _get(self, scope: Scope, send: Send, path: str) -> None:
+        if path == "/health":
             await send_bytes(send, 200, b'{"status":"ok"}')
         elif path == "/ready":
             picker = self.rt.flow.picker
             ready = all(picker.healthy(pool) > 0 for pool in picker.pools())
             await send_bytes(send, 200 if ready else 503, b'{"ready":true}' if ready else b'{"ready":false}')
         elif path == "/metrics":
-            body = self.metrics.render()
-            await send({"type": "http.response.start", "status": 200, "headers": [
-                (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
-                (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
-        elif path == "/v1/models":
-            if self._tenant(scope) is None:
-                await self._unauthorized(send)
-                return
-            await send_bytes(send, 200, self._models_body)
-        elif path.startswith("/admin/"):
-            await admin.handle(self, scope, receive, send)
+            await serve_metrics(self, scope, send)
+        elif path == "/openapi.json":
+            await send_bytes(send, 200, self._openapi_body)
+        elif self._tenant(scope) is None:  # /v1/models
+            await self._unauthorized(send)
         else:
-            await send_error(send, 404, f"no route {path}", code="not_found")
+            await send_bytes(send, 200, self._models_body)
 
     async def startup(self) -> None:
         if self._started:
@@ -164,6 +181,9 @@ class GatewayApp(AsgiApp):
         for pool in self.rt.flow.picker.pools():
             if self.rt.flow.picker.healthy(pool) == 0:
                 log.warning("pool %s has no healthy replica at start", pool)
+        if self.metrics_port is not None:
+            self._metrics_server = MetricsServer(self, cfg.metrics.host or cfg.listen.host, self.metrics_port)
+            await self._metrics_server.start()
         loop = asyncio.get_running_loop()
         self.rt.tasks = [loop.create_task(scrape_loop(self.rt, self.driver)), loop.create_task(self._sweep())]
 
@@ -188,6 +208,8 @@ class GatewayApp(AsgiApp):
                     w.start(self)
 
     async def shutdown(self) -> None:
+        if self._metrics_server is not None:
+            await self._metrics_server.stop()
         for task in self.rt.tasks:
             task.cancel()
         self.driver.close()
@@ -256,10 +278,11 @@ class GatewayApp(AsgiApp):
                             "stream", "invalid_value")
             return
         tier_header = header(scope, b"x-turbogate-tier")
+        tokens_field = "max_tokens" if obj.get("max_tokens") is not None else "max_completion_tokens"
         req = self.rt.flow.open(
             tenant=tenant.name, model=model, tier_body=obj.get("service_tier"),
             tier_header=None if tier_header is None else tier_header.decode("latin-1"),
-            max_tokens=obj.get("max_tokens") or obj.get("max_completion_tokens"), prompt_bytes=len(body),
+            max_tokens=obj.get(tokens_field), max_tokens_field=tokens_field, prompt_bytes=len(body),
             stream=stream, now=arrival)
         if isinstance(req, Respond):
             await self._bad(send, tenant, req.status, req.message, req.param, req.code)
@@ -268,7 +291,12 @@ class GatewayApp(AsgiApp):
             obj.pop("service_tier", None)
             if req.priority is not None:
                 obj["priority"] = req.priority
-            body = orjson.dumps(obj)
+            try:
+                body = orjson.dumps(obj)
+            except orjson.JSONEncodeError:  # orjson decodes 1,024 levels of nesting but encodes only 254
+                await self._bad(send, tenant, 400, f"request body nests deeper than {_MAX_DEPTH} levels", None,
+                                "invalid_json")
+                return
         await self._serve(receive, send, tenant, req, body, upstream_path)
 
     # ---- the request's life, as the flow directs it -----------------------------------------

@@ -66,10 +66,19 @@ def serve(
     os.environ["TURBOGATE_LOG_LEVEL"] = log_level
     bind_host = host or cfg.listen.host
     bind_port = cfg.listen.port if port is None else port
+    if workers > 1 and cfg.metrics.port is not None:
+        typer.echo("error: metrics.port serves one process's metrics; use --workers 1, or metrics.token_sha256 "
+                   "on the main port", err=True)
+        raise typer.Exit(2)
+    from turbogate.gateway.guard import GuardedHttpToolsProtocol
+
     common = {"host": bind_host, "port": bind_port, "log_level": log_level.lower(), "access_log": False,
-              "loop": "uvloop", "http": "httptools", "lifespan": "on", "timeout_keep_alive": 30,
+              # httptools, guarded: header size, header and body timeouts (gateway/guard.py).
+              "loop": "uvloop", "http": GuardedHttpToolsProtocol, "lifespan": "on", "timeout_keep_alive": 30,
               # Lean hot path: no proxy-header middleware, no Server/Date header formatting.
               "proxy_headers": False, "server_header": False, "date_header": False}
+    if cfg.tls is not None:
+        common.update(ssl_certfile=cfg.tls.certfile, ssl_keyfile=cfg.tls.keyfile)
     if workers == 1:
         from turbogate.gateway.app import GatewayApp
 

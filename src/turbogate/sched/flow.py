@@ -19,7 +19,9 @@ the vLLM ``priority`` value), a request's fair-queue cost (bounded), admission a
 with a truthful ``Retry-After`` (sched/admission.py), one queue limit (the tier's queue budget
 or its deadline, whichever comes first), the deadline (arrival → first byte for streams, →
 full answer otherwise: 504, and a strike against the replica), replica choice (sched/picker.py),
-the single retry on another replica before any byte, and what each upstream failure means.
+the single retry on another replica before any byte, what each upstream failure means, and a
+first byte slower than ``slow_first_byte_s`` as a strike against its replica (a hung engine is
+ejected before the tier deadlines pass).
 """
 
 from __future__ import annotations
@@ -154,6 +156,8 @@ class Flow:
         # per tier, so arrival order is due order): O(1) per request instead of a heap.
         self._queue_timers: dict[Tier, deque[tuple[float, FlowRequest]]] = {t: deque() for t in TIERS}
         self._deadline_timers: dict[Tier, deque[tuple[float, FlowRequest]]] = {t: deque() for t in TIERS}
+        # First-byte watches in dispatch order (one constant delay, so dispatch order is due order).
+        self._first_byte_timers: deque[tuple[float, FlowRequest, Replica]] = deque()
         self._probe_at = math.inf
         self._unscraped = any(not r.scraped for r in self.picker.replicas())
         self._health_at = 0.0 if self._unscraped else math.inf
@@ -195,11 +199,15 @@ class Flow:
         return served, "tenant_switched_off"
 
     def open(self, *, tenant: str, model: str, tier_body: object = None, tier_header: str | None = None,
-             max_tokens: object = None, prompt_bytes: int = 0, stream: bool = False, now: float,
-             handle: object = None) -> FlowRequest | Respond:
+             max_tokens: object = None, max_tokens_field: str = "max_tokens", prompt_bytes: int = 0,
+             stream: bool = False, now: float, handle: object = None) -> FlowRequest | Respond:
         """A parsed request from an authenticated ``tenant``: its pool, tier and cost, or the 4xx
-        that refuses it (unknown model, unknown tier word)."""
+        that refuses it (unknown model, unknown tier word, ``max_tokens`` above the context)."""
         spec = self.tenants[tenant]
+        cap = self.policy.max_cost_tokens
+        if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > cap:
+            return Respond(None, 400, "invalid_value", f"{max_tokens_field} is {max_tokens}, above the context "
+                           f"limit of {cap} tokens", param=max_tokens_field)
         pool = self.pool_of_model.get(model)
         if pool is None:
             return Respond(None, 404, "model_not_found", f"The model `{model}` does not exist or you do not have "
@@ -227,7 +235,6 @@ class Flow:
         policy = self.policy
         tokens = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0 \
             else policy.default_max_tokens
-        cap = policy.max_cost_tokens
         cost = float(min(tokens, cap)) + min(prompt_bytes / 4.0, float(cap))
         self._ids += 1
         priority = PRIORITY[served] if self.pools[pool].spec.priority_field else None
@@ -295,6 +302,8 @@ class Flow:
         req.phase = _UPSTREAM
         req.dispatched_at = now
         req.retried = req.retried or retry
+        if self.mode in ("turbogate", "fifo"):  # plain proxies let engines queue: a slow first byte is normal there
+            self._first_byte_timers.append((now + self.policy.picker.slow_first_byte_s, req, replica))
         return Dispatch(req, replica, retry)
 
     @staticmethod
@@ -393,6 +402,11 @@ class Flow:
                     q.popleft()
                 if q and q[0][0] < due:
                     due = q[0][0]
+        fb = self._first_byte_timers
+        while fb and (fb[0][1].phase is not _UPSTREAM or fb[0][1].replica is not fb[0][2]):
+            fb.popleft()
+        if fb and fb[0][0] < due:
+            due = fb[0][0]
         return due
 
     def tick(self, now: float) -> list[Action]:
@@ -422,6 +436,12 @@ class Flow:
                     out.append(self._refuse(req, 504, "deadline_exceeded", f"the {req.served.value} tier deadline "
                                             f"passed before {what} came", now))
                     touched.add(req.pool)
+        fb = self._first_byte_timers
+        while fb and fb[0][0] <= now:
+            _, req, replica = fb.popleft()
+            if req.phase is _UPSTREAM and req.replica is replica:  # still no byte from it: a strike
+                self.picker.on_failure(replica, now, hard=False, dispatched=False, reason="no first byte within "
+                                       f"{self.policy.picker.slow_first_byte_s:g}s")
         if now >= self._probe_at:
             out.extend(Probe(r) for r in self.picker.due_probes(now))
             self._probe_at = self.picker.next_probe_at()

@@ -209,9 +209,10 @@ class Picker:
         ``proven_only`` (Turbo): only a replica whose in-flight count is below what its engine
         was seen running at once (or one still in slow start, whose limit is not known yet), so
         a probe of the limit (a slot the engine may not have) is taken by lower tiers and a
-        Turbo request never waits in an engine's queue for it; and among those one with no
-        request awaiting its first token (no prefill under way), so its own prefill does not
-        share, or wait for, a longer engine step."""
+        Turbo request never waits in an engine's queue for it; among those, one with no request
+        failure since its last good answer (one timing out may be hung) and with no request
+        awaiting its first token (no prefill under way), so its own prefill does not share, or
+        wait for, a longer engine step."""
         state = self._pools.get(pool)
         if state is None:
             return None
@@ -235,7 +236,10 @@ class Picker:
             if key < best_key:
                 best, best_key = r, key
             if proven_only and (r.in_flight < int(r.proven) or math.isinf(r.ssthresh)):
-                turbo_key = (Band.SATURATED + 1 if r.awaiting_first else 0, key[0], key[1])
+                # A replica with request failures in a row (a deadline hit: it may be hung) is
+                # Turbo's only when no other can take the request.
+                strike = 1 if r.failures > 0 or r.probation else 0
+                turbo_key = (strike, Band.SATURATED + 1 if r.awaiting_first else 0, key[0], key[1])
                 if safe is None or turbo_key < safe_key:
                     safe, safe_key = r, turbo_key
         # Past slow start, a Turbo request waits in the gateway (first in line for the next slot)
@@ -299,13 +303,15 @@ class Picker:
 
     # ---- outcomes --------------------------------------------------------------------------
     def on_response(self, replica: Replica, status: int, latency_s: float, now: float) -> None:
-        """The replica answered (any HTTP status).  502/503/504 from the engine count as soft
-        failures; anything else proves it alive and feeds its service time."""
+        """The replica answered (any HTTP status).  A 5xx from the engine counts as a soft
+        failure (a storm of them ejects it); anything else proves it alive and feeds its
+        service time."""
         replica.in_flight = max(0, replica.in_flight - 1)
-        if status in (502, 503, 504):
+        if status >= 500:
             self._fail(replica, now, hard=False, reason=f"answered HTTP {status}")
         else:
             replica.failures = 0
+            replica.probation = False
             replica.served += 1
             prev = replica.service_s
             replica.service_s = latency_s if prev is None else prev + 0.2 * (latency_s - prev)
@@ -334,7 +340,11 @@ class Picker:
     def _eject(self, replica: Replica, now: float, reason: str) -> None:
         replica.health = Health.EJECTED
         replica.ejections += 1
-        replica.backoff_s = self.config.probe_backoff_s
+        # Ejected again while on probation (e.g. a hung engine whose /health still answers): the
+        # backoff keeps doubling instead of starting over, so it costs ever fewer requests.
+        base, top = self.config.probe_backoff_s, self.config.probe_backoff_max_s
+        replica.backoff_s = min(top, max(replica.backoff_s, base) * 2) if replica.probation else base
+        replica.probation = False
         replica.next_probe_at = now + replica.backoff_s
         replica.load = None
         replica.eject_reason = reason
@@ -385,7 +395,12 @@ class Picker:
             return
         if ok:
             replica.health = Health.HEALTHY
-            replica.failures = replica.scrape_failures = 0
+            # Back on probation: /health proves the process up, not that it answers (a hung engine
+            # still does), so its request failures stay one short of ejection until a good answer
+            # clears them; Turbo avoids it meanwhile (pick).
+            replica.failures = min(replica.failures, self.config.eject_after_failures - 1)
+            replica.probation = True
+            replica.scrape_failures = 0
             replica.load_at = -math.inf  # stale until the next scrape
             self._changes.append(HealthChange(replica, True, "health probe answered 200"))
             self._refresh(replica, now)
@@ -426,6 +441,7 @@ class Picker:
                 "slots": self.replica_slots(r, now),
                 "served": r.served,
                 "ejections": r.ejections,
+                "failures": r.failures,
                 "metrics_age_s": None if r.load_at == -math.inf else round(now - r.load_at, 3),
                 "running": r.load.running if r.load else None,
                 "waiting": r.load.waiting if r.load else None,

@@ -51,6 +51,10 @@ class PickerConfig:
     queue_tolerance: float = 0.0
     grow_every_scrapes: int = 5
     unscraped_limit: int = 64
+    #: A first byte later than this after dispatch is a strike against the replica (the request
+    #: still waits for it, up to its deadline): a hung engine is ejected long before a tier's
+    #: deadline has passed on ``eject_after_failures`` requests.  A good answer clears strikes.
+    slow_first_byte_s: float = 60.0
 
 
 @dataclass(slots=True, eq=False)
@@ -77,6 +81,7 @@ class Replica:
     load_at: float = -math.inf
     health: Health = Health.HEALTHY
     failures: int = 0  # request-path failures in a row (a good answer resets them)
+    probation: bool = False  # taken back by a probe, no good answer since
     scrape_failures: int = 0  # failed scrapes in a row (a good scrape resets them)
     backoff_s: float = 0.0
     next_probe_at: float = 0.0

@@ -1,0 +1,220 @@
+"""Overload soak (issue 12): 10× the fleet's capacity with a Turbo / Standard / Relax mix.
+
+Two real emulators (the turbo_isolation setup: L4, llama-3.1-8b, 16 sequences, --time-scale 0.2)
+behind a real gateway with the default tier policy.  First Turbo alone at 0.2× capacity (the
+unloaded TTFT), then open-loop Poisson arrivals at ``--factor`` × capacity for ``--seconds``
+(60 in CI-size runs, 600 by hand), then the load stops (every outstanding client leaves) and
+the gateway must come back: queues empty and a Turbo request served within 2× its unloaded TTFT.
+
+Prints one JSON object: the gateway's RSS at start, peak and end (MB); counts by tier and status;
+sheds without ``Retry-After`` (must be 0); Turbo p95 TTFT loaded and unloaded (Turbo is 5 % of
+the load: half the capacity at 10×); Relax completions
+(never starved to zero); the recovery time; and pass/fail for the acceptance bounds (peak RSS
+under 2× start + 50 MB, every shed with Retry-After, recovery within 5 s).
+
+    python benchmarks/overload_soak.py [--seconds 60] [--factor 10]
+
+All traffic stays on 127.0.0.1; the client keeps at most ``--max-open`` requests open.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import resource
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+sys.path.insert(0, str(Path(__file__).parent))
+from turbo_isolation import GPU, MODEL, OUTPUT, PROMPT, SCALE, SEQS, capacity_rps
+from turbogate.config import hash_key
+from turbogate.procs import Service, start_emulator, start_gateway
+
+KEY, ADMIN = "sk-soak", "soak-admin"
+#: Turbo is 5 % of the offered load: half the fleet's capacity at 10×, so Turbo alone fits and
+#: its TTFT is a fair question; Standard and Relax bring the excess.
+MIX = (("turbo", 0.05), ("standard", 0.75), ("relax", 0.2))
+SHED = (429, 503)
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def p95(values: list[float]) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, int(0.95 * len(s)))]
+
+
+class Load:
+    def __init__(self, url: str, max_open: int) -> None:
+        self.url = url + "/v1/chat/completions"
+        self.open = asyncio.Semaphore(max_open)
+        self.counts: Counter[str] = Counter()
+        self.no_retry_after = 0
+        self.ttft: dict[str, list[float]] = {t: [] for t, _ in MIX}
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def one(self, session: aiohttp.ClientSession, tier: str) -> None:
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "x " * (PROMPT * 2)}],
+                "max_tokens": OUTPUT, "ignore_eos": True, "stream": True, "service_tier": tier}
+        start = time.perf_counter()
+        async with self.open:
+            try:
+                async with session.post(self.url, json=body) as resp:
+                    if resp.status != 200:
+                        await resp.read()
+                        self.counts[f"{tier}:{resp.status}"] += 1
+                        if resp.status in SHED and "Retry-After" not in resp.headers:
+                            self.no_retry_after += 1
+                        return
+                    first = True
+                    async for line in resp.content:
+                        if first and line.startswith(b"data: {"):
+                            self.ttft[tier].append(time.perf_counter() - start)
+                            first = False
+                    self.counts[f"{tier}:200"] += 1
+            except asyncio.CancelledError:
+                self.counts[f"{tier}:left_at_stop"] += 1
+                raise
+            except aiohttp.ClientError as exc:
+                self.counts[f"{tier}:{type(exc).__name__}"] += 1
+
+    def start(self, session: aiohttp.ClientSession, tier: str) -> None:
+        task = asyncio.get_running_loop().create_task(self.one(session, tier))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def poisson(self, session: aiohttp.ClientSession, rps: float, seconds: float,
+                      tiers: tuple[tuple[str, float], ...], rng: random.Random) -> None:
+        names, weights = zip(*tiers, strict=True)
+        end = time.perf_counter() + seconds
+        next_at = time.perf_counter()
+        while next_at < end:
+            next_at += rng.expovariate(rps)
+            await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+            self.start(session, rng.choices(names, weights)[0])
+
+    async def stop(self) -> int:
+        left = len(self.tasks)
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        return left
+
+
+async def idle(session: aiohttp.ClientSession, gw: str) -> bool:
+    async with session.get(gw + "/admin/state", headers={"Authorization": f"Bearer {ADMIN}"}) as resp:
+        state = await resp.json()
+    return all(p["in_flight"] == 0 and all(q["queued"] == 0 for q in p["queues"].values())
+               for p in state["pools"].values())
+
+
+async def turbo_ttft(session: aiohttp.ClientSession, gw: str) -> float | None:
+    probe = Load(gw, 1)
+    await probe.one(session, "turbo")
+    return probe.ttft["turbo"][0] if probe.ttft["turbo"] else None
+
+
+async def soak(gw: Service, seconds: float, factor: float, max_open: int, seed: int,
+               baseline_s: float) -> dict[str, Any]:
+    cap = capacity_rps()
+    rng = random.Random(seed)
+    headers = {"Authorization": f"Bearer {KEY}"}
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn, headers=headers,
+                                     timeout=aiohttp.ClientTimeout(total=None)) as session:
+        base = Load(gw.url, max_open)
+        await base.poisson(session, 0.2 * cap, baseline_s, (("turbo", 1.0),), rng)
+        await asyncio.gather(*base.tasks, return_exceptions=True)
+        unloaded = p95(base.ttft["turbo"])
+        rss_start = rss_mb(gw.process.pid)
+        peak = rss_start
+        load = Load(gw.url, max_open)
+
+        async def sample() -> None:
+            nonlocal peak
+            while True:
+                peak = max(peak, rss_mb(gw.process.pid))
+                await asyncio.sleep(0.5)
+
+        sampler = asyncio.get_running_loop().create_task(sample())
+        await load.poisson(session, factor * cap, seconds, MIX, rng)
+        stopped = time.perf_counter()
+        left = await load.stop()
+        recovered_at = None
+        limit = None if unloaded is None else 2 * unloaded
+        while time.perf_counter() - stopped < 60:
+            if await idle(session, gw.url):
+                ttft = await turbo_ttft(session, gw.url)
+                if ttft is not None and (limit is None or ttft <= limit):
+                    recovered_at = time.perf_counter()
+                    break
+            await asyncio.sleep(0.1)
+        sampler.cancel()
+        rss_end = rss_mb(gw.process.pid)
+    statuses = dict(sorted(load.counts.items()))
+    codes = {k: k.split(":")[1] for k in load.counts}
+    shed = sum(v for k, v in load.counts.items() if codes[k].isdigit() and int(codes[k]) in SHED)
+    recovery = None if recovered_at is None else round(recovered_at - stopped, 2)
+    turbo_loaded = p95(load.ttft["turbo"])
+    return {
+        "seconds": seconds, "capacity_rps": round(cap, 2), "offered_rps": round(factor * cap, 2),
+        "rss_mb": {"start": round(rss_start, 1), "peak": round(peak, 1), "end": round(rss_end, 1)},
+        "statuses": statuses, "shed": shed, "shed_without_retry_after": load.no_retry_after,
+        "turbo_p95_ttft_unloaded_s": unloaded, "turbo_p95_ttft_loaded_s": turbo_loaded,
+        "turbo_p95_ttft_ratio": None if not unloaded or turbo_loaded is None else round(turbo_loaded / unloaded, 2),
+        "relax_completed": load.counts.get("relax:200", 0), "outstanding_at_stop": left,
+        "recovery_s": recovery,
+        "pass": {"memory_bounded": peak < 2 * rss_start + 50, "retry_after_on_every_shed": load.no_retry_after == 0,
+                 "relax_not_starved": load.counts.get("relax:200", 0) > 0,
+                 "recovered_within_5s": recovery is not None and recovery <= 5.0},
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--factor", type=float, default=10.0, help="offered load ÷ the fleet's capacity")
+    ap.add_argument("--max-open", type=int, default=6000, help="most requests the client keeps open")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--baseline-seconds", type=float, default=15.0, help="Turbo alone at 0.2× capacity first")
+    args = ap.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        emus = [start_emulator("--gpu", GPU, "--model", MODEL, "--max-num-seqs", str(SEQS),
+                               "--time-scale", str(SCALE), log_dir=folder) for _ in range(2)]
+        config = {"admin": {"token_sha256": hash_key(ADMIN)},
+                  "tenants": [{"name": "soak", "key_sha256": hash_key(KEY), "tiers": ["turbo", "standard", "relax"]}],
+                  "pools": [{"name": "main", "models": [MODEL],
+                             "replicas": [{"url": e.url, "engine": "emulator"} for e in emus]}]}
+        path = folder / "gateway.yaml"
+        path.write_text(yaml.safe_dump(config))
+        try:
+            with start_gateway(path, "--log-level", "warning", log_dir=folder) as gw:
+                out = asyncio.run(soak(gw, args.seconds, args.factor, args.max_open, args.seed,
+                                     args.baseline_seconds))
+        finally:
+            for e in emus:
+                e.stop()
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

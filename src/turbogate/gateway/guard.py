@@ -1,0 +1,195 @@
+"""A connection guard on uvicorn's httptools protocol: limits enforced before any key is read.
+
+httptools has no header-size limit and uvicorn has no header or body read timeout, so a client
+could hold memory (an unfinished 8 MiB header) or connections (a half-sent request, a
+``Content-Length`` larger than the body) for as long as it liked.  This subclass adds:
+
+- ``max_header_bytes``: the request line and headers; over it → 431, connection closed;
+- ``header_timeout_s``: from a connection's (or a request's) first byte to the end of its
+  headers, and from accept to the first byte; over it → 408 (or a silent close if nothing came);
+- ``body_timeout_s`` / ``min_body_rate_bytes_s``: a body must not stall for ``body_timeout_s``
+  and, after that grace, must average at least the rate floor; else → 408.
+
+Protocol-level refusals (these, and httptools' parse errors) answer the OpenAI error shape.
+The limits are read from the app's ``GatewayConfig`` (``limits``), so every worker has them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from turbogate.asgi import error_body
+from turbogate.config import Limits
+
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+_END = b"\r\n\r\n"
+_LINGER_S = 2.0
+_SWEEP_S = 0.5
+
+
+def _limits_of(app: Any) -> Limits:
+    """The ``limits`` of the gateway behind uvicorn's wrappers (defaults for any other app)."""
+    for _ in range(8):
+        config = getattr(app, "config", None)
+        limits = getattr(config, "limits", None)
+        if isinstance(limits, Limits):
+            return limits
+        app = getattr(app, "app", None)
+        if app is None:
+            break
+    return Limits.model_validate({})
+
+
+class _Sweeper:
+    """One timer per event loop checks every guarded connection's deadlines twice a second, so
+    a request costs no timer of its own (a timer armed and cancelled per request was measurable)."""
+
+    def __init__(self) -> None:
+        self.live: set[GuardedHttpToolsProtocol] = set()
+        self._handle: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def add(self, conn: GuardedHttpToolsProtocol) -> None:
+        self.live.add(conn)
+        loop = conn.loop
+        if self._handle is None or self._loop is not loop or loop.is_closed():
+            self._loop = loop
+            self._handle = loop.call_later(_SWEEP_S, self._sweep)
+
+    def _sweep(self) -> None:
+        self._handle = None
+        now = time.monotonic()
+        for conn in list(self.live):
+            conn.check(now)
+        if self.live and self._loop is not None:
+            self._handle = self._loop.call_later(_SWEEP_S, self._sweep)
+
+
+_SWEEPER = _Sweeper()
+_HEADERS, _BODY, _OTHER = 0, 1, 2  # what the connection's next bytes are
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    def __init__(self, config: Any, server_state: Any, app_state: dict[str, Any],
+                 _loop: asyncio.AbstractEventLoop | None = None) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        limits = getattr(config, "_turbogate_limits", None)
+        if limits is None:
+            limits = config._turbogate_limits = _limits_of(self.app)
+        self._max_header = limits.max_header_bytes
+        self._header_timeout = limits.header_timeout_s
+        self._body_timeout = limits.body_timeout_s
+        self._min_rate = limits.min_body_rate_bytes_s
+        self._phase = _HEADERS
+        self._fresh = True  # no request yet: a silent connection is closed after the header timeout
+        self._header_bytes = 0
+        self._since = time.monotonic()  # when the current headers (or body) began
+        self._last = 0.0  # when the last body byte came
+        self._body_bytes = 0
+        self._discarding = False  # refused: what still comes is read and dropped until the close
+
+    # ---- uvicorn's Protocol interface -----------------------------------------------------------
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._since = time.monotonic()
+        _SWEEPER.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        _SWEEPER.live.discard(self)
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._discarding:
+            return
+        if self._phase == _HEADERS:
+            if self._header_bytes == 0 and not self._fresh:
+                self._since = time.monotonic()  # a kept-alive connection's next request begins
+            end = data.find(_END)
+            seen = self._header_bytes + (len(data) if end < 0 else end)
+            if seen > self._max_header:
+                self._refuse(431, f"request headers are over the limit of {self._max_header} bytes",
+                             "headers_too_large")
+                return
+            self._header_bytes = seen
+        elif self._phase == _BODY:
+            self._body_bytes += len(data)
+            self._last = time.monotonic()
+        super().data_received(data)
+
+    def send_400_response(self, msg: str) -> None:
+        self._refuse(400, "the request is not valid HTTP/1.1", "invalid_http")
+
+    # ---- parser callbacks -----------------------------------------------------------------------
+    def on_headers_complete(self) -> None:
+        # Every request is watched as if a body followed; one without a body completes at once.
+        self._phase = _BODY
+        self._fresh = False
+        self._since = self._last = time.monotonic()
+        self._body_bytes = 0
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._phase = _HEADERS
+        self._header_bytes = 0
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        if self._phase == _BODY:  # answered without reading its whole body (e.g. a 413): stop watching it
+            self._phase = _OTHER
+        super().on_response_complete()
+
+    # ---- deadlines (the sweeper) ----------------------------------------------------------------
+    def check(self, now: float) -> None:
+        if self._discarding or self.transport.is_closing():
+            return
+        if self.flow.read_paused:  # we stopped reading (a pipelined request waits its turn): not the client's stall
+            self._since = self._last = now
+            return
+        if self._phase == _HEADERS:
+            if self._header_bytes == 0 and not self._fresh:
+                return  # idle between requests: uvicorn's keep-alive timeout closes it
+            if now - self._since < self._header_timeout:
+                return
+            if self._header_bytes == 0:  # nothing came: close quietly, as a keep-alive timeout would
+                self.transport.close()
+                return
+            self._refuse(408, f"the request headers did not arrive within {self._header_timeout:g}s",
+                         "request_timeout")
+        elif self._phase == _BODY:
+            elapsed = now - self._since
+            stalled = now - self._last >= self._body_timeout
+            slow = elapsed >= self._body_timeout and self._body_bytes < self._min_rate * elapsed
+            if stalled or slow:
+                self._refuse(408, "the request body stopped or came slower than "
+                             f"{self._min_rate:g} bytes/s", "request_timeout")
+
+    # ---- refusing -------------------------------------------------------------------------------
+    def _refuse(self, status: int, message: str, code: str) -> None:
+        """Answer ``status`` in the OpenAI error shape (unless a response has begun) and close."""
+        self._phase = _OTHER
+        cycle = self.cycle
+        started = cycle is not None and not cycle.response_complete and cycle.response_started
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True  # the app's receive() now says the client left; its sends are dropped
+            cycle.keep_alive = False
+            cycle.message_event.set()
+        transport = self.transport
+        if started or transport.is_closing():
+            transport.close()
+            return
+        body = error_body(status, message, code=code)
+        transport.write(b"".join([
+            b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status]),
+            b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body),
+            body]))
+        # A lingering close: closing with unread bytes would send a reset that can destroy the
+        # answer before the client reads it, so stop our side, drop what still comes, close soon.
+        self._discarding = True
+        self.flow.resume_reading()
+        if transport.can_write_eof():
+            transport.write_eof()
+        self.loop.call_later(_LINGER_S, transport.close)
