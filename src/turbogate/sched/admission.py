@@ -226,7 +226,17 @@ class Admission:
         """The slots the holdback keeps for Turbo's bursts right now (0 without holdback)."""
         if not self.holdback:
             return 0
-        return headroom_slots(self._top_arrivals.read(now), self._completions.read(now), self.headroom_risk, slots)
+        return headroom_slots(self._top_arrivals.read(now), self._replenish_rate(now, slots), self.headroom_risk,
+                              slots)
+
+    def _replenish_rate(self, now: float, slots: int) -> float:
+        """How fast kept-free slots come back: the completions a full pool of ``slots`` makes
+        (slots ÷ service time), not the completions seen — those fall as the holdback grows, and
+        a reserve sized on them would grow further, a spiral."""
+        service = self.service_estimate_s
+        if service is not None and service > 0:
+            return slots / service
+        return self._completions.read(now)
 
     def snapshot(self) -> dict[str, dict[str, float]]:
         return {
@@ -316,7 +326,7 @@ class Admission:
         top_rate = self._top_arrivals.read(now)
         held = self.holdback and top_rate * RATE_TAU_S >= 0.5
         if held:
-            ceiling = base - headroom_slots(top_rate, self._completions.read(now), self.headroom_risk, base)
+            ceiling = base - headroom_slots(top_rate, self._replenish_rate(now, base), self.headroom_risk, base)
         best: Ticket | None = None
         owed: Ticket | None = None
         line_above = 0  # the holdback line of the best tier above with queued work
