@@ -21,7 +21,7 @@ from turbogate.perf import deployment, get_gpu, resolve_model
 from turbogate.procs import start_emulator, start_gateway
 
 GPU, MODEL, SEQS, SCALE = "L4", "llama-3.1-8b", 8, 0.25
-PROMPT, OUTPUT = 128, 64
+PROMPT, OUTPUT = 128, 32
 KEY = "sk-isolation-test"
 
 
