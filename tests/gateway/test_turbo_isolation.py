@@ -2,7 +2,8 @@
 
 Real emulators, the real gateway with a config that sets no ``max_concurrency`` and no tier
 policy, and ``turbogate bench`` as the client.  Looser than ``benchmarks/turbo_isolation.py``
-(shorter runs on a busy 2-core machine); the pure-core test holds the tight bound.
+(shorter runs, the median rather than the p95, on a busy 2-core machine); the pure-core test
+holds the tight bound.
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ def bench(url: str, qps: float, seconds: float, tiers: str, out: Path) -> list[d
     return [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines() if line]
 
 
-def p95_turbo_ttft(records: list[dict[str, object]]) -> float:
+def turbo_ttft(records: list[dict[str, object]], q: float) -> float:
     values = sorted(float(r["ttft_s"]) for r in records  # type: ignore[arg-type]
                     if r["tier_asked"] == "turbo" and r["ok"] and r["ttft_s"] is not None)
     assert len(values) >= 20, len(values)
-    return values[int(0.95 * (len(values) - 1))]
+    return values[int(q * (len(values) - 1))]
 
 
 def test_turbo_holds_at_twice_capacity_with_the_default_config(tmp_path: Path) -> None:
@@ -66,8 +67,11 @@ def test_turbo_holds_at_twice_capacity_with_the_default_config(tmp_path: Path) -
         gateway.stop()
         for e in emulators:
             e.stop()
-    ratio = p95_turbo_ttft(heavy) / p95_turbo_ttft(light)
-    assert ratio <= 3.0, ratio  # the benchmark's target is 1.5 on a quiet machine
+    # The median, not the p95: on a 2-core machine running the whole suite, the emulators' steps
+    # stall now and then and the tail is the machine's; benchmarks/turbo_isolation.py holds the
+    # p95 target (1.5×) on a quiet machine.
+    ratio = turbo_ttft(heavy, 0.5) / turbo_ttft(light, 0.5)
+    assert ratio <= 2.0, ratio
     turbo_shed = [r for r in heavy if r["tier_asked"] == "turbo" and r["status"] in (429, 503)]
     assert turbo_shed == []
     done = [r for r in heavy if r["ok"]]
