@@ -38,7 +38,7 @@ from turbogate.gateway.metrics_port import MetricsServer, serve_metrics
 from turbogate.gateway.openapi import openapi_document
 from turbogate.gateway.proxy import attempt
 from turbogate.gateway.runtime import Runtime, TenantRt, build_runtime
-from turbogate.gateway.scrape import probe_once, scrape_all, scrape_loop
+from turbogate.gateway.scrape import probe_once, scrape_all, scrape_loop, scrape_once
 from turbogate.gateway.tracing import install as install_tracing
 from turbogate.httpclient import UpstreamPool
 from turbogate.sched import FlowRequest, Health, Replica, Respond, Tier
@@ -192,8 +192,6 @@ class GatewayApp(AsgiApp):
         ok = await probe_once(self.rt, io)
         if ok and replica.health is Health.EJECTED and replica.scraped:
             # Fresh metrics with the comeback, so L2 need not treat it as stale for a second.
-            from turbogate.gateway.scrape import scrape_once
-
             result = await scrape_once(self.rt, io)
             self.driver.run(self.rt.flow.scraped(replica.id, result, time.perf_counter()))
         return ok
