@@ -109,6 +109,13 @@ class AsgiApp(ABC):
             await self.handle_http(scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
+        elif kind == "websocket":
+            await self.handle_websocket(scope, receive, send)
+
+    async def handle_websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Refuse a WebSocket (the handshake gets 403) unless a subclass serves it."""
+        await receive()
+        await send({"type": "websocket.close", "code": 1008})
 
     @abstractmethod
     async def handle_http(self, scope: Scope, receive: Receive, send: Send) -> None:

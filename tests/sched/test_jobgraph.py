@@ -83,7 +83,8 @@ def test_shape_problems_are_all_reported_at_once() -> None:
     assert ("invalid", None, "extra") in got and ("invalid", None, "service_tier") in got
     assert ("invalid", "a", "steps[0].depend_on") in got and ("invalid", "a", "steps[0].request.model") in got
     assert ("invalid", "a", "steps[0].request.messages") in got and ("duplicate_step", "a", "steps[1].id") in got
-    assert ("invalid", "b", "steps[2].request.stream") in got and ("invalid", "b", "steps[2].request.service_tier") in got
+    assert ("invalid", "b", "steps[2].request.stream") in got
+    assert ("invalid", "b", "steps[2].request.service_tier") in got
     assert ("invalid", None, "steps[3].id") in got
     assert kinds([1, 2]) == [("invalid", None)] and kinds({"steps": []}) == [("invalid", None)]
 
