@@ -251,6 +251,7 @@ def _order(steps: list[Step]) -> tuple[list[str], set[str]]:
 def _cycles(steps: list[Step], left: set[str]) -> list[list[str]]:
     """Each distinct cycle among the unplaced steps, as a path that returns to its start."""
     deps = {s.id: [d for d in s.depends_on if d in left] for s in steps if s.id in left}
+    listed = {s.id: i for i, s in enumerate(steps)}
     state: dict[str, int] = {}  # 1: on the current path, 2: finished
     found: list[list[str]] = []
     seen: set[frozenset[str]] = set()
@@ -271,8 +272,12 @@ def _cycles(steps: list[Step], left: set[str]) -> list[list[str]]:
                 key = frozenset(cycle)
                 if key not in seen:
                     seen.add(key)
-                    # Shown in run order: each step would run after the one before it.
-                    found.append([*reversed(cycle), cycle[-1]])
+                    # Shown in run order (each step would run after the one before it), from the
+                    # step listed first in the job, which is the one the problem names.
+                    loop = cycle[::-1]
+                    first = min(range(len(loop)), key=lambda i: listed[loop[i]])
+                    loop = loop[first:] + loop[:first]
+                    found.append([*loop, loop[0]])
             elif nxt not in state:
                 state[nxt] = 1
                 path.append(nxt)
