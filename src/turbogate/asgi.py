@@ -24,6 +24,7 @@ _ERROR_TYPES = {
     404: "invalid_request_error",
     405: "invalid_request_error",
     408: "invalid_request_error",
+    410: "invalid_request_error",
     413: "invalid_request_error",
     415: "invalid_request_error",
     429: "rate_limit_error",

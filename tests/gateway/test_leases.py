@@ -113,7 +113,7 @@ def test_http_heartbeats_keep_a_lease_and_silence_expires_it(gw: Service) -> Non
         time.sleep(PING_S)
     wait_for(lambda: lease_state(gw, lease_id)["state"] == "expired", timeout=30, what="the lease to expire")
     state = lease_state(gw, lease_id)
-    assert state["reason"] == "no_heartbeat" and state["silent_s"] >= EXPIRE_S
+    assert state["reason"] == "no_heartbeat" and state["silent_s"] >= EXPIRE_S and state["expires_in_s"] == 0
 
 
 def test_an_unknown_lease_is_served_standard_and_refused_a_websocket(gw: Service) -> None:

@@ -36,10 +36,12 @@ WS_EXPIRED = 4001  # close code sent when the lease expires (4000-4999: the appl
 
 def view(app: GatewayApp, lease: Lease, now: float, renewed: bool | None = None) -> dict[str, Any]:
     p = app.rt.flow.leases.policy
-    remaining = lease.remaining(now)
+    # An expired lease has no time left; its expires_at is when it expired.
+    remaining = 0.0 if lease.expired_at is not None else lease.remaining(now)
+    ends = now + remaining if lease.expired_at is None else lease.expired_at
     out: dict[str, Any] = {
         "id": lease.id, "object": "turbo.lease", "state": lease.state.value, "reason": lease.reason,
-        "expires_in_s": round(remaining, 3), "expires_at": round(time.time() + remaining, 3),
+        "expires_in_s": round(remaining, 3), "expires_at": round(time.time() + ends - now, 3),
         "silent_s": round(now - lease.last_heartbeat, 3), "renewals": lease.renewals,
         "heartbeat": {"interval_s": p.ping_interval_s, "warn_after_s": p.warn_after_s,
                       "expire_after_s": p.expire_after_s, "http": f"{PREFIX}/{lease.id}/heartbeat",

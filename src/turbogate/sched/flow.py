@@ -15,7 +15,8 @@ or reads a clock, so a full gateway scenario runs in a unit test with a fake clo
       tick(now) at wake_at()
 
 Rules that live here and nowhere else: tier resolution (asked → entitled → switches → served,
-the vLLM ``priority`` value), a request's fair-queue cost (bounded), admission and shedding
+a Turbo lease's verdict (sched/leases.py), the vLLM ``priority`` value), a request's fair-queue
+cost (bounded), admission and shedding
 with a truthful ``Retry-After`` (sched/admission.py), one queue limit (the tier's queue budget
 or its deadline, whichever comes first), the deadline (arrival → first byte for streams, →
 full answer otherwise: 504, and a strike against the replica), replica choice (sched/picker.py),
