@@ -113,3 +113,10 @@ def test_order_puts_every_dependency_first_or_reports_a_cycle(edges: list[list[i
         pos = {sid: i for i, sid in enumerate(graph.order)}
         for s in graph.steps:
             assert all(pos[d] < pos[s.id] for d in s.depends_on)
+
+
+def test_a_request_nested_too_deep_is_refused_without_recursion() -> None:
+    deep: Any = "x"
+    for _ in range(5000):
+        deep = [deep]
+    assert kinds({"steps": [step("a", content=deep)]}) == [("invalid", "a")]

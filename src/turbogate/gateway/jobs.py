@@ -11,6 +11,7 @@ worker process that accepted them (like the switches; see docs/gateway.md).
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ from turbogate.sched.jobrun import JobRun, StartStep
 
 if TYPE_CHECKING:
     from turbogate.gateway.app import GatewayApp
+
+log = logging.getLogger("turbogate.gateway")
 
 PREFIX = "/v1/jobs"
 CHAT_PATH = "/v1/chat/completions"
@@ -141,6 +144,17 @@ class JobsApi:
             task.add_done_callback(job.tasks.discard)
 
     async def _run_step(self, job: Job, start: StartStep) -> None:
+        try:
+            nexts = await self._call(job, start)
+        except Exception:  # a bug, not the step's fault: fail the step rather than leave the job running
+            log.exception("job %s step %s: internal error", job.id, start.step)
+            nexts = job.run.failed(start.step, "internal gateway error", time.perf_counter(), 500)
+        if job.run.done:
+            job.headers = []  # the key it carried is not kept longer than the job runs
+        self._start(job, nexts)
+
+    async def _call(self, job: Job, start: StartStep) -> list[StartStep]:
+        """Run one step as a chat request through the gateway's entry; report its answer to the run."""
         body = orjson.dumps(start.request)
         abort = job.aborts[start.step]
         sent = False
@@ -181,13 +195,12 @@ class JobsApi:
         except orjson.JSONDecodeError:
             output = raw.decode("utf-8", "replace")
         if abort.is_set() and status in (None, 499):
-            nexts = job.run.aborted(start.step, now)
-        elif status == 200:
-            nexts = job.run.succeeded(start.step, output, now)
-        else:
-            message = output.get("error", {}).get("message") if isinstance(output, dict) else None
-            nexts = job.run.failed(start.step, f"HTTP {status}: {message or 'no answer'}", now, status, output)
-        self._start(job, nexts)
+            return job.run.aborted(start.step, now)
+        if status == 200:
+            return job.run.succeeded(start.step, output, now)
+        error = output.get("error") if isinstance(output, dict) else None
+        message = error.get("message") if isinstance(error, dict) else None
+        return job.run.failed(start.step, f"HTTP {status}: {message or 'no answer'}", now, status, output)
 
     # ---- the view ---------------------------------------------------------------------------------
     def view(self, job: Job) -> dict[str, Any]:

@@ -107,6 +107,23 @@ def parse_ref(text: str) -> Ref | None:
     return Ref(text, head.group(0), tuple(path))
 
 
+MAX_NESTING = 64  # a step's request may nest this deep (references are replaced by a recursive walk)
+
+
+def nesting(value: Any) -> int:
+    """How deep ``value`` nests (a scalar is 0), without recursion."""
+    deepest = 0
+    stack = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict | list):
+            depth += 1
+            deepest = max(deepest, depth)
+            if depth <= MAX_NESTING:  # past the limit the answer is already known
+                stack.extend((x, depth) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
 def request_refs(value: Any) -> list[str]:
     """Every ``{"$ref": ...}`` target inside a request body (as written, in document order)."""
     out: list[str] = []
@@ -182,6 +199,8 @@ class _Checker:
         return out
 
     def request(self, sid: str, where: str, request: dict[str, Any]) -> None:
+        if nesting(request) > MAX_NESTING:
+            self.add("invalid", sid, f"{where}.request", f"the request nests deeper than {MAX_NESTING} levels")
         if not isinstance(request.get("model"), str) or not request["model"]:
             self.add("invalid", sid, f"{where}.request.model", "a step's request needs a model (a string)")
         messages = request.get("messages")
