@@ -86,6 +86,8 @@ class JobsApi:
         elif method == "DELETE":
             for step in job.run.cancel(time.perf_counter()):
                 job.aborts[step].set()  # its request sees the client leave: the flow cancels it
+            if job.run.done:
+                job.headers = []
             await send_json(send, 200, self.view(job))
         else:
             await send_error(send, 405, f"{PREFIX}/{{id}} takes GET or DELETE", code="method_not_allowed")
