@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from turbogate.sched import Flow, FlowPolicy, FlowRequest, PoolSpec, ReplicaSpec, TenantSpec, Tier, TierPolicy
 from turbogate.sched.leases import (
@@ -128,3 +130,31 @@ def test_the_flow_serves_turbo_while_the_lease_lives_then_standard_and_says_why(
     assert stranger.downgrade == "lease_unknown"
     plain = flow.open(tenant="acme", model="m", now=130.0)
     assert isinstance(plain, FlowRequest) and plain.served is Tier.STANDARD and plain.downgrade is None
+
+
+_HALVES = st.integers(0, 400).map(lambda n: n / 2)  # exact in binary: no rounding at the 90 s and 120 s edges
+
+
+@given(st.lists(_HALVES, min_size=1, max_size=30), _HALVES)
+def test_the_state_follows_the_longest_silence(gaps: list[float], after: float) -> None:
+    """With a term too long to matter, a lease is expired exactly when some silence (between two
+    heartbeats, or since the last) reached 120 s, and in warn when the current one reached 90 s."""
+    book = LeaseBook(LeasePolicy(duration_s=1e9))
+    book.grant("L", "acme", 0.0)
+    now, expired_at = 0.0, None
+    for gap in gaps:
+        now += gap
+        if expired_at is None and gap >= 120.0:
+            expired_at = now - gap + 120.0
+        if expired_at is None:
+            book.heartbeat("L", "acme", now)
+        else:
+            with pytest.raises(LeaseExpired):
+                book.heartbeat("L", "acme", now)
+    lease = book.get("L", "acme", now + after)
+    if expired_at is None and after >= 120.0:
+        expired_at = now + 120.0
+    if expired_at is not None:
+        assert lease.state is LeaseState.EXPIRED and lease.expired_at == pytest.approx(expired_at)
+    else:
+        assert lease.state is (LeaseState.WARN if after >= 90.0 else LeaseState.ACTIVE)
