@@ -15,14 +15,14 @@ or reads a clock, so a full gateway scenario runs in a unit test with a fake clo
       tick(now) at wake_at()
 
 Rules that live here and nowhere else: tier resolution (asked → entitled → switches → served,
-a Turbo lease's verdict (sched/leases.py), the vLLM ``priority`` value), a request's fair-queue
-cost (bounded), admission and shedding
+the vLLM ``priority`` value), a request's fair-queue cost (bounded), admission and shedding
 with a truthful ``Retry-After`` (sched/admission.py), one queue limit (the tier's queue budget
 or its deadline, whichever comes first), the deadline (arrival → first byte for streams, →
 full answer otherwise: 504, and a strike against the replica), replica choice (sched/picker.py),
 the single retry on another replica before any byte, what each upstream failure means, and a
 first byte slower than ``slow_first_byte_s`` as a strike against its replica (a hung engine is
-ejected before the tier deadlines pass).
+ejected before the tier deadlines pass).  A Turbo lease's verdict (sched/leases.py) is part of
+tier resolution.
 """
 
 from __future__ import annotations
