@@ -121,6 +121,8 @@ async def handle_ws(app: GatewayApp, scope: Scope, receive: Receive, send: Send)
     reader = asyncio.get_running_loop().create_task(read())
     try:
         await _serve_ws(app, lease, tenant.name, inbox, send)
+    except OSError:  # the client vanished while we were telling it the state: nothing left to do
+        pass
     finally:
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
