@@ -126,10 +126,9 @@ def test_an_unknown_lease_is_served_standard_and_refused_a_websocket(gw: Service
 def test_a_websocket_client_that_leaves_costs_nothing(gw: Service) -> None:
     lease_id = grant(gw).json()["id"]
     for _ in range(3):
-        ws = ws_connect(gw, lease_id)
-        assert recv_json(ws)["state"] == "active"
-        ws.send("ping")
-        ws.close()  # gone, with or without reading the answer
+        with ws_connect(gw, lease_id) as ws:
+            assert recv_json(ws)["state"] == "active"
+            ws.send("ping")  # and gone without reading the answer
     beat = httpx.post(f"{gw.url}/v1/turbo/leases/{lease_id}/heartbeat", headers=auth(), timeout=30)
     assert beat.status_code == 200 and beat.json()["state"] == "active"
     assert "Traceback" not in gw.log_text() and "Exception in ASGI" not in gw.log_text()
