@@ -81,3 +81,22 @@ def test_merge_orders_by_schedule_and_renumbers() -> None:
     merged = merge([[rec(0, 0.0), rec(1, 0.2)], [rec(0, 0.1)]])
     assert [r.scheduled_s for r in merged] == [0.0, 0.1, 0.2]
     assert [r.id for r in merged] == [0, 1, 2]
+
+
+def test_workers_on_a_local_ray_instance_send_the_whole_schedule(fast_emulator: Service, tmp_path: Path) -> None:
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'turbogate[ray]')")
+    one = _bench(fast_emulator.url, tmp_path / "one")
+    ray = _bench(fast_emulator.url, tmp_path / "ray", "--workers", "2", "--ray", "local")
+    assert one.returncode == 0, one.stderr
+    assert ray.returncode == 0, ray.stderr
+    a, b = _records(tmp_path / "one"), _records(tmp_path / "ray")
+    assert sorted(r["scheduled_s"] for r in a) == sorted(r["scheduled_s"] for r in b)
+    assert all(r["ok"] for r in b)
+    summary = orjson.loads((tmp_path / "ray" / "summary.json").read_bytes())
+    assert summary["config"]["ray"] == "local"
+    assert len([n for n in summary["notes"] if n.startswith("worker ")]) == 2
+
+
+def test_ray_needs_workers(fast_emulator: Service, tmp_path: Path) -> None:
+    res = _bench(fast_emulator.url, tmp_path / "r", "--ray", "local")
+    assert res.returncode == 2 and "--workers" in res.stderr

@@ -22,7 +22,7 @@ from turbogate.bench.findknee import KneeSearch
 from turbogate.bench.live import LiveDisplay
 from turbogate.bench.runner import Runner, Target
 from turbogate.bench.shapes import Constant, make_shape, shape_steps
-from turbogate.bench.workers import WorkerJob, WorkerPool, drive, lag_notes, merge, split
+from turbogate.bench.workers import RayWorkerPool, WorkerJob, WorkerPool, drive, lag_notes, merge, split
 from turbogate.bench.workload import Workload
 from turbogate.results import (
     ALL,
@@ -71,6 +71,7 @@ class BenchConfig:
     max_error_rate: float = 0.5  # a first step failing more than this (shedding apart) stops the run
     max_lag_s: float = 0.010  # p99 dispatch lag above this: the load generator was the bottleneck
     workers: int = 1  # processes sending slices of one schedule (bench/workers.py)
+    ray_address: str | None = None  # run the workers as Ray actors on this cluster
 
     def describe(self) -> dict[str, Any]:
         """The settings as JSON for summary.json (API keys counted, never written)."""
@@ -88,7 +89,7 @@ class BenchConfig:
             "tiers": dict(self.workload.tiers.weights), "per_request_seed": self.workload.per_request_seed,
             "dataset_prompts": len(self.workload.dataset), "scrape": list(self.scrape), "metrics": list(self.metrics),
             "label": self.label, "max_error_rate": self.max_error_rate, "max_lag_ms": self.max_lag_s * 1000,
-            "workers": self.workers,
+            "workers": self.workers, "ray": self.ray_address,
         }
         return d
 
@@ -241,17 +242,19 @@ async def run_bench(cfg: BenchConfig, *, echo: Any = None) -> BenchResult:
     target = replace(cfg.target, model=model)
     loop = asyncio.get_running_loop()
     interrupts = 0
-    pool: WorkerPool | None = None
+    pool: WorkerPool | RayWorkerPool | None = None
     start_wall: float | None = None
     if cfg.workers > 1:  # find-knee is refused with workers by build_config
-        pool = WorkerPool([WorkerJob(k, target, items, cfg.grace_s, cfg.drain_s)
-                           for k, items in enumerate(split(schedule, cfg.workers))])
+        jobs = [WorkerJob(k, target, items, cfg.grace_s, cfg.drain_s)
+                for k, items in enumerate(split(schedule, cfg.workers))]
+        pool = RayWorkerPool(jobs, cfg.ray_address) if cfg.ray_address else WorkerPool(jobs)
         try:
             start_wall = await pool.start()
         except BaseException:
             pool.close()
             raise
-        say(f"bench: {cfg.workers} worker processes send the schedule in interleaved slices")
+        where = f" on the Ray cluster {cfg.ray_address}" if cfg.ray_address else ""
+        say(f"bench: {cfg.workers} workers{where} send the schedule in interleaved slices")
     async with Runner(target, start_wall=start_wall) as runner:
 
         def on_sigint() -> None:

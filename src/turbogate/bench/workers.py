@@ -10,7 +10,9 @@ each worker sends its records back when done, and its p99 dispatch lag is report
 (a lagging worker is named, not averaged away).
 
 Workers are separate processes (``spawn``), talking to the parent over one pipe each:
-``ready`` → ``start(wall time)`` → records.  Progress counters live in shared memory.
+``ready`` → ``start(wall time)`` → records; progress counters live in shared memory.  With
+``--ray ADDRESS`` they are Ray actors spread over the cluster's hosts instead, with the same
+protocol as method calls.
 """
 
 from __future__ import annotations
@@ -148,16 +150,10 @@ class WorkerPool:
             conn.send(start_wall)
         return start_wall
 
-    def fold_into(self, state: LiveState, now: float) -> None:
+    async def refresh(self, state: LiveState, now: float) -> None:
         """Sum the workers' published counters into ``state`` (the parent's live display)."""
-        totals = dict.fromkeys(COUNTERS, 0.0)
-        for k in range(len(self.jobs)):
-            for i, name in enumerate(COUNTERS):
-                totals[name] += self.counters[k * len(COUNTERS) + i]
-        new_ok = int(totals["ok"]) - state.ok
-        state.finished_at.extend([now] * max(0, new_ok))
-        for name in COUNTERS:
-            setattr(state, name, int(totals[name]))
+        n = len(COUNTERS)
+        _fold([list(self.counters[k * n:(k + 1) * n]) for k in range(len(self.jobs))], state, now)
 
     def stop(self) -> None:
         self._stop.set()
@@ -182,6 +178,92 @@ class WorkerPool:
             conn.close()
 
 
+def _fold(per_worker: Sequence[Sequence[float]], state: LiveState, now: float) -> None:
+    totals = [sum(column) for column in zip(*per_worker, strict=True)]
+    new_ok = int(totals[COUNTERS.index("ok")]) - state.ok
+    state.finished_at.extend([now] * max(0, new_ok))
+    for name, total in zip(COUNTERS, totals, strict=True):
+        setattr(state, name, int(total))
+
+
+class _RayBenchWorker:
+    """One worker as a Ray actor (async, so progress and stop calls run beside the sends)."""
+
+    def __init__(self) -> None:
+        self.state = LiveState()
+        self.runner: Runner | None = None
+
+    async def ready(self) -> bool:
+        return True
+
+    async def run(self, job: WorkerJob, start_wall: float) -> list[RequestRecord]:
+        async with Runner(job.target, state=self.state, start_wall=start_wall) as runner:
+            self.runner = runner
+            await runner.execute(job.items, grace_s=job.grace_s, drain_s=job.drain_s)
+            return runner.records
+
+    async def progress(self) -> list[float]:
+        return [float(getattr(self.state, name)) for name in COUNTERS]
+
+    async def stop(self, cancel: bool) -> None:
+        if self.runner is not None:
+            self.runner.stop.set()
+            if cancel:
+                self.runner.cancel_in_flight()
+
+
+class RayWorkerPool:
+    """The same split across the hosts of a Ray cluster: one actor per worker, spread over nodes.
+    Workers start on one wall-clock instant, so the hosts' clocks must agree (NTP)."""
+
+    #: Remote hosts get more time between "all ready" and the start than local processes.
+    LEAD_S = 1.0
+
+    def __init__(self, jobs: Sequence[WorkerJob], address: str) -> None:
+        from turbogate.raycluster import connect
+
+        self.jobs = list(jobs)
+        self._ray, self._started_here = connect(address)
+        actor = self._ray.remote(num_cpus=1, scheduling_strategy="SPREAD")(_RayBenchWorker)
+        self._actors = [actor.remote() for _ in self.jobs]
+        self._refs: list[Any] = []
+
+    async def start(self, startup_timeout_s: float = 120.0) -> float:
+        try:
+            await asyncio.wait_for(asyncio.gather(*(a.ready.remote() for a in self._actors)), startup_timeout_s)
+        except TimeoutError:
+            raise WorkerFailed(f"the Ray cluster did not start {len(self._actors)} bench workers in "
+                               f"{startup_timeout_s:.0f} s (one CPU each)") from None
+        start_wall = time.time() + self.LEAD_S
+        self._refs = [a.run.remote(job, start_wall) for a, job in zip(self._actors, self.jobs, strict=True)]
+        return start_wall
+
+    async def refresh(self, state: LiveState, now: float) -> None:
+        _fold(await asyncio.gather(*(a.progress.remote() for a in self._actors)), state, now)
+
+    def stop(self) -> None:
+        for a in self._actors:
+            a.stop.remote(False)
+
+    def cancel_in_flight(self) -> None:
+        for a in self._actors:
+            a.stop.remote(True)
+
+    async def results(self, timeout_s: float) -> list[list[RequestRecord]]:
+        try:
+            return list(await asyncio.wait_for(asyncio.gather(*self._refs), timeout_s))
+        except TimeoutError:
+            raise WorkerFailed(f"the Ray bench workers sent no records for {timeout_s:.0f} s") from None
+        except self._ray.exceptions.RayError as exc:
+            raise WorkerFailed(f"a Ray bench worker failed: {exc}") from None
+
+    def close(self) -> None:
+        for a in self._actors:
+            self._ray.kill(a)
+        if self._started_here:
+            self._ray.shutdown()
+
+
 def merge(per_worker: Sequence[Sequence[RequestRecord]]) -> list[RequestRecord]:
     """One record list in schedule order, ids renumbered so they stay unique across workers."""
     merged = sorted((r for records in per_worker for r in records), key=lambda r: (r.scheduled_s, r.id))
@@ -198,14 +280,16 @@ def lag_notes(per_worker: Sequence[Sequence[RequestRecord]]) -> list[str]:
     return notes
 
 
-async def drive(pool: WorkerPool, parent: Runner, wait_s: float) -> list[list[RequestRecord]]:
+async def drive(pool: WorkerPool | RayWorkerPool, parent: Runner, wait_s: float) -> list[list[RequestRecord]]:
     """Mirror the workers' progress into ``parent``'s live state until they hand back their records."""
 
     async def mirror() -> None:
+        told = False
         while True:
-            pool.fold_into(parent.state, parent.now())
-            if parent.stop.is_set():
+            await pool.refresh(parent.state, parent.now())
+            if parent.stop.is_set() and not told:
                 pool.stop()
+                told = True
             await asyncio.sleep(PUBLISH_S)
 
     task = asyncio.create_task(mirror())
@@ -215,4 +299,4 @@ async def drive(pool: WorkerPool, parent: Runner, wait_s: float) -> list[list[Re
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        pool.fold_into(parent.state, parent.now())
+        await pool.refresh(parent.state, parent.now())
