@@ -52,8 +52,10 @@ class GuardPolicy:
 
     enter_capped: float = 0.9
     leave_capped: float = 0.8
-    enter_closed: float = 1.3
-    leave_closed: float = 1.1
+    # Closed only far past the knee: capped already holds Turbo to a rate that keeps its SLO at
+    # 2× the knee (benchmarks/guard_abc.py); closing there would only move Turbo into Standard's queue.
+    enter_closed: float = 3.0
+    leave_closed: float = 2.5
     min_dwell_s: float = 10.0
     turbo_share: float = 0.3  # capped: Turbo grants per second at most this share of the knee
     burst_s: float = 2.0  # the bucket holds this many seconds of its rate
