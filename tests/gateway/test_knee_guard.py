@@ -138,3 +138,20 @@ def test_load_past_a_slow_emulators_knee_caps_turbo_by_the_online_estimate(tmp_p
         if gw is not None:
             gw.stop()
         emu.stop()
+
+
+def test_serve_refuses_a_knee_it_cannot_resolve(tmp_path: Path) -> None:
+    """A bad ``--knee-from`` is one clear line and exit code 2 before anything listens."""
+    from typer.testing import CliRunner
+
+    from turbogate.cli import app
+
+    cfg_path = tmp_path / "gateway.yaml"
+    cfg_path.write_text(yaml.safe_dump(gateway_config([pool("solo", [MODEL], ["http://127.0.0.1:9"])])))
+    runner = CliRunner()
+    missing = runner.invoke(app, ["serve", "--config", str(cfg_path), "--knee-from", str(tmp_path / "no-run")])
+    assert missing.exit_code == 2 and "pools.solo.knee_from: cannot read" in missing.output
+    unknown = runner.invoke(app, ["serve", "--config", str(cfg_path), "--knee-from", "nope=online"])
+    assert unknown.exit_code == 2 and "no pool 'nope'" in unknown.output
+    no_plan = runner.invoke(app, ["serve", "--config", str(cfg_path), "--knee-from", "plan"])
+    assert no_plan.exit_code == 2 and "needs a plan block" in no_plan.output
