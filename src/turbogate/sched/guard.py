@@ -103,7 +103,9 @@ class KneeGuard:
 
     def knee(self, now: float) -> float | None:
         """The knee in force (req/s, all tiers); ``None`` while an online estimate is still learning."""
-        return self.online.knee(now) if self.online is not None else self.source.knee_rps
+        if self.online is None:
+            return self.source.knee_rps
+        return self.online.knee(now, capped=self.state is not GuardState.OPEN)
 
     # ---- signals -------------------------------------------------------------------------
     def load_rps(self, now: float) -> float:

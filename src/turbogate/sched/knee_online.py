@@ -13,8 +13,9 @@ estimates it from what the flow sees anyway:
 Any signal firing means "past the knee"; none firing means "below it".  A verdict must hold for
 ``confirm_s`` before the estimate moves, so one slow request or one scrape does not:
 
-* past the knee for ``confirm_s``: the knee is what the pool completes per second now (its
-  throughput at saturation), never above the offered rate;
+* past the knee for ``confirm_s``: the knee is what the pool has completed per second since it
+  went past (its throughput at saturation, counted over that span, at most the last minute:
+  unbiased however idle the pool was before), never above the rate offered over the same span;
 * below it for ``confirm_s`` while the offered rate is within ``1/raise_factor`` of the knee: the
   pool carries that load, so the knee is at least that much; the estimate rises to
   ``raise_factor`` × the offered rate (the guard reopens and probes higher; if that saturates,
@@ -31,21 +32,24 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True, slots=True)
 class OnlineKneePolicy:
-    tau_s: float = 5.0  # time constant of the rate and latency averages
+    tau_s: float = 5.0  # time constant of the latency averages
+    rate_tau_s: float = 20.0  # ... and of the offered and achieved rates (a Poisson rate needs many arrivals)
     confirm_s: float = 3.0  # a verdict holds this long before the estimate moves
     ttft_factor: float = 3.0  # Turbo TTFT this many × its baseline ...
     ttft_floor_s: float = 0.1  # ... and this much above it: past the knee
     queue_floor_s: float = 0.1  # Turbo's mean gateway queue time over this: past the knee
     kv_saturated: float = 0.95  # the pool's mean KV-cache use at or over this: past the knee
     waiting_saturated: float = 1.0  # the pool's mean engine ``waiting`` at or over this: past the knee
-    shortfall: float = 0.15  # completions under (1 − shortfall) × arrivals: past the knee
+    shortfall: float = 0.2  # completions under (1 − shortfall) × arrivals: past the knee ...
+    shortfall_min_arrivals: float = 40.0  # ... judged only with this many arrivals in the rate window
     min_baseline_samples: int = 20  # Turbo answers before a TTFT baseline is trusted
     raise_factor: float = 1.3  # below the knee near it: lift the estimate to this × offered
+    capped_raise_after_s: float = 60.0  # while the guard caps Turbo, clear signals must last this long
     eval_every_s: float = 0.25  # the signals are read at most this often (the guard asks per arrival)
 
     def __post_init__(self) -> None:
-        if self.tau_s <= 0 or self.confirm_s < 0:
-            raise ValueError("tau_s must be > 0 and confirm_s >= 0")
+        if self.tau_s <= 0 or self.rate_tau_s <= 0 or self.confirm_s < 0:
+            raise ValueError("tau_s and rate_tau_s must be > 0, confirm_s >= 0")
         if self.ttft_factor <= 1 or self.raise_factor <= 1:
             raise ValueError("ttft_factor and raise_factor must be > 1")
         if not 0 < self.shortfall < 1:
@@ -109,15 +113,19 @@ class OnlineKnee:
     _verdict_since: float = 0.0
     _moved_at: float = -math.inf
     _eval_at: float = -math.inf
+    arrivals: int = 0
+    completions: int = 0
+    _past_from: tuple[float, int, int] = (0.0, 0, 0)  # when the pool went past the knee, and the counts then
 
     def __post_init__(self) -> None:
-        tau = self.policy.tau_s
-        self.offered, self.achieved = _Rate(tau), _Rate(tau)
-        self.turbo_ttft, self.turbo_queue = _Mean(tau), _Mean(tau)
+        p = self.policy
+        self.offered, self.achieved = _Rate(p.rate_tau_s), _Rate(p.rate_tau_s)
+        self.turbo_ttft, self.turbo_queue = _Mean(p.tau_s), _Mean(p.tau_s)
 
     # ---- the flow's events -----------------------------------------------------------------
     def arrived(self, now: float) -> None:
         self.offered.add(now)
+        self.arrivals += 1
 
     def dispatched(self, turbo: bool, queue_s: float, now: float) -> None:
         if turbo:
@@ -132,6 +140,7 @@ class OnlineKnee:
 
     def completed(self, now: float) -> None:
         self.achieved.add(now)
+        self.completions += 1
 
     def scraped(self, replica: str, kv_usage: float | None, waiting: float | None) -> None:
         self.replicas[replica] = (kv_usage, waiting)
@@ -158,12 +167,14 @@ class OnlineKnee:
             out.append(f"{sum(waits) / len(waits):.1f} waiting per engine")
         offered, achieved = self.offered.get(now), self.achieved.get(now)
         # Only with enough arrivals in the window to tell a shortfall from noise.
-        if offered * p.tau_s >= 10 and achieved < (1 - p.shortfall) * offered:
+        if offered * p.rate_tau_s >= p.shortfall_min_arrivals and achieved < (1 - p.shortfall) * offered:
             out.append(f"completing {achieved:.2f} of {offered:.2f} req/s offered")
         return out
 
-    def knee(self, now: float) -> float | None:
-        """The knee in force at ``now`` (req/s, all tiers); ``None`` until the pool first saturates."""
+    def knee(self, now: float, capped: bool = False) -> float | None:
+        """The knee in force at ``now`` (req/s, all tiers); ``None`` until the pool first saturates.
+        ``capped``: the guard is holding Turbo back, which itself clears the Turbo signals, so
+        the estimate rises only after ``capped_raise_after_s`` of clear signals (a slow probe)."""
         p = self.policy
         if now - self._eval_at < p.eval_every_s:
             return self.knee_rps
@@ -173,11 +184,17 @@ class OnlineKnee:
         past = bool(reasons)
         if past is not self._verdict:
             self._verdict, self._verdict_since = past, now
-        if now - self._verdict_since < p.confirm_s or now - self._moved_at < p.confirm_s:
+            self._past_from = (now, self.arrivals, self.completions)
+        hold = p.capped_raise_after_s if capped and not past else p.confirm_s
+        if now - self._verdict_since < hold or now - self._moved_at < p.confirm_s:
             return self.knee_rps
         offered = self.offered.get(now)
         if past:
-            achieved = min(self.achieved.get(now), offered)
+            since, arrivals, completions = self._past_from
+            span = now - since
+            achieved = min(self.completions - completions, self.arrivals - arrivals) / span if span > 0 else 0.0
+            if span > 60.0:  # count over the last minute at most: the pool may change
+                self._past_from = (now, self.arrivals, self.completions)
             if achieved > 0 and achieved != self.knee_rps:
                 self.knee_rps, self._moved_at = achieved, now
         elif self.knee_rps is not None and offered * p.raise_factor > self.knee_rps:
