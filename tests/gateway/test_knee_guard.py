@@ -69,6 +69,7 @@ def test_load_past_the_knee_caps_turbo_and_the_guard_reopens(
     assert guard_state(gw.url) in ("capped", "closed")
     metrics = httpx.get(gw.url + "/metrics", timeout=10).text
     assert 'turbogate_knee_guard_state{pool="solo"}' in metrics
+    assert 'turbogate_knee_guard_knee_rps{pool="solo",source="config"} 3.0' in metrics
     wait_for(lambda: guard_state(gw.url) == "open", timeout=20, what="the guard to reopen")
     assert ask_turbo(gw.url).headers["x-turbogate-tier"] == "turbo"
     events = admin_events(gw.url)
