@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from turbogate.errors import ConfigError
+from turbogate.errors import ConfigError, TurbogateError
 from turbogate.sched.admission import TierPolicy
 from turbogate.sched.guard import GuardPolicy, KneeSource
 from turbogate.sched.jobgraph import JobLimits
@@ -133,6 +133,19 @@ class Replica(_Model):
         return v[:-3] if v.endswith("/v1") else v
 
 
+class PlanKnee(_Model):
+    """The pool's hardware, model and request shape, for the planner's knee (``knee_from: plan``)."""
+
+    gpu: str = Field(min_length=1, description="GPU name, as `turbogate plan gpus` lists them")
+    model: str | None = Field(None, description="catalog model or config.json path (default: the pool's first model)")
+    tp: int = Field(1, ge=1)
+    dtype: str = "bf16"
+    prompt_tokens: int = Field(512, ge=1)
+    output_tokens: int = Field(256, ge=1)
+    max_num_seqs: int = Field(256, ge=1)
+    knee_factor: float = Field(2.0, gt=1, description="the knee: mean E2E reaches this × its unloaded value")
+
+
 class Pool(_Model):
     name: str = Field(min_length=1)
     models: list[str] = Field(min_length=1, description="model names this pool serves")
@@ -146,12 +159,16 @@ class Pool(_Model):
         None, gt=0, description="the pool's knee (offered req/s, all tiers): with one, a knee guard caps and then "
         "closes Turbo past it (docs/gateway.md)")
     knee_from: str | None = Field(
-        None, description="a bench or sim run folder whose measured knee (tier 'all') is the pool's knee")
+        None, description="where the knee comes from: a bench or sim run folder (its measured knee, tier 'all'), "
+        "'plan' (the planner's knee for the pool's `plan` block) or 'online' (learnt from live signals)")
+    plan: PlanKnee | None = Field(None, description="hardware, model and request shape for knee_from: plan")
 
     @model_validator(mode="after")
     def _one_knee(self) -> Pool:
         if self.knee_rps is not None and self.knee_from is not None:
             raise ValueError("give knee_rps or knee_from, not both")
+        if self.knee_from == "plan" and self.plan is None:
+            raise ValueError("knee_from: plan needs a plan block (gpu, prompt_tokens, output_tokens, ...)")
         return self
 
 
@@ -166,6 +183,8 @@ class KneeGuardConfig(_Model):
     turbo_share: float = Field(_GUARD.turbo_share, gt=0, le=1,
                                description="capped: Turbo grants per second at most this share of the knee")
     window_s: float = Field(_GUARD.rate_tau_s, gt=0, description="time constant of the offered-load estimate")
+    online: bool = Field(False, description="pools with neither knee_rps nor knee_from get a knee learnt online "
+                         "from live signals (sched/knee_online.py)")
 
     @model_validator(mode="after")
     def _ordered(self) -> KneeGuardConfig:
@@ -410,7 +429,7 @@ def flow_policy(config: GatewayConfig, pools: Sequence[PoolSpec] | None = None, 
         pools = [
             PoolSpec(p.name, tuple(p.models),
                      tuple(ReplicaSpec(rid, r.max_concurrency, r.engine != "openai") for rid, r in replica_ids(p)),
-                     p.scheduling_policy == "priority", knee_source(p))
+                     p.scheduling_policy == "priority", knee_source(p, config.knee_guard.online))
             for p in config.pools
         ]
     bands, cc = config.bands, config.concurrency
@@ -439,13 +458,29 @@ def flow_policy(config: GatewayConfig, pools: Sequence[PoolSpec] | None = None, 
                       max_cost_tokens=config.limits.max_tokens, leases=config.leases.policy())
 
 
-def knee_source(pool: Pool) -> KneeSource | None:
-    """The pool's knee for its guard: a fixed value, or a run folder's measured knee (the file
-    is read here, at the edge).  ``ConfigError`` when the folder has no knee to give."""
+def knee_source(pool: Pool, online: bool = False, replicas: int | None = None) -> KneeSource | None:
+    """The pool's knee for its guard: a fixed value, a run folder's measured knee (the file is
+    read here, at the edge), the planner's, or one learnt online (also for a pool with no knee
+    when ``online``, i.e. ``knee_guard.online``).  ``replicas``: the pool's size for the planner
+    when it is not the config's (the simulator's fleet).  ``ConfigError``: no knee to give."""
     if pool.knee_rps is not None:
         return KneeSource("config", pool.knee_rps)
+    if pool.knee_from == "online" or (pool.knee_from is None and online):
+        return KneeSource("online", 0.0, "learnt from Turbo queue time and TTFT, engine load, achieved rate")
     if pool.knee_from is None:
         return None
+    if pool.knee_from == "plan" and pool.plan is not None:
+        from turbogate.plan.knee import PlannedPool, planned_knee
+
+        pl = pool.plan
+        try:
+            planned, detail = planned_knee(PlannedPool(
+                pl.gpu, pl.model or pool.models[0], replicas or len(pool.replicas), tp=pl.tp, dtype=pl.dtype,
+                prompt_tokens=pl.prompt_tokens, output_tokens=pl.output_tokens, max_num_seqs=pl.max_num_seqs,
+                knee_factor=pl.knee_factor))
+        except (ValueError, LookupError, TurbogateError) as exc:
+            raise ConfigError(f"pools.{pool.name}.plan: {exc}") from None
+        return KneeSource("planner", planned, detail)
     from turbogate.results import load_run
 
     try:

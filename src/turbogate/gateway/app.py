@@ -393,7 +393,10 @@ def app_from_env() -> GatewayApp:
     from turbogate.gateway.cli import configure_logging
 
     configure_logging(os.environ.get("TURBOGATE_LOG_LEVEL", "warning"))
-    return GatewayApp(load_config(os.environ["TURBOGATE_CONFIG"]))
+    from turbogate.gateway.cli import with_knee_from
+
+    knee_from = [x for x in os.environ.get("TURBOGATE_KNEE_FROM", "").split("\n") if x]
+    return GatewayApp(with_knee_from(load_config(os.environ["TURBOGATE_CONFIG"]), knee_from))
 
 
 __all__ = ["JSON_CT", "GatewayApp", "app_from_env", "create_app", "send_json"]

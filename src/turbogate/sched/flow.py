@@ -67,7 +67,7 @@ class FlowRequest:
     pool: str
     model: str
     asked: Tier
-    served: Tier
+    served: Tier  # the tier it is served — and to be metered — at (a knee-guard downgrade lowers it)
     downgrade: str | None  # why served differs from asked
     stream: bool
     cost: float
@@ -312,6 +312,8 @@ class Flow:
         req.phase = _UPSTREAM
         req.dispatched_at = now
         req.retried = req.retried or retry
+        if self.guards and not retry and req.pool in self.guards:  # signals for an online knee
+            self.guards[req.pool].dispatched(req.served is Tier.TURBO, now - req.arrival, now)
         if self.mode in ("turbogate", "fifo"):  # plain proxies let engines queue: a slow first byte is normal there
             self._first_byte_timers.append((now + self.policy.picker.slow_first_byte_s, req, replica))
         return Dispatch(req, replica, retry)
@@ -342,6 +344,8 @@ class Flow:
             self._leave_upstream(req)
             req.phase = _ANSWERING
             req.first_byte_at = now
+            if self.guards and req.pool in self.guards:
+                self.guards[req.pool].first_byte(req.served is Tier.TURBO, now - req.arrival, now)
         return []
 
     def finished(self, req: FlowRequest, now: float, status: int = 200) -> list[Action]:
@@ -352,6 +356,8 @@ class Flow:
         if replica is not None:
             self.picker.on_response(replica, status, now - (req.dispatched_at or now), now)
         self._close(req, status, now, count_service=status < 500)
+        if self.guards and status < 500 and req.pool in self.guards:
+            self.guards[req.pool].completed(now)
         return self._after(req, now)
 
     def failed(self, req: FlowRequest, now: float, failure: Failure) -> list[Action]:
@@ -467,6 +473,8 @@ class Flow:
     def scraped(self, replica_id: str, result: ReplicaLoad | ScrapeFailed, now: float) -> list[Action]:
         replica = self.picker.get(replica_id)
         self.picker.on_scrape(replica, result, now)
+        if isinstance(result, ReplicaLoad) and replica.pool in self.guards:
+            self.guards[replica.pool].scraped(replica_id, result.kv_usage, result.waiting)
         return self._pump_all(now, self._health([]))
 
     def probed(self, replica_id: str, ok: bool, now: float) -> list[Action]:

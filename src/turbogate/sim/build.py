@@ -97,7 +97,8 @@ def build_replicas(sc: SimConfig) -> tuple[list[SimReplica], list[PoolSpec]]:
                 mine.append(ReplicaSpec(id=rid, max_concurrency=g.max_concurrency or gp.replicas[0].max_concurrency,
                                         scraped=True))
         specs.append(PoolSpec(fp.name, models=tuple(gp.models), priority_field=gp.scheduling_policy == "priority",
-                              replicas=tuple(mine), knee=knee_source(gp)))  # the pool's knee guard, as served
+                              replicas=tuple(mine),
+                              knee=knee_source(gp, cfg.knee_guard.online, len(mine))))  # its knee guard, as served
     return reps, specs
 
 
