@@ -33,6 +33,7 @@ from turbogate.config import GatewayConfig, load_config
 from turbogate.errors import ConfigError
 from turbogate.gateway import admin
 from turbogate.gateway.driver import FlowDriver, Handle
+from turbogate.gateway.marking import marked_pools, tier_tos
 from turbogate.gateway.metrics import GatewayMetrics
 from turbogate.gateway.metrics_port import MetricsServer, serve_metrics
 from turbogate.gateway.openapi import openapi_document
@@ -162,6 +163,7 @@ class GatewayApp(AsgiApp):
         if self._started:
             return
         self._started = True
+        marks = tier_tos(self.config)
         for r in self.rt.replicas.values():
             headers = None
             if r.api_key_env:
@@ -170,6 +172,7 @@ class GatewayApp(AsgiApp):
                     raise ConfigError(f"replica {r.state.id}: environment variable {r.api_key_env} is not set")
                 headers = {"Authorization": f"Bearer {key}"}
             r.client = UpstreamPool(r.url, self.config.limits.upstream_connect_timeout_s, headers)
+            r.tier_clients = marked_pools(r.url, self.config.limits.upstream_connect_timeout_s, headers, marks)
         cfg = self.config
         for p in cfg.pools:
             log.info("pool %s: models %s, %d replicas (%s)", p.name, ", ".join(p.models), len(p.replicas),
@@ -212,8 +215,8 @@ class GatewayApp(AsgiApp):
             task.cancel()
         self.driver.close()
         for r in self.rt.replicas.values():
-            if r.client is not None:
-                r.client.close()
+            for client in r.clients():
+                client.close()
 
     # ---- edge ------------------------------------------------------------------------------
     def _tenant(self, scope: Scope) -> TenantRt | None:

@@ -112,8 +112,8 @@ class Tracing:
         async def traced() -> None:
             await startup()  # makes the replicas' clients
             for io in app.rt.replicas.values():
-                if io.client is not None:
-                    self._wrap_client(io.client, io.state.id)
+                for client in io.clients():  # the plain pool and any DSCP-marked ones
+                    self._wrap_client(client, io.state.id)
 
         return traced
 
