@@ -32,6 +32,7 @@ from turbogate.asgi import (
 from turbogate.config import GatewayConfig, load_config
 from turbogate.errors import ConfigError
 from turbogate.gateway import admin
+from turbogate.gateway.coalesce import Coalescing
 from turbogate.gateway.driver import FlowDriver, Handle
 from turbogate.gateway.marking import marked_pools, tier_tos
 from turbogate.gateway.metrics import GatewayMetrics
@@ -111,6 +112,8 @@ class GatewayApp(AsgiApp):
         self.metrics_token = config.metrics.token_sha256
         self.metrics_port = config.metrics.port
         self._metrics_server: MetricsServer | None = None
+        # Identical deterministic requests share one upstream call on the routes config names (gateway/coalesce.py).
+        self.coalescing = Coalescing(config.coalesce, self.metrics.registry) if config.coalesce.routes else None
         install_tracing(self)  # OpenTelemetry hook (issue 13): returns at once unless TURBOGATE_OTEL is on
 
     # ---- ASGI entry (AsgiApp) ---------------------------------------------------------------
@@ -214,6 +217,8 @@ class GatewayApp(AsgiApp):
         for task in self.rt.tasks:
             task.cancel()
         self.driver.close()
+        if self.coalescing is not None:
+            self.coalescing.close()
         for r in self.rt.replicas.values():
             for client in r.clients():
                 client.close()
@@ -298,11 +303,18 @@ class GatewayApp(AsgiApp):
                 await self._bad(send, tenant, 400, f"request body nests deeper than {_MAX_DEPTH} levels", None,
                                 "invalid_json")
                 return
+        if self.coalescing is not None:  # an identical deterministic request may already be under way
+            decision = self.coalescing.decide(upstream_path, tenant, req, obj)
+            if decision is not None:
+                await self.coalescing.serve(self, decision, send, receive, tenant, req, body, upstream_path)
+                return
         await self._serve(receive, send, tenant, req, body, upstream_path)
 
     # ---- the request's life, as the flow directs it -----------------------------------------
     async def _serve(self, receive: Receive, send: Send, tenant: TenantRt, req: FlowRequest, body: bytes,
-                     upstream_path: str) -> None:
+                     upstream_path: str, count: bool = True) -> None:
+        """Serve ``req`` as the flow directs.  ``count``: False for a coalesced group's shared call,
+        whose members are counted one by one (gateway/coalesce.py)."""
         task = asyncio.current_task()
         assert task is not None
         handle = Handle(task)
@@ -359,7 +371,8 @@ class GatewayApp(AsgiApp):
                 watch.task.cancel()
             if not req.done:  # ended here without the flow knowing (a bug or shutdown): free its place
                 self.driver.run(self.rt.flow.client_gone(req, time.perf_counter()))
-            self.metrics.count(tenant.label, req.asked.value, req.served.value, status)
+            if count:
+                self.metrics.count(tenant.label, req.asked.value, req.served.value, status)
 
     async def _respond(self, send: Send, req: FlowRequest, respond: Respond) -> int:
         headers = [_TIER_HEADERS[req.served]]

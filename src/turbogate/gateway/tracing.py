@@ -100,11 +100,12 @@ class Tracing:
         return traced
 
     def wrap_serve(self, serve: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
-        async def traced(receive: Any, send: Any, tenant: Any, req: FlowRequest, body: bytes, path: str) -> None:
+        async def traced(receive: Any, send: Any, tenant: Any, req: FlowRequest, body: bytes, path: str,
+                         **options: Any) -> None:
             tr = _current.get()
             if tr is not None:
                 tr.req = req
-            await serve(receive, send, tenant, req, body, path)
+            await serve(receive, send, tenant, req, body, path, **options)
 
         return traced
 
