@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from turbogate.dscp import parse_dscp
 from turbogate.errors import ConfigError
 from turbogate.sched.admission import TierPolicy
-from turbogate.sched.coalesce import DEFAULT_IGNORED_FIELDS, DEFAULT_KEY_HEADERS, CoalescePolicy
+from turbogate.sched.coalesce import DEFAULT_IGNORED_FIELDS, CoalescePolicy
 from turbogate.sched.guard import GuardPolicy, KneeSource
 from turbogate.sched.picker import PickerConfig
 from turbogate.sched.policy import FlowPolicy, Mode, PoolSpec, ReplicaSpec, TenantSpec
@@ -229,8 +229,6 @@ class CoalesceConfig(_Model):
     ignore_fields: list[str] = Field(list(DEFAULT_IGNORED_FIELDS),
                                      description="top-level body fields that do not change the answer (left out "
                                      "of the key)")
-    key_headers: list[str] = Field(list(DEFAULT_KEY_HEADERS),
-                                   description="request headers whose values join the key (they choose the tier)")
 
     @model_validator(mode="after")
     def _window_inside_span(self) -> CoalesceConfig:

@@ -47,13 +47,13 @@ def test_anything_that_changes_the_answer_changes_the_key(change: dict[str, obje
     assert request_key("acme", CHAT, BODY) != request_key("acme", CHAT, {**BODY, **change})
 
 
-def test_key_separates_tenants_routes_and_tier_headers() -> None:
-    base = request_key("acme", CHAT, BODY, ("turbo", None))
-    assert base != request_key("other", CHAT, BODY, ("turbo", None))
-    assert base != request_key("acme", "/v1/completions", BODY, ("turbo", None))
-    assert base != request_key("acme", CHAT, BODY, ("standard", None))
-    assert base != request_key("acme", CHAT, BODY, ("turbo", "lease-1"))
-    assert base == request_key("acme", CHAT, dict(BODY), ("turbo", None))
+def test_key_separates_tenants_routes_and_tiers() -> None:
+    base = request_key("acme", CHAT, BODY, ("turbo", "turbo", ""))
+    assert base != request_key("other", CHAT, BODY, ("turbo", "turbo", ""))
+    assert base != request_key("acme", "/v1/completions", BODY, ("turbo", "turbo", ""))
+    assert base != request_key("acme", CHAT, BODY, ("turbo", "standard", "tier_disabled"))
+    assert base != request_key("acme", CHAT, BODY, ("standard", "turbo", ""))
+    assert base == request_key("acme", CHAT, dict(BODY), ("turbo", "turbo", ""))
 
 
 # ---- determinism -------------------------------------------------------------------------------

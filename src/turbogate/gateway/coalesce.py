@@ -180,6 +180,12 @@ class Coalescing:
             whole_and_good = req.status == 200 and shared.complete  # else no one new may join
             await shared.end()
             self.core.finished(group, whole_and_good, time.perf_counter())
+            # Forget it once its span is over even if no request comes to sweep it (its bytes go
+            # when its last member is done).
+            asyncio.get_running_loop().call_later(self.core.policy.max_span_s, self._expire)
+
+    def _expire(self) -> None:
+        self.core.expire(time.perf_counter())
 
     def _done(self, app: GatewayApp, group: Group, shared: SharedAnswer, tenant: TenantRt, req: FlowRequest,
               status: int | None) -> None:

@@ -3,8 +3,9 @@
 The rule, all of it here so the gateway only moves bytes:
 
 * **Key** (:func:`request_key`): the tenant (requests never merge across tenants), the route,
-  the values of the headers that can change the answer or its tier (``X-Turbogate-Tier``,
-  ``X-Turbogate-Lease`` by default), and the body as canonical JSON — keys sorted at every
+  the request's context as the flow resolved it (the gateway passes the tier asked, the tier
+  served and why they differ — however they were asked, by body, header or lease — so members
+  share one answer's headers truthfully), and the body as canonical JSON: keys sorted at every
   level, integral floats written as integers (``0.0`` and ``0`` are one temperature), and the
   top-level fields that do not change the output left out (``user`` by default: an end-user id
   for abuse tracking).  Everything else, ``stream`` and ``stream_options`` included, is part of
@@ -38,8 +39,6 @@ import orjson
 
 #: Routes whose answer involves no sampling: always deterministic.
 UNSAMPLED_ROUTES = frozenset({"/v1/embeddings"})
-#: Headers whose value joins the key by default (they choose the tier served).
-DEFAULT_KEY_HEADERS = ("x-turbogate-tier", "x-turbogate-lease")
 #: Top-level body fields left out of the key by default: they do not change the output.
 DEFAULT_IGNORED_FIELDS = ("user",)
 
@@ -85,16 +84,16 @@ def _canonical(value: object) -> object:
     return value
 
 
-def request_key(scope: str, route: str, body: Mapping[str, object], header_values: Sequence[str | None] = (),
+def request_key(scope: str, route: str, body: Mapping[str, object], context: Sequence[str] = (),
                 ignored_fields: Iterable[str] = DEFAULT_IGNORED_FIELDS) -> str | None:
     """The coalescing key of a request (a sha256 hex digest), or ``None`` when it is not
-    deterministic and must never be merged.  ``scope`` is the tenant; ``header_values`` the
-    values (``None`` when absent) of the headers that join the key, in a fixed order."""
+    deterministic and must never be merged.  ``scope`` is the tenant; ``context`` what else must
+    match, in a fixed order (the gateway: tier asked, tier served, why they differ)."""
     if not deterministic(route, body):
         return None
     ignored = frozenset(ignored_fields)
     kept = {k: _canonical(v) for k, v in body.items() if k not in ignored}
-    text = orjson.dumps([scope, route, list(header_values), kept], option=orjson.OPT_SORT_KEYS)
+    text = orjson.dumps([scope, route, list(context), kept], option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(text).hexdigest()
 
 
@@ -205,7 +204,6 @@ class Coalescer:
 
 __all__ = [
     "DEFAULT_IGNORED_FIELDS",
-    "DEFAULT_KEY_HEADERS",
     "UNSAMPLED_ROUTES",
     "CoalescePolicy",
     "Coalescer",
