@@ -202,3 +202,29 @@ def test_no_group_exceeds_its_limits(arrivals: list[tuple[str, float]]) -> None:
         assert 1 <= g.members <= POLICY.max_requests
         assert g.last_arrival - g.opened < POLICY.max_span_s
     assert c.merged + c.groups == len(arrivals)
+
+
+def test_the_worked_example_of_the_docs() -> None:
+    """docs/gateway.md, "Coalescing": the table, decision by decision, with the default policy."""
+    c = Coalescer(CoalescePolicy())
+    ctx = ("standard", "standard", "")
+    a = {"model": "llama-3.1-8b", "messages": [{"role": "user", "content": "Capital of France?"}], "temperature": 0,
+         "max_tokens": 16}
+    b = {**a, "messages": [{"role": "user", "content": "Capital of Spain?"}]}
+    reordered = {"max_tokens": 16, "temperature": 0.0, "model": "llama-3.1-8b",
+                 "messages": [{"content": "Capital of France?", "role": "user"}]}
+    timeline = [(0.00, "acme", a), (0.10, "acme", {**a, "user": "bob"}), (0.15, "acme", {**a, "temperature": 0.7}),
+                (0.20, "globex", a), (0.30, "acme", b), (0.32, "acme", reordered), (0.60, "acme", a),
+                (0.70, "acme", a)]
+    groups: dict[int, int] = {}
+    decisions = []
+    for t, tenant, body in timeline:
+        key = request_key(tenant, CHAT, body, ctx)
+        if key is None:
+            decisions.append("alone")
+            continue
+        d = c.join(key, t)
+        number = groups.setdefault(id(d.group), len(groups) + 1)
+        decisions.append(f"{'lead' if isinstance(d, Lead) else 'follow'} {number}")
+    assert decisions == ["lead 1", "follow 1", "alone", "lead 2", "lead 3", "follow 1", "lead 4", "follow 4"]
+    assert (c.groups, c.merged) == (4, 3)
