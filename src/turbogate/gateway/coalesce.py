@@ -161,8 +161,11 @@ class Coalescing:
             assert isinstance(shared, SharedAnswer)
             self.merged.labels(route, tenant.label).inc()
             extra = [_FOLLOWER_HEADER]
-        status = await shared.relay(send, receive, extra)
-        self._done(app, group, shared, tenant, req, status)
+        status: int | None = None
+        try:
+            status = await shared.relay(send, receive, extra)
+        finally:  # whatever happened, this member is done (else the call could outlive everyone)
+            self._done(app, group, shared, tenant, req, status)
 
     async def _call(self, app: GatewayApp, group: Group, shared: SharedAnswer, tenant: TenantRt, req: FlowRequest,
                     body: bytes, route: str) -> None:
