@@ -101,6 +101,8 @@ def test_identical_deterministic_requests_share_one_upstream_call(gw: Service, e
     after = metrics(gw.url)
     merged = "turbogate_coalesced_requests_total{route=/v1/chat/completions,tenant=acme}"
     assert after[merged] - gw_before.get(merged, 0.0) == n - 1
+    calls = "turbogate_coalesce_calls_total{route=/v1/chat/completions}"
+    assert after[calls] - gw_before.get(calls, 0.0) == 1
     counted = "turbogate_requests_total{status=200,tenant=acme,tier_asked=standard,tier_served=standard}"
     assert after[counted] - gw_before.get(counted, 0.0) == n  # every member is a request of its own
 
