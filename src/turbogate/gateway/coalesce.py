@@ -157,8 +157,9 @@ class Coalescing:
             task.add_done_callback(self._tasks.discard)
             extra: list[tuple[bytes, bytes]] = []
         else:
-            shared = group.handle  # type: ignore[assignment]  # set by the leader before any await
-            assert isinstance(shared, SharedAnswer)
+            leaders = group.handle  # set by the leader before its first await
+            assert isinstance(leaders, SharedAnswer)
+            shared = leaders
             self.merged.labels(route, tenant.label).inc()
             extra = [_FOLLOWER_HEADER]
         status: int | None = None
