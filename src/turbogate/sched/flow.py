@@ -21,7 +21,8 @@ or its deadline, whichever comes first), the deadline (arrival → first byte fo
 full answer otherwise: 504, and a strike against the replica), replica choice (sched/picker.py),
 the single retry on another replica before any byte, what each upstream failure means, and a
 first byte slower than ``slow_first_byte_s`` as a strike against its replica (a hung engine is
-ejected before the tier deadlines pass).
+ejected before the tier deadlines pass).  A Turbo lease's verdict (sched/leases.py) is part of
+tier resolution.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import NamedTuple
 
 from turbogate.sched.admission import Admission, Shed, TenantPolicy, Ticket, TierPolicy, clamp_retry
 from turbogate.sched.guard import KneeGuard
+from turbogate.sched.leases import LeaseBook
 from turbogate.sched.load import ReplicaLoad
 from turbogate.sched.picker import Health, HealthChange, Picker, Replica, ScrapeFailed
 from turbogate.sched.policy import FlowPolicy, PoolSpec, TenantSpec
@@ -152,6 +154,7 @@ class Flow:
             for model in spec.models:
                 self.pool_of_model[model] = spec.name
         self._sync_holdback()
+        self.leases = LeaseBook(policy.leases)  # Turbo leases: a request naming one asks Turbo through it
         # Per tier, the queue-limit and deadline timers in arrival order (each limit is a constant
         # per tier, so arrival order is due order): O(1) per request instead of a heap.
         self._queue_timers: dict[Tier, deque[tuple[float, FlowRequest]]] = {t: deque() for t in TIERS}
@@ -200,9 +203,11 @@ class Flow:
 
     def open(self, *, tenant: str, model: str, tier_body: object = None, tier_header: str | None = None,
              max_tokens: object = None, max_tokens_field: str = "max_tokens", prompt_bytes: int = 0,
-             stream: bool = False, now: float, handle: object = None) -> FlowRequest | Respond:
+             stream: bool = False, now: float, handle: object = None,
+             lease: str | None = None) -> FlowRequest | Respond:
         """A parsed request from an authenticated ``tenant``: its pool, tier and cost, or the 4xx
-        that refuses it (unknown model, unknown tier word, ``max_tokens`` above the context)."""
+        that refuses it (unknown model, unknown tier word, ``max_tokens`` above the context).
+        With a ``lease`` id the lease decides: Turbo while it lives, else Standard and why."""
         spec = self.tenants[tenant]
         cap = self.policy.max_cost_tokens
         if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > cap:
@@ -224,7 +229,12 @@ class Flow:
                                param="X-Turbogate-Tier")
         else:
             asked = spec.default_tier
-        served, why = self.resolve(spec, asked)
+        lease_why = None
+        if lease is not None:  # the lease asks Turbo; once expired (or unknown) it gets Standard, and says why
+            asked = Tier.TURBO
+            lease_why = self.leases.check(lease, tenant, now)
+        served, why = self.resolve(spec, asked if lease_why is None else Tier.STANDARD)
+        why = lease_why or why
         guard = self.guards.get(pool)
         if guard is not None:
             guard.observe(now)
