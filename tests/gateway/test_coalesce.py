@@ -202,3 +202,26 @@ def test_the_call_outlives_a_leader_that_leaves_and_ends_when_all_have_left(gw: 
     # 4000 tokens take the emulated GPU tens of seconds: an idle engine well before means cancelled.
     wait_for(lambda: metrics(emulator.url)["vllm:num_requests_running{}"] == 0, timeout=15,
              what="the engine to drop the abandoned shared call")
+
+
+def test_identical_job_steps_share_one_call(gw: Service, emulator: Service) -> None:
+    """L4 steps enter through the same edge: two independent identical deterministic steps of a
+    job run in parallel and make one upstream call."""
+    headers = {"Authorization": f"Bearer {KEY}"}
+    request = {"model": MODEL, "messages": messages(), "max_tokens": 16, "temperature": 0}
+    before = upstream_calls(emulator)
+    job = httpx.post(gw.url + "/v1/jobs", headers=headers, timeout=30,
+                     json={"steps": [{"id": "a", "request": request}, {"id": "b", "request": request}]})
+    assert job.status_code == 202, job.text
+    job_id = job.json()["id"]
+    state: dict[str, Any] = {}
+
+    def ended() -> bool:
+        state.update(httpx.get(f"{gw.url}/v1/jobs/{job_id}", headers=headers, timeout=30).json())
+        return state["status"] != "running"
+
+    wait_for(ended, timeout=60, what="the job to end")
+    assert state["status"] == "succeeded", state
+    steps = {s["id"]: s for s in state["steps"]}
+    assert steps["a"]["output"]["id"] == steps["b"]["output"]["id"]
+    assert upstream_calls(emulator) - before == 1
