@@ -17,8 +17,10 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from turbogate.dscp import parse_dscp
 from turbogate.errors import ConfigError, TurbogateError
 from turbogate.sched.admission import TierPolicy
+from turbogate.sched.coalesce import DEFAULT_IGNORED_FIELDS, CoalescePolicy
 from turbogate.sched.guard import GuardPolicy, KneeSource
 from turbogate.sched.jobgraph import JobLimits
 from turbogate.sched.leases import LeasePolicy
@@ -31,6 +33,7 @@ TierName = Literal["turbo", "standard", "relax"]
 #: The pure core's defaults: the config's defaults are read from here, never written twice.
 _PICK = PickerConfig()
 _GUARD = GuardPolicy()
+_COALESCE = CoalescePolicy()
 _JOBS = JobLimits()
 _LEASE = LeasePolicy()
 
@@ -71,6 +74,14 @@ class TierConfig(_Model):
     queue_budget_s: float = Field(30.0, gt=0, description="longest a request may wait before it is shed (503)")
     deadline_s: float = Field(300.0, gt=0, description="arrival to full answer (first byte for streams) → 504")
     enabled: bool = True
+    dscp: int | str | None = Field(
+        default=None, description="DSCP mark (0-63, or a name: EF, AF41, CS3, ...) of the upstream connections "
+        "that serve this tier (IP_TOS); unset: unmarked")
+
+    @field_validator("dscp", mode="before")
+    @classmethod
+    def _dscp(cls, v: Any) -> int | None:
+        return None if v is None else parse_dscp(v)
 
     @model_validator(mode="before")
     @classmethod
@@ -228,6 +239,31 @@ class Concurrency(_Model):
                                  "max_concurrency says otherwise")
 
 
+class CoalesceConfig(_Model):
+    """Identical deterministic requests sharing one upstream call (sched/coalesce.py, docs/gateway.md)."""
+
+    routes: list[Literal["/v1/chat/completions", "/v1/completions", "/v1/embeddings"]] = Field(
+        [], description="routes on which coalescing is on (off everywhere by default)")
+    window_s: float = Field(_COALESCE.window_s, gt=0,
+                            description="a request joins a group if it comes within this long of its last arrival")
+    max_requests: int = Field(_COALESCE.max_requests, ge=2, description="most requests sharing one call")
+    max_span_s: float = Field(_COALESCE.max_span_s, gt=0,
+                              description="cap on the sliding window: a group takes no one this long after its first")
+    ignore_fields: list[str] = Field(list(DEFAULT_IGNORED_FIELDS),
+                                     description="top-level body fields that do not change the answer (left out "
+                                     "of the key)")
+
+    @model_validator(mode="after")
+    def _window_inside_span(self) -> CoalesceConfig:
+        if self.window_s > self.max_span_s:
+            raise ValueError("window_s must not exceed max_span_s")
+        return self
+
+    def policy(self) -> CoalescePolicy:
+        return CoalescePolicy(window_s=self.window_s, max_requests=self.max_requests, max_span_s=self.max_span_s,
+                              ignored_fields=frozenset(self.ignore_fields))
+
+
 class Admin(_Model):
     token_sha256: Sha256 | None = Field(None, description="sha256 of the admin bearer token; no admin API if unset")
 
@@ -320,6 +356,7 @@ class GatewayConfig(_Model):
     bands: Bands = Bands.model_validate({})  # frozen, so one shared default is safe
     concurrency: Concurrency = Concurrency.model_validate({})  # frozen, so one shared default is safe
     knee_guard: KneeGuardConfig = KneeGuardConfig.model_validate({})  # frozen, so one shared default is safe
+    coalesce: CoalesceConfig = CoalesceConfig.model_validate({})  # frozen, so one shared default is safe
     jobs: JobsConfig = JobsConfig.model_validate({})  # frozen, so one shared default is safe
     leases: LeasesConfig = LeasesConfig.model_validate({})  # frozen, so one shared default is safe
     service_tier_names: Literal["turbogate", "openai"] = Field(

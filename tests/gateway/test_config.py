@@ -90,3 +90,26 @@ def test_hash_key_helper() -> None:
     piped = subprocess.run([sys.executable, "-m", "turbogate", "serve", "--hash-key", "-"], input="sk-y\n",
                            capture_output=True, text=True, timeout=60)
     assert piped.stdout.strip() == hash_key("sk-y")
+
+
+def test_dscp_by_number_or_name_and_bad_values_name_the_field() -> None:
+    cfg = parse_config(minimal(tiers={"turbo": {"dscp": "ef"}, "relax": {"dscp": 8}}))
+    assert (cfg.tiers["turbo"].dscp, cfg.tiers["standard"].dscp, cfg.tiers["relax"].dscp) == (46, None, 8)
+    for bad in (64, "gold", True, [46]):
+        with pytest.raises(ConfigError, match=r"tiers\.turbo\.dscp"):
+            parse_config(minimal(tiers={"turbo": {"dscp": bad}}))
+
+
+def test_coalesce_is_off_by_default_and_validated() -> None:
+    cfg = parse_config(minimal())
+    assert cfg.coalesce.routes == []
+    on = parse_config(minimal(coalesce={"routes": ["/v1/chat/completions"], "window_s": 0.5, "max_span_s": 2}))
+    policy = on.coalesce.policy()
+    assert (policy.window_s, policy.max_span_s, policy.max_requests) == (0.5, 2, 10)
+    assert policy.ignored_fields == frozenset({"user"})
+    for bad, field in (({"routes": ["/v1/models"]}, "coalesce.routes.0"),
+                       ({"max_requests": 1}, "coalesce.max_requests"),
+                       ({"window_s": 2, "max_span_s": 1}, "window_s must not exceed")):
+        with pytest.raises(ConfigError) as info:
+            parse_config(minimal(coalesce=bad))
+        assert field in str(info.value)

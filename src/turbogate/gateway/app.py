@@ -32,8 +32,10 @@ from turbogate.asgi import (
 from turbogate.config import GatewayConfig, load_config
 from turbogate.errors import ConfigError
 from turbogate.gateway import admin, leases
+from turbogate.gateway.coalesce import Coalescing
 from turbogate.gateway.driver import FlowDriver, Handle
 from turbogate.gateway.jobs import JobsApi
+from turbogate.gateway.marking import marked_pools, tier_tos
 from turbogate.gateway.metrics import GatewayMetrics
 from turbogate.gateway.metrics_port import MetricsServer, serve_metrics
 from turbogate.gateway.openapi import openapi_document
@@ -111,6 +113,8 @@ class GatewayApp(AsgiApp):
         self.metrics_token = config.metrics.token_sha256
         self.metrics_port = config.metrics.port
         self._metrics_server: MetricsServer | None = None
+        # Identical deterministic requests share one upstream call on the routes config names (gateway/coalesce.py).
+        self.coalescing = Coalescing(config.coalesce, self.metrics.registry) if config.coalesce.routes else None
         self.jobs = JobsApi(self)  # L4 job graphs (gateway/jobs.py)
         install_tracing(self)  # OpenTelemetry hook (issue 13): returns at once unless TURBOGATE_OTEL is on
 
@@ -176,6 +180,7 @@ class GatewayApp(AsgiApp):
         if self._started:
             return
         self._started = True
+        marks = tier_tos(self.config)
         for r in self.rt.replicas.values():
             headers = None
             if r.api_key_env:
@@ -184,6 +189,7 @@ class GatewayApp(AsgiApp):
                     raise ConfigError(f"replica {r.state.id}: environment variable {r.api_key_env} is not set")
                 headers = {"Authorization": f"Bearer {key}"}
             r.client = UpstreamPool(r.url, self.config.limits.upstream_connect_timeout_s, headers)
+            r.tier_clients = marked_pools(r.url, self.config.limits.upstream_connect_timeout_s, headers, marks)
         cfg = self.config
         for p in cfg.pools:
             log.info("pool %s: models %s, %d replicas (%s)", p.name, ", ".join(p.models), len(p.replicas),
@@ -225,9 +231,11 @@ class GatewayApp(AsgiApp):
         for task in self.rt.tasks:
             task.cancel()
         self.driver.close()
+        if self.coalescing is not None:
+            self.coalescing.close()
         for r in self.rt.replicas.values():
-            if r.client is not None:
-                r.client.close()
+            for client in r.clients():
+                client.close()
 
     # ---- edge ------------------------------------------------------------------------------
     def _tenant(self, scope: Scope) -> TenantRt | None:
@@ -309,11 +317,18 @@ class GatewayApp(AsgiApp):
                 await self._bad(send, tenant, 400, f"request body nests deeper than {_MAX_DEPTH} levels", None,
                                 "invalid_json")
                 return
+        if self.coalescing is not None:  # an identical deterministic request may already be under way
+            decision = self.coalescing.decide(upstream_path, tenant, req, obj)
+            if decision is not None:
+                await self.coalescing.serve(self, decision, send, receive, tenant, req, body, upstream_path)
+                return
         await self._serve(receive, send, tenant, req, body, upstream_path)
 
     # ---- the request's life, as the flow directs it -----------------------------------------
     async def _serve(self, receive: Receive, send: Send, tenant: TenantRt, req: FlowRequest, body: bytes,
-                     upstream_path: str) -> None:
+                     upstream_path: str, count: bool = True) -> None:
+        """Serve ``req`` as the flow directs.  ``count``: False for a coalesced group's shared call,
+        whose members are counted one by one (gateway/coalesce.py)."""
         task = asyncio.current_task()
         assert task is not None
         handle = Handle(task)
@@ -370,7 +385,8 @@ class GatewayApp(AsgiApp):
                 watch.task.cancel()
             if not req.done:  # ended here without the flow knowing (a bug or shutdown): free its place
                 self.driver.run(self.rt.flow.client_gone(req, time.perf_counter()))
-            self.metrics.count(tenant.label, req.asked.value, req.served.value, status)
+            if count:
+                self.metrics.count(tenant.label, req.asked.value, req.served.value, status)
 
     async def _respond(self, send: Send, req: FlowRequest, respond: Respond) -> int:
         headers = [_TIER_HEADERS[req.served]]

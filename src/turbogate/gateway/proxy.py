@@ -39,7 +39,7 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, send: Sen
     """Run one attempt; the HTTP status sent to the client, or ``None`` when the client got
     nothing yet and the flow has a next step for the request (a retry, or an error answer)."""
     io = app.rt.replicas[replica.id]
-    client = io.client
+    client = io.client_for(req.served)  # the tier's DSCP-marked pool, if it has one
     assert client is not None
     flow, driver = app.rt.flow, app.driver
     start = time.perf_counter()
