@@ -86,6 +86,7 @@ def test_region_choice_follows_injected_latency_and_fails_over(
     eu.stop()
     wait_for(lambda: served_region(gw, "eu") == "us", what="failover of eu clients to us")
     assert admin_state(gw.url)["regions"]["failovers"] >= 1
+    assert httpx.get(gw.url + "/ready").status_code == 200  # every model still has a healthy pool
     eu.start()
     wait_for(lambda: served_region(gw, "eu") == "eu", what="eu clients back on eu")
     # Bad region or session headers are a 400 naming the header.

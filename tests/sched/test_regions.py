@@ -183,12 +183,19 @@ def test_flow_picks_the_clients_region_and_learns_from_probes_and_streams() -> N
     f.rtt_measured("us-pool/0", 0.002, 0)
     assert open_(f, 1, client_region="eu").pool == "eu-pool"
     assert open_(f, 1, client_region="us").pool == "us-pool"
-    # eu's pool answers streams slowly: 10 + 300 ms against 90 + 2 ms
+    # a first byte without headers time (not a stream) teaches nothing: prefill is not distance
+    plain = open_(f, 2, client_region="eu")
+    f.arrive(plain, 2)
+    f.first_byte(plain, 2.9)
+    f.finished(plain, 2.9)
+    assert open_(f, 2, client_region="eu").pool == "eu-pool"
+    # eu's pool answers a stream's headers slowly: 10 + 300 ms against 90 + 2 ms
     req = open_(f, 2, client_region="eu", stream=True)
     assert [a for a in f.arrive(req, 2) if isinstance(a, Dispatch)]
-    f.first_byte(req, 2.3)
-    f.finished(req, 2.5)
+    f.first_byte(req, 2.5, headers_at=2.3)
+    f.finished(req, 2.6)
     assert req.client_region == "eu"
+    assert f.regions.latency_s("eu", "eu-pool") == pytest.approx(0.310)
     assert open_(f, 3, client_region="eu").pool == "us-pool"
     assert open_(f, 3, client_region="us").pool == "us-pool"
 

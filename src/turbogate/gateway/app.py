@@ -152,8 +152,8 @@ class GatewayApp(AsgiApp):
         if path == "/health":
             await send_bytes(send, 200, b'{"status":"ok"}')
         elif path == "/ready":
-            picker = self.rt.flow.picker
-            ready = all(picker.healthy(pool) > 0 for pool in picker.pools())
+            picker = self.rt.flow.picker  # ready while every model has a healthy pool (L3 fails over)
+            ready = all(any(picker.healthy(p) > 0 for p in pools) for pools in self.rt.flow.pools_of_model.values())
             await send_bytes(send, 200 if ready else 503, b'{"ready":true}' if ready else b'{"ready":false}')
         elif path == "/metrics":
             await serve_metrics(self, scope, send)

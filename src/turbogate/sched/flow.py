@@ -7,7 +7,7 @@ or reads a clock, so a full gateway scenario runs in a unit test with a fake clo
     events (driver → flow)                      actions (flow → driver)
       open(...) → FlowRequest | Respond           Respond(req, status, code, msg, Retry-After)
       arrive(req)                                 Dispatch(req, replica, retry)
-      first_byte(req) / finished(req, status)     Cancel(req)    (abort its upstream call)
+      first_byte(req[, headers_at]) / finished    Cancel(req)    (abort its upstream call)
       failed(req, CONNECT | RESET | BROKEN)       Probe(replica) (health-check it now)
       client_gone(req)                            HealthChange(replica, healthy, reason)
       scraped(replica, load | ScrapeFailed)
@@ -365,13 +365,15 @@ class Flow:
         return Respond(req, status, code, message, retry_after_s)
 
     # ---- upstream events -----------------------------------------------------------------------
-    def first_byte(self, req: FlowRequest, now: float) -> list[Action]:
+    def first_byte(self, req: FlowRequest, now: float, headers_at: float | None = None) -> list[Action]:
+        """The answer began.  ``headers_at``: when a stream's response headers came (engines send
+        them before prefill), so dispatch → headers is a round trip, an L3 latency sample."""
         if req.phase is _UPSTREAM:
             self._leave_upstream(req)
             req.phase = _ANSWERING
             req.first_byte_at = now
-            if self.l3 and req.stream and req.dispatched_at is not None:
-                self.regions.observe(req.client_region, req.pool, now - req.dispatched_at)  # an L3 sample
+            if self.l3 and headers_at is not None and req.dispatched_at is not None:
+                self.regions.observe(req.client_region, req.pool, headers_at - req.dispatched_at)
         return []
 
     def finished(self, req: FlowRequest, now: float, status: int = 200) -> list[Action]:

@@ -4,10 +4,12 @@ beside a Standard one).  Pure and ``now``-driven; the flow calls it from ``open`
 **Expected latency** of pool ``p`` for a client of region ``c`` = the EWMA of latency samples
 for ``(c, p)`` + the wait the pool's own state predicts (L1's queue wait for the request's tier,
 plus L2's shortest engine queue).  A sample is the configured client-leg round trip from region
-``c`` to the pool's region (``rtt_ms``; 0 when not given) plus what the gateway measured: a
-probe's round trip to one of the pool's replicas, or a stream's dispatch → first byte.  A probe
-feeds every client region the pool knows; an observed call feeds its own client region (and the
-pool's base value, the start of a client region seen for the first time).
+``c`` to the pool's region (``rtt_ms``; 0 when not given) plus a round trip the gateway measured:
+a probe of one of the pool's replicas (its health path), or an observed call — a stream's
+dispatch → response headers, which engines (vLLM, the emulator) send as soon as they accept the
+request, before prefill, so it measures the same thing as a probe and not the prompt's length.
+A probe feeds every client region the pool knows; an observed call feeds its own client region
+(and the pool's base value, the start of a client region seen for the first time).
 
 **Choice.**  The pools are ranked by expected latency.  An unhealthy pool (no healthy replica)
 or a saturated one (L1 would shed the request, or every healthy replica is in the saturated
@@ -163,7 +165,7 @@ class Regions:
         self._base[pool] = measured if old is None else old + self.policy.alpha * (measured - old)
 
     def observe(self, client: str, pool: str, measured_s: float) -> None:
-        """A call from ``client`` served by ``pool`` took ``measured_s`` (dispatch → first byte)."""
+        """A call from ``client`` served by ``pool`` measured ``measured_s`` (dispatch → response headers)."""
         if measured_s < 0 or not math.isfinite(measured_s):
             return
         self._feed((client, pool), self.leg_s(client, pool) + measured_s)
