@@ -35,6 +35,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum, IntEnum
+from functools import partial
 from typing import NamedTuple
 
 from turbogate.sched.admission import Admission, Shed, TenantPolicy, Ticket, TierPolicy, clamp_retry
@@ -274,8 +275,10 @@ class Flow:
             return pools[0], client, fallback
         tier = Tier.STANDARD if fallback is not None else served
         tier_policy = self.policy.tiers.get(tier) or TierPolicy()
-        views = [pool_view(p, self.picker, self.pools[p].admission, tier, tier_policy, now) for p in pools]
-        choice = self.regions.choose(client, (tenant, session) if session else None, views, now)
+        picker, regions = self.picker, self.regions
+        views = [regions.view(p, tier, now, partial(pool_view, p, picker, self.pools[p].admission, tier, tier_policy,
+                                                    now)) for p in pools]
+        choice = regions.choose(client, (tenant, session) if session else None, views, now)
         return choice.pool, client, fallback
 
     # ---- admission -----------------------------------------------------------------------------
@@ -428,6 +431,7 @@ class Flow:
     def _health(self, out: list[Action]) -> list[Action]:
         changes = self.picker.take_health_changes()
         if changes:
+            self.regions.forget_views()  # L3 reads the pools afresh
             for change in changes:
                 if not change.healthy:
                     self._probe_at = min(self._probe_at, change.replica.next_probe_at)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import re
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -59,6 +59,9 @@ class RegionPolicy:
     max_sessions: int = 100_000  # sessions remembered (least recently used forgotten first)
     max_client_regions: int = 256  # more distinct client regions than this count as the default one
     probe_interval_s: float = 5.0  # round-trip probes, one replica per pool
+    #: A pool's L1/L2 view is re-read at most this often (and at once after a health change):
+    #: reading it scans the pool's replicas, and L3 is a coarse choice that a few ms do not change.
+    view_ttl_s: float = 0.05
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha <= 1:
@@ -128,7 +131,22 @@ class Regions:
         self._base: dict[str, float] = {}  # per pool, over every client region
         self._clients: set[str] = set(policy.rtt_ms)
         self._sessions: OrderedDict[tuple[str, str], tuple[str, float]] = OrderedDict()
+        self._views: dict[tuple[str, Tier], tuple[float, PoolView]] = {}
         self.failovers = 0  # choices that passed over a better-ranked pool
+
+    def view(self, name: str, tier: Tier, now: float, read: Callable[[], PoolView]) -> PoolView:
+        """Pool ``name``'s view for ``tier``: ``read()`` at most every ``view_ttl_s``."""
+        key = (name, tier)
+        cached = self._views.get(key)
+        if cached is not None and 0.0 <= now - cached[0] < self.policy.view_ttl_s:
+            return cached[1]
+        fresh = read()
+        self._views[key] = (now, fresh)
+        return fresh
+
+    def forget_views(self) -> None:
+        """A replica's health changed: read every pool afresh."""
+        self._views.clear()
 
     # ---- estimates -------------------------------------------------------------------------
     def client(self, region: str | None) -> str:
