@@ -89,6 +89,15 @@ def test_serve_refuses_a_bad_config_with_the_field_named(tmp_path: Path) -> None
     assert "Traceback" not in proc.stderr
 
 
+def test_serve_refuses_a_missing_geoip_database(tmp_path: Path) -> None:
+    path = tmp_path / "geo.yaml"
+    path.write_text(yaml.safe_dump(minimal(regions={"geoip_db": str(tmp_path / "none.mmdb")})))
+    proc = subprocess.run([sys.executable, "-m", "turbogate", "serve", "--config", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "regions.geoip_db: cannot open" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_hash_key_helper() -> None:
     proc = subprocess.run([sys.executable, "-m", "turbogate", "serve", "--hash-key", "sk-x"],
                           capture_output=True, text=True, timeout=60)
