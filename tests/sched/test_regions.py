@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from turbogate.sched import (
     Dispatch,
@@ -273,3 +275,30 @@ def test_a_failed_warm_up_is_a_strike() -> None:
 def test_no_warm_up_unless_enabled() -> None:
     f = flow(pool("p"))
     assert not [a for a in f.tick(0) if isinstance(a, WarmUp)]
+
+
+# ---- properties ----------------------------------------------------------------------------------
+_VIEW = st.builds(lambda healthy, saturated, wait: (healthy, saturated, wait), st.booleans(), st.booleans(),
+                  st.floats(0, 2))
+_STEP = st.tuples(st.sampled_from(["eu", "us", "ap"]), st.sampled_from([None, "s1", "s2"]),
+                  st.lists(_VIEW, min_size=2, max_size=2), st.floats(0, 0.5), st.floats(0, 5))
+
+
+@given(st.lists(_STEP, min_size=1, max_size=30))
+def test_choice_never_takes_an_unusable_pool_while_a_usable_one_exists(
+        steps: list[tuple[str, str | None, list[tuple[bool, bool, float]], float, float]]) -> None:
+    r = regions(sticky_s=2)
+    now = 0.0
+    for client, session, raw, rtt, dt in steps:
+        now += dt
+        views = [PoolView(name, h, s, w) for name, (h, s, w) in zip(("eu-pool", "us-pool"), raw, strict=True)]
+        r.probed("eu-pool", rtt)
+        choice = r.choose(client, ("acme", session) if session else None, views, now)
+        usable = {v.name for v in views if v.healthy and not v.saturated}
+        if usable:
+            assert choice.pool in usable
+            assert choice.how in ("best", "failover", "sticky")
+        else:
+            assert choice.how == "degraded"
+            healthy = {v.name for v in views if v.healthy}
+            assert not healthy or choice.pool in healthy
