@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from turbogate.errors import ConfigError
 from turbogate.sched.admission import TierPolicy
 from turbogate.sched.guard import GuardPolicy, KneeSource
+from turbogate.sched.jobgraph import JobLimits
+from turbogate.sched.leases import LeasePolicy
 from turbogate.sched.picker import PickerConfig
 from turbogate.sched.policy import FlowPolicy, Mode, PoolSpec, ReplicaSpec, TenantSpec
 from turbogate.sched.regions import RegionPolicy
@@ -30,6 +32,8 @@ TierName = Literal["turbo", "standard", "relax"]
 #: The pure core's defaults: the config's defaults are read from here, never written twice.
 _PICK = PickerConfig()
 _GUARD = GuardPolicy()
+_JOBS = JobLimits()
+_LEASE = LeasePolicy()
 _REGIONS = RegionPolicy()
 RegionName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,32}$", description="a region name")]
 
@@ -280,6 +284,47 @@ class Tls(_Model):
     keyfile: str = Field(min_length=1, description="PEM private key")
 
 
+class JobsConfig(_Model):
+    """L4 job graphs (``POST /v1/jobs``, sched/jobgraph.py): how large a job may be, how long
+    this process remembers it."""
+
+    max_depth: int = Field(_JOBS.max_depth, ge=0, description="longest chain of dependencies (edges)")
+    max_fan_out: int = Field(_JOBS.max_fan_out, ge=1, description="most steps depending directly on one step")
+    max_steps: int = Field(_JOBS.max_steps, ge=1, description="most steps in one job")
+    keep_s: float = Field(3600.0, gt=0, description="a finished job stays readable (GET) this long")
+    max_jobs: int = Field(1000, ge=1, description="jobs remembered by one worker; when full, the oldest "
+                          "finished goes, and with none finished a new job gets 429")
+
+    def limits(self) -> JobLimits:
+        return JobLimits(self.max_depth, self.max_fan_out, self.max_steps)
+
+
+class LeasesConfig(_Model):
+    """Turbo leases (``POST /v1/turbo/leases``, sched/leases.py)."""
+
+    duration_s: float = Field(_LEASE.duration_s, gt=0, description="a new lease's term")
+    renew_below_s: float = Field(_LEASE.renew_below_s, gt=0, description="a heartbeat renews the term when "
+                                 "less than this remains")
+    renew_by_s: float = Field(_LEASE.renew_by_s, gt=0, description="how much a renewal adds to the term")
+    warn_after_s: float = Field(_LEASE.warn_after_s, gt=0, description="no heartbeat this long: state warn")
+    expire_after_s: float = Field(_LEASE.expire_after_s, gt=0, description="no heartbeat this long: expired "
+                                  "(requests with the lease are then served Standard)")
+    ping_interval_s: float = Field(_LEASE.ping_interval_s, gt=0, description="heartbeat interval told to clients")
+    max_per_tenant: int = Field(_LEASE.max_per_tenant, ge=1, description="live leases one tenant may hold")
+    keep_expired_s: float = Field(_LEASE.keep_expired_s, gt=0, description="how long an expired lease is "
+                                  "remembered (requests naming it are told it expired)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LeasesConfig:
+        if not self.warn_after_s < self.expire_after_s:
+            raise ValueError("need warn_after_s < expire_after_s")
+        return self
+
+    def policy(self) -> LeasePolicy:
+        return LeasePolicy(self.duration_s, self.renew_below_s, self.renew_by_s, self.warn_after_s,
+                           self.expire_after_s, self.ping_interval_s, self.max_per_tenant, self.keep_expired_s)
+
+
 class GatewayConfig(_Model):
     listen: Listen = Listen.model_validate({})  # frozen, so one shared default is safe
     admin: Admin = Admin.model_validate({})  # frozen, so one shared default is safe
@@ -294,6 +339,8 @@ class GatewayConfig(_Model):
     bands: Bands = Bands.model_validate({})  # frozen, so one shared default is safe
     concurrency: Concurrency = Concurrency.model_validate({})  # frozen, so one shared default is safe
     knee_guard: KneeGuardConfig = KneeGuardConfig.model_validate({})  # frozen, so one shared default is safe
+    jobs: JobsConfig = JobsConfig.model_validate({})  # frozen, so one shared default is safe
+    leases: LeasesConfig = LeasesConfig.model_validate({})  # frozen, so one shared default is safe
     regions: RegionsConfig | None = Field(None, description="L3: route by client region (docs/gateway.md)")
     warmup: WarmupConfig = WarmupConfig.model_validate({})  # frozen, so one shared default is safe
     service_tier_names: Literal["turbogate", "openai"] = Field(
@@ -432,8 +479,8 @@ def flow_policy(config: GatewayConfig, pools: Sequence[PoolSpec] | None = None, 
                         rate_tau_s=g.window_s)
     return FlowPolicy(tiers=tiers, tenants=tenants, pools=tuple(pools), picker=picker, disabled=disabled, mode=mode,
                       health_interval_s=config.health.interval_s, guard=guard,
-                      max_cost_tokens=config.limits.max_tokens, regions=region_policy(config.regions),
-                      warmup=config.warmup.enabled)
+                      max_cost_tokens=config.limits.max_tokens, leases=config.leases.policy(),
+                      regions=region_policy(config.regions), warmup=config.warmup.enabled)
 
 
 def region_policy(regions: RegionsConfig | None) -> RegionPolicy | None:

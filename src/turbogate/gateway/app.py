@@ -31,8 +31,9 @@ from turbogate.asgi import (
 )
 from turbogate.config import GatewayConfig, load_config
 from turbogate.errors import ConfigError
-from turbogate.gateway import admin
+from turbogate.gateway import admin, leases
 from turbogate.gateway.driver import FlowDriver, Handle
+from turbogate.gateway.jobs import JobsApi
 from turbogate.gateway.metrics import GatewayMetrics
 from turbogate.gateway.metrics_port import MetricsServer, serve_metrics
 from turbogate.gateway.openapi import openapi_document
@@ -116,6 +117,7 @@ class GatewayApp(AsgiApp):
         self.metrics_token = config.metrics.token_sha256
         self.metrics_port = config.metrics.port
         self._metrics_server: MetricsServer | None = None
+        self.jobs = JobsApi(self)  # L4 job graphs (gateway/jobs.py)
         install_tracing(self)  # OpenTelemetry hook (issue 13): returns at once unless TURBOGATE_OTEL is on
 
     # ---- ASGI entry (AsgiApp) ---------------------------------------------------------------
@@ -133,6 +135,12 @@ class GatewayApp(AsgiApp):
                 log.exception("internal error on %s", path)  # the scope's headers (keys) are not logged
                 with contextlib.suppress(Exception):  # fails harmlessly if the answer had started
                     await send_error(send, 500, "internal gateway error", code="internal_error")
+        elif path.startswith((leases.PREFIX, "/v1/jobs")):  # Turbo leases, L4 job graphs
+            try:
+                await (self.jobs.handle if path.startswith("/v1/jobs") else self._leases)(scope, receive, send)
+            except BodyTooLarge:
+                await send_error(send, 413, f"request body is over the limit of {self.max_body} bytes",
+                                 code="body_too_large")
         elif path.startswith("/admin/"):
             try:
                 await admin.handle(self, scope, receive, send)
@@ -147,6 +155,12 @@ class GatewayApp(AsgiApp):
             await self._get(scope, send, path)
         else:
             await send_error(send, 404, f"no route {path}", code="not_found")
+
+    async def _leases(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await leases.handle(self, scope, receive, send)
+
+    async def handle_websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await leases.handle_ws(self, scope, receive, send)  # the only WebSocket route: lease heartbeats
 
     async def _get(self, scope: Scope, send: Send, path: str) -> None:
         if path == "/health":
@@ -299,7 +313,8 @@ class GatewayApp(AsgiApp):
             tenant=tenant.name, model=model, tier_body=obj.get("service_tier"),
             tier_header=None if tier_header is None else tier_header.decode("latin-1"),
             max_tokens=obj.get(tokens_field), max_tokens_field=tokens_field, prompt_bytes=len(body),
-            stream=stream, now=arrival, client_region=client_region, session=session)
+            stream=stream, now=arrival, lease=leases.lease_header(scope), client_region=client_region,
+            session=session)
         if isinstance(req, Respond):
             await self._bad(send, tenant, req.status, req.message, req.param, req.code)
             return

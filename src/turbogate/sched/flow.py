@@ -23,9 +23,10 @@ or its deadline, whichever comes first), the deadline (arrival → first byte fo
 full answer otherwise: 504, and a strike against the replica), replica choice (sched/picker.py),
 the single retry on another replica before any byte, what each upstream failure means, and a
 first byte slower than ``slow_first_byte_s`` as a strike against its replica (a hung engine is
-ejected before the tier deadlines pass).  The choice among a model's pools (L3: regions,
-failover, sessions, Turbo's fallback to Standard pools) is sched/regions.py's, called from
-``open``; warm-ups are sched/warmup.py's.
+ejected before the tier deadlines pass).  A Turbo lease's verdict (sched/leases.py) is part of
+tier resolution.  The choice among a model's pools (L3: regions, failover, sessions, Turbo's
+fallback to Standard pools) is sched/regions.py's, called from ``open``; warm-ups are
+sched/warmup.py's.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from typing import NamedTuple
 
 from turbogate.sched.admission import Admission, Shed, TenantPolicy, Ticket, TierPolicy, clamp_retry
 from turbogate.sched.guard import KneeGuard
+from turbogate.sched.leases import LeaseBook
 from turbogate.sched.load import ReplicaLoad
 from turbogate.sched.picker import Health, HealthChange, Picker, Replica, ScrapeFailed
 from turbogate.sched.policy import FlowPolicy, PoolSpec, TenantSpec
@@ -162,6 +164,7 @@ class Flow:
                 self.pool_of_model.setdefault(model, spec.name)
                 self.pools_of_model.setdefault(model, []).append(spec.name)
         self._sync_holdback()
+        self.leases = LeaseBook(policy.leases)  # Turbo leases: a request naming one asks Turbo through it
         # Per tier, the queue-limit and deadline timers in arrival order (each limit is a constant
         # per tier, so arrival order is due order): O(1) per request instead of a heap.
         self._queue_timers: dict[Tier, deque[tuple[float, FlowRequest]]] = {t: deque() for t in TIERS}
@@ -217,10 +220,12 @@ class Flow:
 
     def open(self, *, tenant: str, model: str, tier_body: object = None, tier_header: str | None = None,
              max_tokens: object = None, max_tokens_field: str = "max_tokens", prompt_bytes: int = 0,
-             stream: bool = False, now: float, handle: object = None, client_region: str | None = None,
+             stream: bool = False, now: float, handle: object = None,
+             lease: str | None = None, client_region: str | None = None,
              session: str | None = None) -> FlowRequest | Respond:
         """A parsed request from an authenticated ``tenant``: its pool, tier and cost, or the 4xx
         that refuses it (unknown model, unknown tier word, ``max_tokens`` above the context).
+        With a ``lease`` id the lease decides: Turbo while it lives, else Standard and why.
         ``client_region`` and ``session`` (``X-Session-Id``) feed L3's choice of pool."""
         spec = self.tenants[tenant]
         cap = self.policy.max_cost_tokens
@@ -243,7 +248,12 @@ class Flow:
                                param="X-Turbogate-Tier")
         else:
             asked = spec.default_tier
-        served, why = self.resolve(spec, asked)
+        lease_why = None
+        if lease is not None:  # the lease asks Turbo; once expired (or unknown) it gets Standard, and says why
+            asked = Tier.TURBO
+            lease_why = self.leases.check(lease, tenant, now)
+        served, why = self.resolve(spec, asked if lease_why is None else Tier.STANDARD)
+        why = lease_why or why
         pool, client, fallback = self._choose_pool(pools, served, client_region, tenant, session, now)
         if fallback is not None:  # every Turbo pool is down: served Standard by a Standard pool
             served, why = Tier.STANDARD, fallback
