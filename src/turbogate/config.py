@@ -26,6 +26,7 @@ from turbogate.sched.jobgraph import JobLimits
 from turbogate.sched.leases import LeasePolicy
 from turbogate.sched.picker import PickerConfig
 from turbogate.sched.policy import FlowPolicy, Mode, PoolSpec, ReplicaSpec, TenantSpec
+from turbogate.sched.regions import RegionPolicy
 from turbogate.sched.tiers import Tier
 
 EngineKind = Literal["vllm", "sglang", "tgi", "llamacpp", "openai", "emulator"]
@@ -36,6 +37,8 @@ _GUARD = GuardPolicy()
 _COALESCE = CoalescePolicy()
 _JOBS = JobLimits()
 _LEASE = LeasePolicy()
+_REGIONS = RegionPolicy()
+RegionName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,32}$", description="a region name")]
 
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="sha256 hex digest (lower case)")]
 
@@ -165,7 +168,11 @@ class Pool(_Model):
         "fcfs", description="'priority' when the engines run vLLM --scheduling-policy priority: the tier is "
         "then passed as the request's priority field"
     )
-    region: str | None = None
+    region: RegionName | None = Field(None, description="where the pool runs, for L3 region arbitration")
+    turbo: bool = Field(True, description="Turbo-capable; false makes a Standard pool that serves Turbo requests "
+                        "(as Standard, saying so) only while every Turbo-capable pool of the model is unhealthy")
+    alt_svc: str | None = Field(None, pattern=r"^[\x20-\x7e]+$", description="Alt-Svc header value sent with "
+                                "answers this pool served, e.g. 'h2=\"eu.api.example.com:443\"; ma=3600'")
     knee_rps: float | None = Field(
         None, gt=0, description="the pool's knee (offered req/s, all tiers): with one, a knee guard caps and then "
         "closes Turbo past it (docs/gateway.md)")
@@ -264,6 +271,37 @@ class CoalesceConfig(_Model):
                               ignored_fields=frozenset(self.ignore_fields))
 
 
+class RegionsConfig(_Model):
+    """L3 region arbitration (sched/regions.py; docs/gateway.md)."""
+
+    client_header: str = Field("X-Client-Region", pattern=r"^[A-Za-z0-9-]{1,64}$", description="request header "
+                               "that names the client's region, or a CDN's country header (e.g. cf-ipcountry)")
+    aliases: dict[str, RegionName] = Field(
+        {}, description="header value or GeoIP country code → region, e.g. {DE: eu, US: us}")
+    geoip_db: str | None = Field(
+        None, description="a MaxMind Country/City .mmdb: the client address's country when the header is absent "
+        "(needs the 'geoip' extra)")
+    default_region: RegionName | Literal[""] = Field("", description="a client whose region is unknown")
+    rtt_ms: dict[RegionName, dict[RegionName, float]] = Field(
+        {}, description="client region → pool region → round trip in ms (the client's leg, added to what the "
+        "gateway measures)")
+    ewma_alpha: float = Field(_REGIONS.alpha, gt=0, le=1, description="weight of a new latency sample")
+    sticky_s: float = Field(_REGIONS.sticky_s, ge=0, description="a session (tenant + X-Session-Id) keeps its pool "
+                            "this long after its last request, while the pool is usable")
+    max_sessions: int = Field(_REGIONS.max_sessions, ge=1)
+    probe_interval_s: float = Field(_REGIONS.probe_interval_s, gt=0, description="round-trip probe of each pool")
+
+
+class WarmupConfig(_Model):
+    """A warm-up request to each replica when it joins or comes back (sched/warmup.py)."""
+
+    enabled: bool = Field(False, description="off by default: each warm-up is a real (one-token) inference call")
+    path: Literal["/v1/chat/completions", "/v1/completions"] = "/v1/chat/completions"
+    prompt: str = Field("Hello", min_length=1)
+    max_tokens: int = Field(1, ge=1, le=64)
+    timeout_s: float = Field(30.0, gt=0)
+
+
 class Admin(_Model):
     token_sha256: Sha256 | None = Field(None, description="sha256 of the admin bearer token; no admin API if unset")
 
@@ -359,6 +397,8 @@ class GatewayConfig(_Model):
     coalesce: CoalesceConfig = CoalesceConfig.model_validate({})  # frozen, so one shared default is safe
     jobs: JobsConfig = JobsConfig.model_validate({})  # frozen, so one shared default is safe
     leases: LeasesConfig = LeasesConfig.model_validate({})  # frozen, so one shared default is safe
+    regions: RegionsConfig | None = Field(None, description="L3: route by client region (docs/gateway.md)")
+    warmup: WarmupConfig = WarmupConfig.model_validate({})  # frozen, so one shared default is safe
     service_tier_names: Literal["turbogate", "openai"] = Field(
         "turbogate", description="words for the tier served in answers' service_tier: turbogate's (turbo / "
         "standard / relax) or OpenAI's (priority / default / flex); X-Turbogate-Tier always uses turbogate's")
@@ -388,9 +428,12 @@ class GatewayConfig(_Model):
         pools = [p.name for p in self.pools]
         if len(set(pools)) != len(pools):
             raise ValueError("pools: names must be unique")
-        models = [m for p in self.pools for m in p.models]
-        if len(set(models)) != len(models):
-            raise ValueError("pools: a model is served by two pools")
+        if self.regions is not None:  # a pool region in the RTT table must be some pool's
+            regions = {p.region for p in self.pools if p.region is not None}
+            for client, table in self.regions.rtt_ms.items():
+                for region in table:
+                    if region not in regions:
+                        raise ValueError(f"regions.rtt_ms.{client}.{region}: no pool has region {region!r}")
         if self.bands.light_kv > self.bands.saturated_kv:
             raise ValueError("bands.light_kv must not exceed bands.saturated_kv")
         return self
@@ -466,7 +509,8 @@ def flow_policy(config: GatewayConfig, pools: Sequence[PoolSpec] | None = None, 
         pools = [
             PoolSpec(p.name, tuple(p.models),
                      tuple(ReplicaSpec(rid, r.max_concurrency, r.engine != "openai") for rid, r in replica_ids(p)),
-                     p.scheduling_policy == "priority", knee_source(p, config.knee_guard.online))
+                     p.scheduling_policy == "priority", knee_source(p, config.knee_guard.online), region=p.region,
+                     turbo=p.turbo)
             for p in config.pools
         ]
     bands, cc = config.bands, config.concurrency
@@ -492,7 +536,17 @@ def flow_policy(config: GatewayConfig, pools: Sequence[PoolSpec] | None = None, 
                         rate_tau_s=g.window_s)
     return FlowPolicy(tiers=tiers, tenants=tenants, pools=tuple(pools), picker=picker, disabled=disabled, mode=mode,
                       health_interval_s=config.health.interval_s, guard=guard,
-                      max_cost_tokens=config.limits.max_tokens, leases=config.leases.policy())
+                      max_cost_tokens=config.limits.max_tokens, leases=config.leases.policy(),
+                      regions=region_policy(config.regions), warmup=config.warmup.enabled)
+
+
+def region_policy(regions: RegionsConfig | None) -> RegionPolicy | None:
+    """L3's policy from the config's ``regions`` (None: no such section)."""
+    if regions is None:
+        return None
+    return RegionPolicy(rtt_ms={c: dict(t) for c, t in regions.rtt_ms.items()}, default_region=regions.default_region,
+                        alpha=regions.ewma_alpha, sticky_s=regions.sticky_s, max_sessions=regions.max_sessions,
+                        probe_interval_s=regions.probe_interval_s)
 
 
 def knee_source(pool: Pool, online: bool = False, replicas: int | None = None) -> KneeSource | None:

@@ -40,6 +40,7 @@ from turbogate.gateway.metrics import GatewayMetrics
 from turbogate.gateway.metrics_port import MetricsServer, serve_metrics
 from turbogate.gateway.openapi import openapi_document
 from turbogate.gateway.proxy import attempt
+from turbogate.gateway.regions import BadHeader, ClientRegions, measure_rtt, pool_headers, session_id, warm_up
 from turbogate.gateway.runtime import Runtime, TenantRt, build_runtime
 from turbogate.gateway.scrape import probe_once, scrape_all, scrape_loop, scrape_once
 from turbogate.gateway.tracing import install as install_tracing
@@ -100,12 +101,17 @@ class GatewayApp(AsgiApp):
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
         self.rt: Runtime = build_runtime(config)
-        self.driver = FlowDriver(self.rt.flow, self._probe)
+        self.driver = FlowDriver(self.rt.flow, self._probe, measure_rtt=self._measure_rtt, warm_up=self._warm_up)
+        self.client_regions = ClientRegions(config.regions)  # L3's I/O side (gateway/regions.py)
+        self.pool_headers = pool_headers(config)
         self.metrics = GatewayMetrics(self.rt)
         self.max_body = config.limits.max_body_bytes
         self.tier_words = TIER_WORDS[config.service_tier_names]
-        models = [{"id": m, "object": "model", "created": 0, "owned_by": p.name}
-                  for p in config.pools for m in p.models]
+        first_pool: dict[str, str] = {}  # a model may be served by several pools (L3): listed once
+        for p in config.pools:
+            for m in p.models:
+                first_pool.setdefault(m, p.name)
+        models = [{"id": m, "object": "model", "created": 0, "owned_by": p} for m, p in first_pool.items()]
         self._models_body = orjson.dumps({"object": "list", "data": models})
         self._openapi_body = openapi_document(config)
         self._started = False
@@ -164,8 +170,8 @@ class GatewayApp(AsgiApp):
         if path == "/health":
             await send_bytes(send, 200, b'{"status":"ok"}')
         elif path == "/ready":
-            picker = self.rt.flow.picker
-            ready = all(picker.healthy(pool) > 0 for pool in picker.pools())
+            picker = self.rt.flow.picker  # ready while every model has a healthy pool (L3 fails over)
+            ready = all(any(picker.healthy(p) > 0 for p in pools) for pools in self.rt.flow.pools_of_model.values())
             await send_bytes(send, 200 if ready else 503, b'{"ready":true}' if ready else b'{"ready":false}')
         elif path == "/metrics":
             await serve_metrics(self, scope, send)
@@ -206,6 +212,7 @@ class GatewayApp(AsgiApp):
             await self._metrics_server.start()
         loop = asyncio.get_running_loop()
         self.rt.tasks = [loop.create_task(scrape_loop(self.rt, self.driver)), loop.create_task(self._sweep())]
+        self.driver.run(())  # arm the flow's timer now: warm-ups and round-trip probes are due at start
 
     async def _probe(self, replica: Replica) -> bool:
         io = self.rt.replicas[replica.id]
@@ -215,6 +222,12 @@ class GatewayApp(AsgiApp):
             result = await scrape_once(self.rt, io)
             self.driver.run(self.rt.flow.scraped(replica.id, result, time.perf_counter()))
         return ok
+
+    async def _measure_rtt(self, replica: Replica) -> float | None:
+        return await measure_rtt(self.rt, self.rt.replicas[replica.id])
+
+    async def _warm_up(self, replica: Replica, model: str) -> bool:
+        return await warm_up(self.rt, self.rt.replicas[replica.id], model)
 
     async def _sweep(self) -> None:
         """Start disconnect watchers for requests still running after ``_WATCH_AFTER_S``."""
@@ -298,12 +311,18 @@ class GatewayApp(AsgiApp):
                             "stream", "invalid_value")
             return
         tier_header = header(scope, b"x-turbogate-tier")
+        try:
+            client_region, session = self.client_regions.region(scope), session_id(scope)
+        except BadHeader as exc:
+            await self._bad(send, tenant, 400, str(exc), exc.name, "invalid_value")
+            return
         tokens_field = "max_tokens" if obj.get("max_tokens") is not None else "max_completion_tokens"
         req = self.rt.flow.open(
             tenant=tenant.name, model=model, tier_body=obj.get("service_tier"),
             tier_header=None if tier_header is None else tier_header.decode("latin-1"),
             max_tokens=obj.get(tokens_field), max_tokens_field=tokens_field, prompt_bytes=len(body),
-            stream=stream, now=arrival, lease=leases.lease_header(scope))
+            stream=stream, now=arrival, lease=leases.lease_header(scope), client_region=client_region,
+            session=session)
         if isinstance(req, Respond):
             await self._bad(send, tenant, req.status, req.message, req.param, req.code)
             return
@@ -341,7 +360,7 @@ class GatewayApp(AsgiApp):
                 watch.finished = True  # from here a disconnect is the normal end, not the client leaving
             await orig_send(message)
 
-        tier_headers = [_TIER_HEADERS[req.served]]
+        tier_headers = [_TIER_HEADERS[req.served], *self.pool_headers[req.pool]]
         if req.downgrade is not None:  # the client asked for more than it got: say why
             tier_headers.append((_DOWNGRADE, req.downgrade.encode()))
         word = self.tier_words[req.served]
@@ -389,7 +408,7 @@ class GatewayApp(AsgiApp):
                 self.metrics.count(tenant.label, req.asked.value, req.served.value, status)
 
     async def _respond(self, send: Send, req: FlowRequest, respond: Respond) -> int:
-        headers = [_TIER_HEADERS[req.served]]
+        headers = [_TIER_HEADERS[req.served], *self.pool_headers[req.pool]]
         if req.downgrade is not None:
             headers.append((_DOWNGRADE, req.downgrade.encode()))
         if respond.retry_after_s is not None:

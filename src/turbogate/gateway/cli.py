@@ -92,6 +92,14 @@ def serve(
     if missing:
         typer.echo(f"error: bad config: api_key_env names unset environment variables: {', '.join(missing)}", err=True)
         raise typer.Exit(2)
+    if cfg.regions is not None and cfg.regions.geoip_db:  # the optional extra and the file, before any worker
+        from turbogate.gateway.regions import open_geoip
+
+        try:
+            open_geoip(cfg.regions.geoip_db).close()
+        except ConfigError as exc:
+            typer.echo(f"error: bad config: {exc}", err=True)
+            raise typer.Exit(2) from None
 
     import uvicorn
 

@@ -69,13 +69,14 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, send: Sen
                 _timing(l1, l2, end - start)]})
             await send({"type": "http.response.body", "body": data})
             return status
+        headers_at = time.perf_counter()  # engines answer a stream's headers before prefill: an L3 round trip
         try:
             first = await resp.next_chunk()
         except UpstreamError as exc:  # nothing reached the client yet: as if it failed before any byte
             driver.run(flow.failed(req, time.perf_counter(), Failure.CONNECT if exc.connect_failed else Failure.RESET))
             return None
         now = time.perf_counter()
-        driver.run(flow.first_byte(req, now))
+        driver.run(flow.first_byte(req, now, headers_at))
         ttft = now - start
         app.metrics.observe_ttft(replica.pool, req.served.value, ttft)
         # Headers wait for the first chunk, so Server-Timing can carry ttft; total upstream
