@@ -68,3 +68,27 @@ OTHER_ENGINE_CELLS: tuple[Cell, ...] = tuple(
         (256, 512, 6648.4, 6000),
     )
 )
+
+# The same SGLang runs' latency medians (same file, same rows), for where the time goes: median
+# TTFT bounds the prefill rate (a request's first token follows every earlier prompt's prefill under
+# FCFS), median ITL is the decode step plus any prefill run between two decode steps.
+# (isl, osl) -> (median TTFT s, median ITL s, duration s)
+SGLANG_OFFLINE_MEDIANS: dict[tuple[int, int], tuple[float, float, float]] = {
+    (1024, 1024): (91.282, 0.15901, 341.72),
+    (1024, 512): (114.572, 0.25885, 294.82),
+    (4096, 2048): (61.606, 0.12048, 399.08),
+    (4096, 1024): (186.502, 0.13397, 459.34),
+    (256, 512): (33.224, 0.18757, 230.06),
+}
+
+SGLANG_ONLINE_SOURCE = ("datacrunch-research/h200-benchmarks sglang/outputs/llama_3_3_70b_online_output.jsonl @ "
+                        "c091ef530a525d2e788bc41c39a4450b09c9f2ad: the same server, bench_serving random 1024/1024 "
+                        "(uniform draws) at a Poisson request rate")
+
+# Online rows of that file below saturation: (request rate /s, requests, median ITL s, median TTFT s).
+# At 1 and 2 req/s about 8 and 17 requests run at once: the decode step is the weights streamed once.
+SGLANG_ONLINE_1024: tuple[tuple[float, int, float, float], ...] = (
+    (1.0, 300, 0.013639, 0.08575),
+    (2.0, 600, 0.014830, 0.08756),
+    (4.0, 1200, 0.019420, 0.10606),
+)
