@@ -4,7 +4,9 @@ and the closed form (``turbogate.perf.saturation``).  Prints ONE JSON object.
 Reference table: ``turbogate.perf.published.TRTLLM_CELLS`` (TensorRT-LLM perf overview, 20 cells:
 Llama-3.1-8B on H100/H200, Llama-3.3-70B on H100 TP2 / H200 TP1, FP8 weights and KV cache,
 shapes 128/128, 1000/1000, 2048/128, 5000/500, 20000/2000), plus ``OTHER_ENGINE_CELLS``: public
-measurements from a different engine that no constant was tuned on.
+measurements from a different engine that no constant was tuned on.  They run with that engine's KV read
+efficiency (``Cell.kv_bw_efficiency``, fitted on another of its measurements: benchmarks/sglang_replay.py);
+``engine_error_kv_as_weights`` is the same model reading the KV as fast as the weights.
 
 The engine runs each cell's request count (the page's ``$num_requests``) queued at t = 0 in virtual
 time on ``Engine(deployment(gpu, model, tp, fp8, fp8 KV, gpu_mem_util=0.95))``; throughput is
@@ -51,13 +53,18 @@ BEFORE: dict[tuple[str, str, int, int, int], tuple[float, float]] = {
 }
 
 
-def _dep(cell: Cell, dtype: str, kv: str, mem: float):  # type: ignore[no-untyped-def]
-    return deployment(get_gpu(cell.gpu), get_model(cell.model), tp=cell.tp, weight_dtype=dtype, kv_dtype=kv,
-                      gpu_mem_util=mem)
+def _dep(cell: Cell, dtype: str, kv: str, mem: float, own_kv: bool = True):  # type: ignore[no-untyped-def]
+    """The cell's deployment; with ``own_kv`` its engine's KV read efficiency (``Cell.kv_bw_efficiency``),
+    else the KV read as fast as the weights."""
+    dep = deployment(get_gpu(cell.gpu), get_model(cell.model), tp=cell.tp, weight_dtype=dtype, kv_dtype=kv,
+                     gpu_mem_util=mem)
+    kv_eff = cell.kv_bw_efficiency
+    return dep.with_factors(kv_bw_efficiency=kv_eff) if own_kv and kv_eff is not None else dep
 
 
-def engine_tok_s(cell: Cell, n: int, cfg: EngineConfig, dtype: str, kv: str, mem: float) -> tuple[float, int]:
-    eng = Engine(_dep(cell, dtype, kv, mem), cfg)
+def engine_tok_s(cell: Cell, n: int, cfg: EngineConfig, dtype: str, kv: str, mem: float,
+                 own_kv: bool = True) -> tuple[float, int]:
+    eng = Engine(_dep(cell, dtype, kv, mem, own_kv), cfg)
     rng = random.Random(0)
     out = 0
     for i in range(n):
@@ -110,6 +117,10 @@ def run(cells: tuple[Cell, ...], args: argparse.Namespace, cfg: EngineConfig) ->
             tok_s, preemptions = engine_tok_s(cell, n, cfg, dtype, kv, mem)
             row.update(engine=round(tok_s), engine_error=_err(tok_s, cell.output_tok_s), requests=n,
                        preemptions=preemptions, wall_s=round(time.perf_counter() - t0, 2))
+            if cell.kv_bw_efficiency is not None:  # what the same model gives reading the KV like the weights
+                same, _ = engine_tok_s(cell, n, cfg, dtype, kv, mem, own_kv=False)
+                row["kv_bw_efficiency"] = cell.kv_bw_efficiency
+                row["engine_error_kv_as_weights"] = _err(same, cell.output_tok_s)
         rows.append(row)
     return rows
 
@@ -138,7 +149,9 @@ def main() -> None:
         other_errs: list[float] = [r["engine_error"] for r in other]  # type: ignore[misc]
         summary.update(engine_mae=_mae(errs), engine_worst=max(errs, key=abs),
                        other_engine_engine_errors=other_errs,
-                       other_engine_within_25pct=sum(abs(e) <= 0.25 for e in other_errs))
+                       other_engine_within_25pct=sum(abs(e) <= 0.25 for e in other_errs),
+                       other_engine_engine_errors_kv_as_weights=[r.get("engine_error_kv_as_weights")
+                                                                 for r in other])
     summary["other_engine_closed_form_errors"] = [r["closed_form_error"] for r in other]
     print(json.dumps({
         "reference": TRTLLM_SOURCE,

@@ -19,11 +19,17 @@ throughput, median TTFT and median ITL (a decoding request's gap between tokens:
 prefill batch run in between) beside the published ones, and the prefill rate the published median TTFT
 implies at least (under FCFS the median request's first token follows every earlier prompt's prefill).
 
-    python benchmarks/sglang_replay.py
+The KV read efficiency of that SGLang build (``SGLANG_KV_BW_EFFICIENCY``) is fitted here, on one
+measurement that is none of the five offline cells: the median ITL of the online run at 4 requests/s, where
+about 50 requests of ~770 tokens decode at once, so the step is the weights plus a KV read that still shows.
+``--fit-kv`` prints the value that makes the replay's median ITL equal the published one.
+
+    python benchmarks/sglang_replay.py [--fit-kv] [--kv-bw-efficiency X]
 """
 
 from __future__ import annotations
 
+import argparse
 import bisect
 import json
 import random
@@ -124,7 +130,8 @@ def replay(dep: Deployment, reqs: list[Req]) -> dict[str, float]:
                 used += 1
                 running.append(r)
         else:
-            t += dep.step_time(0, len(running), sum(r.isl + r.out for r in running))
+            # Cached per request: its prompt and every output token but the newest, which this step writes.
+            t += dep.step_time(0, len(running), sum(r.isl + r.out - 1 for r in running))
             used += len(running)
             for r in running:
                 r.out += 1
@@ -160,10 +167,34 @@ def _err(pred: float, pub: float) -> float:
     return round((pred - pub) / pub, 4)
 
 
+def fit_kv_efficiency(dep: Deployment) -> float:
+    """The KV read efficiency at which the replay's median ITL at 4 req/s equals the published one
+    (bisection; the ITL falls as the efficiency rises)."""
+    rate, n, itl, _ttft = next(row for row in SGLANG_ONLINE_1024 if row[0] == 4.0)
+    lo, hi = 0.02, 1.0
+    for _ in range(20):
+        mid = (lo + hi) / 2
+        got = replay(dep.with_factors(kv_bw_efficiency=mid), _requests(1024, 1024, n, rate))["median_itl_s"]
+        lo, hi = (mid, hi) if got > itl else (lo, mid)
+    return round((lo + hi) / 2, 3)
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--fit-kv", action="store_true", help="print the fitted KV read efficiency and stop")
+    parser.add_argument("--kv-bw-efficiency", type=float, default=None,
+                        help="KV read efficiency to replay with (default: the cells' own; 0: the weights')")
+    args = parser.parse_args()
     cell0 = OTHER_ENGINE_CELLS[0]
     dep = deployment(get_gpu(cell0.gpu), get_model(cell0.model), tp=cell0.tp, weight_dtype=cell0.dtype,
                      kv_dtype=cell0.kv_dtype, gpu_mem_util=cell0.gpu_mem_util)
+    if args.fit_kv:
+        print(json.dumps({"kv_bw_efficiency": fit_kv_efficiency(dep), "fitted_on": SGLANG_ONLINE_SOURCE,
+                          "row": "4 req/s median ITL"}))
+        return
+    kv = cell0.kv_bw_efficiency if args.kv_bw_efficiency is None else (args.kv_bw_efficiency or None)
+    if kv is not None:
+        dep = dep.with_factors(kv_bw_efficiency=kv)
     offline = []
     for cell in OTHER_ENGINE_CELLS:
         reqs = _requests(cell.isl, cell.osl, cell.requests)
@@ -191,7 +222,7 @@ def main() -> None:
     print(json.dumps({
         "source": SGLANG_SOURCE, "online_source": SGLANG_ONLINE_SOURCE,
         "model_prefill_tok_s": round(CHUNK / dep.step_time(CHUNK, 0, 0)),
-        "kv_capacity_tokens": dep.kv_capacity_tokens,
+        "kv_capacity_tokens": dep.kv_capacity_tokens, "kv_bw_efficiency": dep.kv_bw_efficiency,
         "offline": offline, "online": online,
     }))
 

@@ -58,6 +58,10 @@ class PerfFactors:
     link_efficiency: share of the GPU's one-way link bandwidth (``GPU.link_bandwidth``) an
         all-reduce achieves; a ring all-reduce sends 2(tp−1)/tp of the step's activations
         (tokens × hidden × 2 bytes) over it, twice per layer.
+    kv_bw_efficiency: share of datasheet HBM bandwidth the attention kernels reach reading the
+        KV cache, where an engine's differs from its weight streaming; None (the default) reads
+        the KV at ``bw_efficiency``, as TensorRT-LLM and vLLM do.  An engine property, not a
+        GPU's: see ``turbogate.perf.published.SGLANG_KV_BW_EFFICIENCY``.
     """
 
     mfu: float = 0.5
@@ -67,9 +71,10 @@ class PerfFactors:
     activation_reserve_bytes: float = 2.0 * GiB
     tp_allreduce_s: float = 0.000012
     link_efficiency: float = 0.8
+    kv_bw_efficiency: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("mfu", "bw_efficiency", "link_efficiency"):
+        for name in ("mfu", "bw_efficiency", "link_efficiency", "kv_bw_efficiency"):
             value = getattr(self, name)
             if value is not None and not 0.0 < value <= 1.0:
                 raise ValueError(f"{name} must be in (0, 1], got {value}")
@@ -168,6 +173,18 @@ class Deployment:
         return self.gpu.bw_efficiency or DEFAULT_BW_EFFICIENCY
 
     @property
+    def kv_bw_efficiency(self) -> float:
+        """Achieved share of HBM bandwidth reading the KV cache: the factor if set, else ``bw_efficiency``."""
+        kv = self.factors.kv_bw_efficiency
+        return self.bw_efficiency if kv is None else kv
+
+    @property
+    def _kv_read_cost(self) -> float:
+        """KV bytes per token, weighted so that one bandwidth serves weights and KV alike: the KV is read
+        at ``kv_bw_efficiency``, the weights at ``bw_efficiency`` (exactly the bytes when they agree)."""
+        return self.kv_bytes_per_token * (self.bw_efficiency / self.kv_bw_efficiency)
+
+    @property
     def link_bytes_per_s(self) -> float:
         """Achieved one-way GPU-to-GPU bandwidth for all-reduce (0: none in the catalog)."""
         return self.gpu.link_bandwidth * self.factors.link_efficiency
@@ -220,7 +237,7 @@ class Deployment:
         if not consts:
             m = self.model
             consts.extend((2.0 * m.n_active_params, 4.0 * m.n_layers * m.n_heads * m.head_dim, self._flops,
-                           float(self.kv_bytes_per_token), self._bandwidth, self.factors.step_overhead_s,
+                           self._kv_read_cost, self._bandwidth, self.factors.step_overhead_s,
                            self.factors.per_seq_overhead_s, 1.0 if self.model.is_moe or self.tp > 1 else 0.0,
                            self._weights_read_bytes(1)))
         per_param, attn, peak_flops, kv_token, bandwidth, step_over, seq_over, varies, weights = consts
@@ -253,7 +270,7 @@ class Deployment:
             ctx = batch * context_per_seq
             m = self.model
             flops = 2.0 * m.n_active_params * batch + self._attention_flops(batch, context_per_seq)
-            mem = self._weights_read_bytes(batch) + self.kv_bytes_per_token * (ctx + batch)
+            mem = self._weights_read_bytes(batch) + self._kv_read_cost * (ctx + batch)
             return flops / self._flops >= mem / self._bandwidth
 
         lo, hi = 1, 65536
