@@ -99,3 +99,23 @@ def test_sglang_runs_with_their_engines_kv_read_efficiency() -> None:
         if cell.isl == 4096 and cell.osl == 2048:
             as_weights = saturation(dep, mean_isl, mean_osl, max_num_seqs=2048).output_tokens_per_s
             assert as_weights > 1.25 * cell.output_tok_s
+
+
+def test_mfu_grows_with_the_gemms_each_gpu_runs() -> None:
+    h200 = get_gpu("H200")
+    # Llama-3.3-70B on one H200, 128/128: 30,000 requests × 255 computed tokens (prompt + outputs but the
+    # last) at 2 FLOPs per parameter in 30,000 × 128 / 3,803 s needs at least this share of FP8 peak, even
+    # with no step memory-bound and no overhead.  The flat 0.5 could never reach the published figure.
+    cell = next(c for c in TRTLLM_CELLS if c.model == "llama-3.3-70b" and c.tp == 1 and c.isl == 128)
+    seconds = cell.requests * cell.osl / cell.output_tok_s
+    floor = cell.requests * 255 * 2 * LLAMA_70B.n_active_params / seconds / 1979e12
+    assert 0.53 < floor < 0.55
+    tp1 = deployment(h200, LLAMA_70B, weight_dtype="fp8")
+    assert tp1.effective_mfu >= floor
+    # The reference size keeps the plain mfu: 8B on one GPU, 70B split four ways; smaller never goes below.
+    for model, tp in (("llama-3.1-8b", 1), ("llama-3.3-70b", 4), ("llama-3.2-1b", 1)):
+        assert deployment(h200, get_model(model), tp=tp).effective_mfu == 0.5
+    tp2 = deployment(H100, LLAMA_70B, weight_dtype="fp8", tp=2)
+    assert tp2.effective_mfu == pytest.approx(0.5 * 2**0.07)
+    assert tp1.with_factors(mfu_size_exponent=0.0).effective_mfu == 0.5
+    assert tp1.prefill_time(8192) < tp1.with_factors(mfu_size_exponent=0.0).prefill_time(8192)

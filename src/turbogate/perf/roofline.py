@@ -45,7 +45,12 @@ class PerfFactors:
     """Efficiency factors of the roofline model (all overridable).
 
     mfu: fraction of dense tensor FLOP/s reached by large prefill GEMMs; 0.5 is typical of
-        vLLM/SGLang prefill on Hopper at bf16.
+        vLLM/SGLang prefill on Hopper at bf16, for GEMMs the size of Llama-3.1-8B's on one GPU.
+    mfu_size_exponent: larger GEMMs per GPU run closer to peak (fewer partial waves, and the
+        per-token elementwise work grows with the hidden size while GEMM work grows with its
+        square): the MFU grows as (hidden × intermediate ÷ tp ÷ 4096·14336) to this power, from 1
+        at 8B's size up (never below ``mfu``).  0.07 lifts Llama-3.3-70B on one GPU to 0.55, the
+        least its published TensorRT-LLM 128/128 throughput proves (docs/plan.md); 0 turns it off.
     bw_efficiency: fraction of datasheet HBM bandwidth a decode step achieves streaming
         weights and KV; None (the default) takes the GPU's own (``GPU.bw_efficiency``) or
         DEFAULT_BW_EFFICIENCY (0.8, what memcpy-like kernels reach on H100/A100).
@@ -65,6 +70,7 @@ class PerfFactors:
     """
 
     mfu: float = 0.5
+    mfu_size_exponent: float = 0.07
     bw_efficiency: float | None = None
     step_overhead_s: float = 0.0008
     per_seq_overhead_s: float = 0.000004
@@ -78,12 +84,14 @@ class PerfFactors:
             value = getattr(self, name)
             if value is not None and not 0.0 < value <= 1.0:
                 raise ValueError(f"{name} must be in (0, 1], got {value}")
-        for name in ("step_overhead_s", "per_seq_overhead_s", "activation_reserve_bytes", "tp_allreduce_s"):
+        for name in ("step_overhead_s", "per_seq_overhead_s", "activation_reserve_bytes", "tp_allreduce_s",
+                     "mfu_size_exponent"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
 
 
 DEFAULT_BW_EFFICIENCY = 0.8
+MFU_REFERENCE_GEMM = 4096 * 14336  # hidden × intermediate of Llama-3.1-8B, where ``mfu`` holds as given
 ACTIVATION_BYTES = 2.0  # activations all-reduced in bf16, whatever the weight dtype
 
 
@@ -162,8 +170,16 @@ class Deployment:
     # ---- time ---------------------------------------------------------------------------
 
     @property
+    def effective_mfu(self) -> float:
+        """``mfu`` grown for GEMMs larger per GPU than Llama-3.1-8B's (``mfu_size_exponent``), at most 1."""
+        f = self.factors
+        size = self.model.hidden_size * self.model.intermediate_size / self.tp / MFU_REFERENCE_GEMM
+        grown: float = f.mfu * max(1.0, size) ** f.mfu_size_exponent
+        return min(1.0, grown)
+
+    @property
     def _flops(self) -> float:
-        return self.gpu.flops_for(self.weight_dtype) * self.factors.mfu * self.tp
+        return self.gpu.flops_for(self.weight_dtype) * self.effective_mfu * self.tp
 
     @property
     def bw_efficiency(self) -> float:
