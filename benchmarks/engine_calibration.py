@@ -3,11 +3,12 @@ and the closed form (``turbogate.perf.saturation``).  Prints ONE JSON object.
 
 Reference table: ``turbogate.perf.published.TRTLLM_CELLS`` (TensorRT-LLM perf overview, 20 cells:
 Llama-3.1-8B on H100/H200, Llama-3.3-70B on H100 TP2 / H200 TP1, FP8 weights and KV cache,
-shapes 128/128, 1000/1000, 2048/128, 5000/500, 20000/2000), ``TRTLLM_HOLDOUT_CELLS`` (the page's 20 other
-cells, long outputs, fitted on by nothing), and ``OTHER_ENGINE_CELLS``: public
-measurements from a different engine that no constant was tuned on.  They run with that engine's KV read
-efficiency (``Cell.kv_bw_efficiency``, fitted on another of its measurements: benchmarks/sglang_replay.py);
-``engine_error_kv_as_weights`` is the same model reading the KV as fast as the weights.
+shapes 128/128, 1000/1000, 2048/128, 5000/500, 20000/2000); ``TRTLLM_HOLDOUT_CELLS``, the page's 20
+other cells (long outputs), a hold-out (only H200's bw_efficiency looked at two of its shapes); and
+``OTHER_ENGINE_CELLS``, public measurements from a different engine that no constant was tuned on.
+Those run with that engine's KV read efficiency (``Cell.kv_bw_efficiency``, fitted on another of its
+measurements: benchmarks/sglang_replay.py); ``engine_error_kv_as_weights`` is the same model reading
+the KV as fast as the weights.
 
 The engine runs each cell's request count (the page's ``$num_requests``) queued at t = 0 in virtual
 time on ``Engine(deployment(gpu, model, tp, fp8, fp8 KV, gpu_mem_util=0.95))``; throughput is
@@ -135,7 +136,7 @@ def main() -> None:
     parser.add_argument("--requests-cap", type=int, default=0, help="run at most N requests per cell (0: the page's)")
     parser.add_argument("--only-closed-form", action="store_true")
     parser.add_argument("--skip-holdout", action="store_true",
-                        help="leave out the 20 long-output cells of the same page that nothing is fitted on")
+                        help="leave out the hold-out: the same page's 20 long-output cells")
     args = parser.parse_args()
     cfg = EngineConfig(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens)
     trt = run(TRTLLM_CELLS, args, cfg)
