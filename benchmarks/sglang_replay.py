@@ -170,7 +170,7 @@ def _err(pred: float, pub: float) -> float:
 def fit_kv_efficiency(dep: Deployment) -> float:
     """The KV read efficiency at which the replay's median ITL at 4 req/s equals the published one
     (bisection; the ITL falls as the efficiency rises)."""
-    rate, n, itl, _ttft = next(row for row in SGLANG_ONLINE_1024 if row[0] == 4.0)
+    rate, n, itl, _ttft, _tok_s = next(row for row in SGLANG_ONLINE_1024 if row[0] == 4.0)
     lo, hi = 0.02, 1.0
     for _ in range(20):
         mid = (lo + hi) / 2
@@ -212,11 +212,14 @@ def main() -> None:
             "prefill_tok_s_published_at_least": round(median_prompts / ttft),
         })
     online = []
-    for rate, n, itl, ttft in SGLANG_ONLINE_1024:
+    for rate, n, itl, ttft, tok_s in SGLANG_ONLINE_1024:
         got = replay(dep, _requests(1024, 1024, n, rate))
-        online.append({"rate": rate, "requests": n, "published_median_itl_ms": round(itl * 1000, 2),
+        online.append({"rate": rate, "requests": n, "fitted_on": rate == 4.0,
+                       "published_median_itl_ms": round(itl * 1000, 2),
                        "replay_median_itl_ms": round(got["median_itl_s"] * 1000, 2),
                        "itl_error": _err(got["median_itl_s"], itl),
+                       "published_tok_s": tok_s, "replay_tok_s": round(got["output_tok_s"]),
+                       "tok_s_error": _err(got["output_tok_s"], tok_s),
                        "published_median_ttft_ms": round(ttft * 1000, 1),
                        "replay_median_ttft_ms": round(got["median_ttft_s"] * 1000, 1)})
     print(json.dumps({

@@ -111,10 +111,13 @@ SGLANG_ONLINE_SOURCE = ("datacrunch-research/h200-benchmarks sglang/outputs/llam
                         "c091ef530a525d2e788bc41c39a4450b09c9f2ad: the same server, bench_serving random 1024/1024 "
                         "(uniform draws) at a Poisson request rate")
 
-# Online rows of that file below saturation: (request rate /s, requests, median ITL s, median TTFT s).
+# Online rows of that file: (request rate /s, requests, median ITL s, median TTFT s, output tok/s).
 # At 1 and 2 req/s about 8 and 17 requests run at once: the decode step is the weights streamed once.
-SGLANG_ONLINE_1024: tuple[tuple[float, int, float, float], ...] = (
-    (1.0, 300, 0.013639, 0.08575),
-    (2.0, 600, 0.014830, 0.08756),
-    (4.0, 1200, 0.019420, 0.10606),
+# At 8 and 16 req/s the server is at or past saturation.
+SGLANG_ONLINE_1024: tuple[tuple[float, int, float, float, float], ...] = (
+    (1.0, 300, 0.013639, 0.08575, 537.4),
+    (2.0, 600, 0.014830, 0.08756, 987.3),
+    (4.0, 1200, 0.019420, 0.10606, 2047.9),
+    (8.0, 2400, 0.070763, 0.19141, 3515.0),
+    (16.0, 3200, 0.179121, 0.61425, 4288.0),
 )
