@@ -1,6 +1,6 @@
 """SGLang's own scheduling rules replayed on the perf model's step time, against the published SGLang runs
 (``turbogate.perf.published``: datacrunch-research/h200-benchmarks @ c091ef53, Llama-3.3-70B bf16 on 4x H200,
-TP4).  Prints ONE JSON object.  No constant is tuned here: it is a diagnosis of the untuned cells.
+TP4).  Prints ONE JSON object.  It diagnoses the five offline cells; nothing is tuned on them.
 
 The stepped engine schedules like vLLM V1.  The SGLang build those runs used (early 2025) differs in ways its
 source documents (``python/sglang/srt/managers/scheduler.py`` and ``schedule_policy.py`` of that time), and
@@ -22,7 +22,8 @@ implies at least (under FCFS the median request's first token follows every earl
 The KV read efficiency of that SGLang build (``SGLANG_KV_BW_EFFICIENCY``) is fitted here, on one
 measurement that is none of the five offline cells: the median ITL of the online run at 4 requests/s, where
 about 50 requests of ~770 tokens decode at once, so the step is the weights plus a KV read that still shows.
-``--fit-kv`` prints the value that makes the replay's median ITL equal the published one.
+``--fit-kv`` prints the value that makes the replay's median ITL equal the published one.  The online runs
+at 8 and 16 req/s (at and past saturation) and the five offline cells check it.
 
     python benchmarks/sglang_replay.py [--fit-kv] [--kv-bw-efficiency X]
 """
