@@ -36,6 +36,7 @@ from typing import NamedTuple
 from turbogate.sched.admission import Admission, Shed, TenantPolicy, Ticket, TierPolicy, clamp_retry
 from turbogate.sched.guard import KneeGuard
 from turbogate.sched.load import ReplicaLoad
+from turbogate.sched.metering import BUDGET_SPENT, BudgetBook, UsageRecord, cost_units
 from turbogate.sched.picker import Health, HealthChange, Picker, Replica, ScrapeFailed
 from turbogate.sched.policy import FlowPolicy, PoolSpec, TenantSpec
 from turbogate.sched.tiers import TIERS, Tier, parse_tier, resolve_tier
@@ -79,6 +80,9 @@ class FlowRequest:
     dispatched_at: float | None = None
     first_byte_at: float | None = None
     status: int | None = None
+    prompt_tokens: int = 0  # the engine's usage, set by the driver before ``finished``
+    completion_tokens: int = 0
+    usage: UsageRecord | None = None  # set when the request closes (sched/metering.py)
 
     @property
     def done(self) -> bool:
@@ -162,6 +166,11 @@ class Flow:
         self._unscraped = any(not r.scraped for r in self.picker.replicas())
         self._health_at = 0.0 if self._unscraped else math.inf
         self._ids = 0
+        #: Turbo budgets and spend (sched/metering.py): a spent tenant's Turbo is served Standard.
+        self.budgets = BudgetBook()
+        for t in policy.tenants:
+            if t.turbo_budget is not None:
+                self.budgets.set_budget(t.name, t.turbo_budget, t.budget_period)
 
     # ---- switches ----------------------------------------------------------------------------
     def set_tier(self, tier: Tier, on: bool) -> None:
@@ -190,6 +199,8 @@ class Flow:
         if tenant.name in self.turbo_off and Tier.TURBO in enabled:
             enabled = enabled - {Tier.TURBO}
         served = resolve_tier(asked, tenant.allowed, frozenset(enabled))
+        if served is Tier.TURBO and self.budgets.exhausted(tenant.name):
+            return Tier.STANDARD, BUDGET_SPENT
         if served is asked:
             return served, None
         if asked not in tenant.allowed:
@@ -318,13 +329,30 @@ class Flow:
         self._leave_upstream(req)
         req.phase = _DONE
         req.status = status
+        self._meter(req, status, now)
         if req.ticket is not None:
             self.pools[req.pool].admission.on_complete(req.ticket, now, count_service=count_service)
+
+    def _meter(self, req: FlowRequest, status: int, now: float) -> None:
+        """The request's one usage record, and its charge against the tenant's Turbo budget."""
+        units = cost_units(req.served, req.prompt_tokens, req.completion_tokens, self.policy.metering)
+        start = req.dispatched_at if req.dispatched_at is not None else now
+        req.usage = UsageRecord(req.tenant, req.model, req.asked.value, req.served.value, status, req.prompt_tokens,
+                                req.completion_tokens, start - req.arrival, now - req.arrival, units, req.downgrade,
+                                now)
+        if req.served is Tier.TURBO:
+            self.budgets.charge(req.tenant, units)
 
     def _refuse(self, req: FlowRequest, status: int, code: str, message: str, now: float,
                 retry_after_s: int | None = None) -> Respond:
         self._close(req, status, now)
         return Respond(req, status, code, message, retry_after_s)
+
+    def refuse(self, req: FlowRequest, status: int, code: str, message: str, now: float,
+               retry_after_s: int | None = None) -> Respond:
+        """Refuse an opened request that has not arrived, on a limit the driver checked against
+        shared state (the store's global tenant limits, sched/metering.py's rule); it is metered."""
+        return self._refuse(req, status, code, message, now, retry_after_s)
 
     # ---- upstream events -----------------------------------------------------------------------
     def first_byte(self, req: FlowRequest, now: float) -> list[Action]:
@@ -421,6 +449,7 @@ class Flow:
                     shed = pool.admission.timed_out(req.ticket, now, self.picker.slots(req.pool, now))
                     req.phase = _DONE
                     req.status = shed.status
+                    self._meter(req, shed.status, now)
                     out.append(Respond(req, shed.status, shed.reason, shed.message, shed.retry_after_s))
                     touched.add(req.pool)
         for q in self._deadline_timers.values():

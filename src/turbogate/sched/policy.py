@@ -10,6 +10,7 @@ from typing import Literal
 
 from turbogate.sched.admission import TierPolicy
 from turbogate.sched.guard import GuardPolicy, KneeSource
+from turbogate.sched.metering import MeteringPolicy
 from turbogate.sched.picker import PickerConfig
 from turbogate.sched.tiers import Tier
 
@@ -27,6 +28,8 @@ class TenantSpec:
     default_tier: Tier = Tier.STANDARD
     weight: float = 1.0
     max_in_flight: int | None = None
+    turbo_budget: float | None = None  # Turbo cost units per period (sched/metering.py); None: unlimited
+    budget_period: str = "month"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,7 @@ class FlowPolicy:
     default_max_tokens: int = 256  # a request's cost when it names no max_tokens
     max_cost_tokens: int = 131072  # bound on one request's fair-queue cost (tokens)
     guard: GuardPolicy = field(default_factory=GuardPolicy)
+    metering: MeteringPolicy = field(default_factory=MeteringPolicy)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
