@@ -31,8 +31,9 @@ from turbogate.asgi import (
 )
 from turbogate.config import GatewayConfig, load_config
 from turbogate.errors import ConfigError
-from turbogate.gateway import admin
+from turbogate.gateway import admin, usage_api
 from turbogate.gateway.driver import FlowDriver, Handle
+from turbogate.gateway.metering import Metering
 from turbogate.gateway.metrics import GatewayMetrics
 from turbogate.gateway.metrics_port import MetricsServer, serve_metrics
 from turbogate.gateway.openapi import openapi_document
@@ -110,6 +111,7 @@ class GatewayApp(AsgiApp):
         self.metrics_token = config.metrics.token_sha256
         self.metrics_port = config.metrics.port
         self._metrics_server: MetricsServer | None = None
+        self.meter = Metering(self)  # usage records, budgets, shared switches and limits (docs/metering.md)
         install_tracing(self)  # OpenTelemetry hook (issue 13): returns at once unless TURBOGATE_OTEL is on
 
     # ---- ASGI entry (AsgiApp) ---------------------------------------------------------------
@@ -127,6 +129,8 @@ class GatewayApp(AsgiApp):
                 log.exception("internal error on %s", path)  # the scope's headers (keys) are not logged
                 with contextlib.suppress(Exception):  # fails harmlessly if the answer had started
                     await send_error(send, 500, "internal gateway error", code="internal_error")
+        elif usage_api.handles(path):
+            await usage_api.handle(self, scope, receive, send)
         elif path.startswith("/admin/"):
             try:
                 await admin.handle(self, scope, receive, send)
@@ -148,7 +152,10 @@ class GatewayApp(AsgiApp):
         elif path == "/ready":
             picker = self.rt.flow.picker
             ready = all(picker.healthy(pool) > 0 for pool in picker.pools())
-            await send_bytes(send, 200 if ready else 503, b'{"ready":true}' if ready else b'{"ready":false}')
+            body = b'{"ready":true}' if ready else b'{"ready":false}'
+            if self.meter.store.degraded:  # still serving, within local limits, usage buffered on disk
+                body = body[:-1] + b',"status":"degraded","store":"unreachable"}'
+            await send_bytes(send, 200 if ready else 503, body)
         elif path == "/metrics":
             await serve_metrics(self, scope, send)
         elif path == "/openapi.json":
@@ -184,6 +191,7 @@ class GatewayApp(AsgiApp):
         if self.metrics_port is not None:
             self._metrics_server = MetricsServer(self, cfg.metrics.host or cfg.listen.host, self.metrics_port)
             await self._metrics_server.start()
+        await self.meter.start()
         loop = asyncio.get_running_loop()
         self.rt.tasks = [loop.create_task(scrape_loop(self.rt, self.driver)), loop.create_task(self._sweep())]
 
@@ -211,6 +219,7 @@ class GatewayApp(AsgiApp):
         for task in self.rt.tasks:
             task.cancel()
         self.driver.close()
+        await self.meter.stop()
         for r in self.rt.replicas.values():
             if r.client is not None:
                 r.client.close()
@@ -229,6 +238,7 @@ class GatewayApp(AsgiApp):
     async def _bad(self, send: Send, tenant: TenantRt, status: int, message: str, param: str | None,
                    code: str) -> None:
         self.metrics.count(tenant.label, "-", "-", status)
+        self.meter.record_edge(tenant.name, status, "-", "-", time.perf_counter())
         await send_error(send, status, message, param=param, code=code)
 
     async def _proxy(self, scope: Scope, receive: Receive, send: Send, kind: str, upstream_path: str) -> None:
@@ -285,7 +295,7 @@ class GatewayApp(AsgiApp):
         if isinstance(req, Respond):
             await self._bad(send, tenant, req.status, req.message, req.param, req.code)
             return
-        if "service_tier" in obj or req.priority is not None:
+        if self.meter.ask_stream_usage(obj, req) or "service_tier" in obj or req.priority is not None:
             obj.pop("service_tier", None)
             if req.priority is not None:
                 obj["priority"] = req.priority
@@ -310,6 +320,7 @@ class GatewayApp(AsgiApp):
         async def tracked_send(message: Message) -> None:
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 watch.finished = True  # from here a disconnect is the normal end, not the client leaving
+                await self.meter.record(req)  # durable before the client has the whole answer
             await orig_send(message)
 
         tier_headers = [_TIER_HEADERS[req.served]]
@@ -320,7 +331,12 @@ class GatewayApp(AsgiApp):
         observed_queue = False
         self._watches.add(watch)
         try:
-            self.driver.run(self.rt.flow.arrive(req, req.arrival))
+            refusal = await self.meter.admit(req) if req.tenant in self.meter.limits else None
+            if refusal is not None:  # a global tenant limit, across every gateway sharing the store
+                handle.respond = self.rt.flow.refuse(req, 429, refusal.code, refusal.message, time.perf_counter(),
+                                                     refusal.retry_after_s)
+            else:
+                self.driver.run(self.rt.flow.arrive(req, req.arrival))
             while True:
                 if handle.respond is not None:
                     status = await self._respond(tracked_send, req, handle.respond)
@@ -356,6 +372,7 @@ class GatewayApp(AsgiApp):
                 watch.task.cancel()
             if not req.done:  # ended here without the flow knowing (a bug or shutdown): free its place
                 self.driver.run(self.rt.flow.client_gone(req, time.perf_counter()))
+            self.meter.done(req)
             self.metrics.count(tenant.label, req.asked.value, req.served.value, status)
 
     async def _respond(self, send: Send, req: FlowRequest, respond: Respond) -> int:
