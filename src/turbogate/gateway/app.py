@@ -53,6 +53,7 @@ TIER_WORDS = {
 }
 _TIER_HEADERS = {t: (b"x-turbogate-tier", t.value.encode()) for t in Tier}
 _DOWNGRADE = b"x-turbogate-downgrade"
+_REQUEST_ID = b"x-turbogate-request-id"  # the id of the request's usage record (docs/metering.md)
 _ENDPOINTS = {
     "/v1/chat/completions": ("chat", "/v1/chat/completions"),
     "/v1/completions": ("completions", "/v1/completions"),
@@ -323,7 +324,7 @@ class GatewayApp(AsgiApp):
                 await self.meter.record(req)  # durable before the client has the whole answer
             await orig_send(message)
 
-        tier_headers = [_TIER_HEADERS[req.served]]
+        tier_headers = [_TIER_HEADERS[req.served], (_REQUEST_ID, self.meter.record_id(req).encode())]
         if req.downgrade is not None:  # the client asked for more than it got: say why
             tier_headers.append((_DOWNGRADE, req.downgrade.encode()))
         word = self.tier_words[req.served]
@@ -376,7 +377,7 @@ class GatewayApp(AsgiApp):
             self.metrics.count(tenant.label, req.asked.value, req.served.value, status)
 
     async def _respond(self, send: Send, req: FlowRequest, respond: Respond) -> int:
-        headers = [_TIER_HEADERS[req.served]]
+        headers = [_TIER_HEADERS[req.served], (_REQUEST_ID, self.meter.record_id(req).encode())]
         if req.downgrade is not None:
             headers.append((_DOWNGRADE, req.downgrade.encode()))
         if respond.retry_after_s is not None:

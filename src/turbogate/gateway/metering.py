@@ -80,9 +80,13 @@ class Metering:
         self._task: asyncio.Task[None] | None = None
 
     # ---- records ---------------------------------------------------------------------------
-    def _stamp(self, rec: UsageRecord) -> UsageRecord:
-        self._seq += 1
-        return dataclasses.replace(rec, ts=rec.at + self._wall, id=f"{self.instance}-{self._seq}")
+    def record_id(self, req: FlowRequest) -> str:
+        """The id of ``req``'s usage record, known from the start (the X-Turbogate-Request-Id
+        header), so a client's log can be checked against the store."""
+        return f"{self.instance}-{req.id}"
+
+    def _stamp(self, rec: UsageRecord, rid: str) -> UsageRecord:
+        return dataclasses.replace(rec, ts=rec.at + self._wall, id=rid)
 
     def _spend_key(self, rec: UsageRecord) -> str:
         b = self.flow.budgets.budgets.get(rec.tenant)
@@ -93,7 +97,7 @@ class Metering:
         if rec is None or req.id in self._written:
             return None
         self._written.add(req.id)
-        stamped = self._stamp(rec)
+        stamped = self._stamp(rec, self.record_id(req))
         return self.writer.submit(stamped, self._spend_key(stamped))
 
     async def record(self, req: FlowRequest) -> None:
@@ -104,7 +108,9 @@ class Metering:
 
     def record_edge(self, tenant: str, status: int, model: str, tier: str, now: float) -> None:
         """A request refused at the edge, before the flow took it (bad body, unknown model)."""
-        rec = self._stamp(UsageRecord(tenant, model, tier, tier, status, 0, 0, 0.0, 0.0, 0.0, None, now))
+        self._seq += 1
+        rec = self._stamp(UsageRecord(tenant, model, tier, tier, status, 0, 0, 0.0, 0.0, 0.0, None, now),
+                          f"{self.instance}-edge-{self._seq}")
         self.writer.submit(rec, "").add_done_callback(_quiet)
 
     def done(self, req: FlowRequest) -> None:

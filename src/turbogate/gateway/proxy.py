@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from turbogate.asgi import Send, error_body
 from turbogate.gateway.sse import SSERewriter, tag_json_body
-from turbogate.gateway.usage_scan import take_json_usage, take_stream_usage
+from turbogate.gateway.usage_scan import hold_done, take_json_usage, take_stream_usage
 from turbogate.httpclient import UpstreamError
 from turbogate.sched import Failure, FlowRequest, Replica
 
@@ -87,13 +87,16 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, send: Sen
                     "headers": [*_SSE_HEADERS, *tier_headers, _stream_timing(l1, l2, ttft)]})
         rewriter = SSERewriter(tier_name)
         strip = req.id in app.meter.strip  # the usage chunk was the gateway's request, not the client's
+        done = b""  # "data: [DONE]", sent only with the final byte, after the usage record is stored
         chunk = first
         try:
             while chunk:
                 out = rewriter.feed(chunk)
                 if out:
-                    out = take_stream_usage(req, out, strip)
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                    out, held = hold_done(take_stream_usage(req, out, strip))
+                    done += held
+                    if out:
+                        await send({"type": "http.response.body", "body": out, "more_body": True})
                 chunk = await resp.next_chunk()
         except UpstreamError as exc:
             driver.run(flow.failed(req, time.perf_counter(), Failure.BROKEN))
@@ -101,7 +104,7 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, send: Sen
             await send({"type": "http.response.body", "body": rewriter.flush() + b"data: " + err + b"\n\n"})
             return 502
         end = time.perf_counter()
-        tail = take_stream_usage(req, rewriter.flush(), strip)
+        tail = done + take_stream_usage(req, rewriter.flush(), strip)
         driver.run(flow.finished(req, end, 200))
         app.metrics.observe_upstream(replica.pool, req.served.value, end - start)
         await send({"type": "http.response.body", "body": tail})

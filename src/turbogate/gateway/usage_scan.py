@@ -41,6 +41,15 @@ def take_json_usage(req: FlowRequest, data: bytes) -> None:
         req.prompt_tokens, req.completion_tokens = counts
 
 
+def hold_done(events: bytes) -> tuple[bytes, bytes]:
+    """Split complete SSE ``events`` before ``data: [DONE]``: a client stops reading there, so
+    that event is the answer's real last byte and waits until the usage record is stored."""
+    at = events.find(b"data: [DONE]")
+    if at < 0 or (at > 0 and events[at - 1:at] != b"\n"):
+        return events, b""
+    return events[:at], events[at:]
+
+
 def take_stream_usage(req: FlowRequest, events: bytes, strip: bool) -> bytes:
     """Set ``req``'s token counts from complete SSE ``events`` holding a usage chunk; returns the
     events, without that chunk when ``strip`` (the client did not ask for it)."""

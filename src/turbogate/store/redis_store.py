@@ -75,9 +75,15 @@ class RedisStore:
     def _client(self) -> Any:
         if self._r is None:
             import redis.asyncio as aioredis
+            from redis.asyncio.retry import Retry
+            from redis.backoff import NoBackoff
+            from redis.exceptions import ConnectionError as RedisConnectionError
 
+            # One quick retry: a pooled connection left over from before a Redis restart fails
+            # once, and the retry takes a fresh one.  Longer outages are ResilientStore's job.
             self._r = aioredis.from_url(self.url, socket_timeout=self.timeout_s,
-                                        socket_connect_timeout=self.timeout_s, health_check_interval=0)
+                                        socket_connect_timeout=self.timeout_s, health_check_interval=0,
+                                        retry=Retry(NoBackoff(), 1), retry_on_error=[RedisConnectionError])
             for name, text in (("add", _ADD_USAGE), ("acquire", _ACQUIRE), ("release", _RELEASE)):
                 self._scripts[name] = self._r.register_script(text)
         return self._r

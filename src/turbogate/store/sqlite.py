@@ -5,12 +5,17 @@ through a process crash (SIGKILL), which is the durability the gateway promises.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord, limit_refusal, minute_of
 from turbogate.store.base import Budgets, StoreUnavailable
+
+T = TypeVar("T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS usage (
@@ -36,6 +41,7 @@ class SqliteStore:
         self.path = Path(path)
         self.busy_timeout_s = busy_timeout_s
         self._db: sqlite3.Connection | None = None
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="turbogate-sqlite")
 
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
@@ -52,17 +58,24 @@ class SqliteStore:
         return self._db
 
     async def open(self) -> None:
-        self._conn()
+        await asyncio.get_running_loop().run_in_executor(self._thread, self._conn)
 
     async def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        def shut() -> None:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+        await asyncio.get_running_loop().run_in_executor(self._thread, shut)
 
     async def ping(self) -> None:
-        self._run(lambda db: db.execute("SELECT 1").fetchone())
+        await self._run(lambda db: db.execute("SELECT 1").fetchone())
 
-    def _run(self, fn, write: bool = False):  # type: ignore[no-untyped-def]
+    async def _run(self, fn: Callable[[sqlite3.Connection], T], write: bool = False) -> T:
+        """Run ``fn`` on the store's one thread: a write waiting on another process's lock must
+        not stall the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self._thread, self._in_thread, fn, write)
+
+    def _in_thread(self, fn: Callable[[sqlite3.Connection], T], write: bool) -> T:
         db = self._conn()
         try:
             if not write:
@@ -91,37 +104,38 @@ class SqliteStore:
                     out[r.tenant] = db.execute("SELECT units FROM spend WHERE tenant=? AND period=?",
                                                (r.tenant, key)).fetchone()[0]
             return out
-        result: dict[str, float] = self._run(go, write=True)
+        result: dict[str, float] = await self._run(go, write=True)
         return result
 
     async def usage(self, tenant: str | None, since: float, until: float) -> list[UsageRecord]:
         where = "ts >= ? AND ts < ?" + ("" if tenant is None else " AND tenant = ?")
         args: tuple[object, ...] = (since, until) if tenant is None else (since, until, tenant)
-        rows = self._run(lambda db: db.execute(
+        rows = await self._run(lambda db: db.execute(
             "SELECT tenant, model, tier_asked, tier_served, status, prompt_tokens, completion_tokens, queue_s, "
             f"latency_s, cost_units, downgrade, ts, id FROM usage WHERE {where} ORDER BY ts, id", args).fetchall())
         return [UsageRecord(t, m, ta, tsv, st, pt, ct, q, lat, cu, dg, 0.0, ts, rid)
                 for t, m, ta, tsv, st, pt, ct, q, lat, cu, dg, ts, rid in rows]
 
     async def spent(self, tenant: str, key: str) -> float:
-        row = self._run(lambda db: db.execute("SELECT units FROM spend WHERE tenant=? AND period=?",
+        row = await self._run(lambda db: db.execute("SELECT units FROM spend WHERE tenant=? AND period=?",
                                               (tenant, key)).fetchone())
         return float(row[0]) if row else 0.0
 
     async def budgets(self) -> Budgets:
-        rows = self._run(lambda db: db.execute("SELECT tenant, units, period FROM budgets").fetchall())
+        rows = await self._run(lambda db: db.execute("SELECT tenant, units, period FROM budgets").fetchall())
         return {t: (u, p) for t, u, p in rows}
 
     async def set_budget(self, tenant: str, units: float | None, period: str) -> None:
-        self._run(lambda db: db.execute("INSERT OR REPLACE INTO budgets VALUES (?,?,?)", (tenant, units, period)),
+        await self._run(lambda db: db.execute("INSERT OR REPLACE INTO budgets VALUES (?,?,?)", (tenant, units, period)),
                   write=True)
 
     async def switches(self) -> dict[str, bool]:
-        rows = self._run(lambda db: db.execute("SELECT name, on_ FROM switches").fetchall())
+        rows = await self._run(lambda db: db.execute("SELECT name, on_ FROM switches").fetchall())
         return {name: bool(on) for name, on in rows}
 
     async def set_switch(self, name: str, on: bool) -> None:
-        self._run(lambda db: db.execute("INSERT OR REPLACE INTO switches VALUES (?,?)", (name, int(on))), write=True)
+        await self._run(lambda db: db.execute("INSERT OR REPLACE INTO switches VALUES (?,?)", (name, int(on))),
+                        write=True)
 
     async def acquire(self, tenant: str, limits: LimitPolicy, lease: str, ts: float,
                       lease_s: float) -> LimitRefusal | None:
@@ -137,7 +151,7 @@ class SqliteStore:
                 db.execute("INSERT OR REPLACE INTO leases VALUES (?,?,?)", (tenant, lease, ts + lease_s))
                 db.execute("INSERT OR REPLACE INTO minutes VALUES (?,?,?,?)", (tenant, minute, requests + 1, tokens))
             return refusal
-        refusal: LimitRefusal | None = self._run(go, write=True)
+        refusal: LimitRefusal | None = await self._run(go, write=True)
         return refusal
 
     async def release(self, tenant: str, lease: str, tokens: int, ts: float) -> None:
@@ -148,4 +162,4 @@ class SqliteStore:
             row = db.execute("SELECT minute, requests, tokens FROM minutes WHERE tenant=?", (tenant,)).fetchone()
             requests, used = (row[1], row[2]) if row and row[0] == minute else (0, 0)
             db.execute("INSERT OR REPLACE INTO minutes VALUES (?,?,?,?)", (tenant, minute, requests, used + tokens))
-        self._run(go, write=True)
+        await self._run(go, write=True)
