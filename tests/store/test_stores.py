@@ -10,7 +10,7 @@ import pytest
 
 from turbogate.gateway.usage_scan import take_json_usage, take_stream_usage
 from turbogate.sched import Flow
-from turbogate.sched.metering import LimitPolicy, UsageRecord
+from turbogate.sched.metering import LimitPolicy, UsageRecord, period_key
 from turbogate.store import MemoryStore, Store, summarize
 from turbogate.store.redis_store import RedisStore
 from turbogate.store.redisproc import RedisServer
@@ -41,11 +41,14 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 
 async def test_usage_is_stored_once_and_charges_turbo_spend(store: Store) -> None:
     records = [rec(0), rec(1, tier="standard"), rec(2, tenant="beta")]
-    spent = await store.add_usage(records, ["day:1", "", "day:1"])
-    assert spent == {"acme": 10.0, "beta": 10.0}
-    again = await store.add_usage(records, ["day:1", "", "day:1"])  # a replay: nothing new
+    spent = await store.add_usage(records)
+    day = period_key(1000.0, "day")
+    assert spent[("acme", day)] == 10.0 and spent[("beta", day)] == 10.0
+    assert {k for _, k in spent} == {period_key(1000.0, p) for p in ("hour", "day", "week", "month")}
+    again = await store.add_usage(records)  # a replay: nothing new
     assert again == {}
-    assert await store.spent("acme", "day:1") == 10.0
+    assert await store.spent("acme", day) == 10.0
+    assert await store.spent("acme", period_key(1000.0, "month")) == 10.0
     got = await store.usage("acme", 0, 2000)
     assert [r.id for r in got] == ["g-0", "g-1"] and got[0] == records[0]
     assert [r.id for r in await store.usage(None, 1001, 1002.5)] == ["g-1", "g-2"]
@@ -99,9 +102,9 @@ async def test_redis_down_buffers_on_disk_and_replays(tmp_path: Path) -> None:
         rs = ResilientStore(RedisStore(server.url, timeout_s=0.5), tmp_path / "buf", retry_interval_s=0.1,
                             timeout_s=0.5)
         await rs.open()
-        await rs.add_usage([rec(0)], ["k"])
+        await rs.add_usage([rec(0)])
         server.stop()
-        assert await rs.add_usage([rec(1), rec(2)], ["k", "k"]) == {}
+        assert await rs.add_usage([rec(1), rec(2)]) == {}
         assert rs.degraded and rs.buffered == 2
         lim = LimitPolicy(max_in_flight=1)  # local limits while down
         assert await rs.acquire("acme", lim, "a", 100.0, 30) is None
@@ -111,7 +114,7 @@ async def test_redis_down_buffers_on_disk_and_replays(tmp_path: Path) -> None:
         assert await rs.recover()
         assert not rs.degraded and rs.replayed == 2
         assert [r.id for r in await rs.usage("acme", 0, 2000)] == ["g-0", "g-1", "g-2"]
-        assert await rs.spent("acme", "k") == 30.0
+        assert await rs.spent("acme", period_key(1000.0, "month")) == 30.0
         assert not list((tmp_path / "buf").glob("*.jsonl"))
         await rs.close()
     finally:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from turbogate.sched import FlowRequest, Tier, parse_tier
 from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord, period_key
-from turbogate.store.base import Store, StoreUnavailable
+from turbogate.store.base import Spent, Store, StoreUnavailable
 from turbogate.store.memory import MemoryStore
 from turbogate.store.resilient import ResilientStore
 from turbogate.store.writer import UsageWriter
@@ -88,17 +88,12 @@ class Metering:
     def _stamp(self, rec: UsageRecord, rid: str) -> UsageRecord:
         return dataclasses.replace(rec, ts=rec.at + self._wall, id=rid)
 
-    def _spend_key(self, rec: UsageRecord) -> str:
-        b = self.flow.budgets.budgets.get(rec.tenant)
-        return period_key(rec.ts, b.period) if b is not None and rec.tier_served == Tier.TURBO.value else ""
-
     def _submit(self, req: FlowRequest) -> asyncio.Future[None] | None:
         rec = req.usage
         if rec is None or req.id in self._written:
             return None
         self._written.add(req.id)
-        stamped = self._stamp(rec, self.record_id(req))
-        return self.writer.submit(stamped, self._spend_key(stamped))
+        return self.writer.submit(self._stamp(rec, self.record_id(req)))
 
     async def record(self, req: FlowRequest) -> None:
         """Store ``req``'s record now (called before the response's final byte)."""
@@ -111,7 +106,7 @@ class Metering:
         self._seq += 1
         rec = self._stamp(UsageRecord(tenant, model, tier, tier, status, 0, 0, 0.0, 0.0, 0.0, None, now),
                           f"{self.instance}-edge-{self._seq}")
-        self.writer.submit(rec, "").add_done_callback(_quiet)
+        self.writer.submit(rec).add_done_callback(_quiet)
 
     def done(self, req: FlowRequest) -> None:
         """The request is over: store its record if not yet done, give back its limit place."""
@@ -157,13 +152,13 @@ class Metering:
         return refusal
 
     # ---- switches and budgets shared through the store ---------------------------------------
-    def _on_spent(self, spent: dict[str, float]) -> None:
+    def _on_spent(self, spent: Spent) -> None:
         book = self.flow.budgets
         now = time.time()
-        for tenant, units in spent.items():
+        for (tenant, key), units in spent.items():
             b = book.budgets.get(tenant)
-            if b is not None:
-                book.observe(tenant, period_key(now, b.period), units)
+            if b is not None and key == period_key(now, b.period):  # the current period only
+                book.observe(tenant, key, units)
 
     async def sync(self) -> None:
         """Read switches, budgets and spend back from the store (other processes' changes)."""

@@ -3,7 +3,8 @@
 ``GET /v1/usage`` (the calling tenant's key) and ``GET /admin/usage`` (admin token, every tenant,
 or ``tenant=NAME``) take ``start`` and ``end`` (unix seconds or ``YYYY-MM-DD``, UTC; default: the
 last 30 days), ``group_by`` (comma list of ``day``, ``tier``, ``tenant``; ``records`` for one row
-per request) and ``format`` (``json`` or ``csv``; ``Accept: text/csv`` works too).
+per request; default ``day,tier``, and ``tenant,day,tier`` for the admin) and ``format``
+(``json`` or ``csv``; ``Accept: text/csv`` works too).
 
 ``GET /admin/budgets`` lists each tenant's Turbo budget and what it has spent this period;
 ``POST /admin/budgets/{tenant}`` ``{"turbo_budget_units": float | null, "period": "month"}`` sets
@@ -73,7 +74,8 @@ async def _report(app: GatewayApp, scope: Scope, send: Send, tenant: str | None)
         start = _when(q["start"], "start") if "start" in q else end - 30 * 86400
         if end <= start:
             raise BadParam("end", "end must be after start")
-        groups = [g for g in q.get("group_by", "day,tier").split(",") if g]
+        default = "day,tier" if tenant is not None else "tenant,day,tier"
+        groups = [g for g in q.get("group_by", default).split(",") if g]
         bad = [g for g in groups if g not in _GROUPS]
         if bad:
             raise BadParam("group_by", f"group_by takes {', '.join(_GROUPS)}; got {', '.join(bad)}")
@@ -98,7 +100,7 @@ async def _report(app: GatewayApp, scope: Scope, send: Send, tenant: str | None)
     else:
         columns = SUMMARY_COLUMNS
         rows = summarize(records, by_day="day" in groups, by_tier="tier" in groups,
-                         by_tenant=tenant is None or "tenant" in groups)
+                         by_tenant=tenant is not None or "tenant" in groups)
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")

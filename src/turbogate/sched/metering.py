@@ -91,6 +91,14 @@ def period_key(ts: float, period: str) -> str:
     return f"{period}:{time.strftime(fmt, start)}"
 
 
+def spend_keys(rec: UsageRecord) -> tuple[str, ...]:
+    """The periods a Turbo record's units count in: every period kind, so a budget set (or its
+    period changed) mid-period still sees what was spent before."""
+    if rec.turbo_units <= 0:
+        return ()
+    return tuple(period_key(rec.ts, p) for p in PERIODS)
+
+
 @dataclass(slots=True)
 class TenantBudget:
     units: float | None  # Turbo cost units per period; None: no budget (unlimited)

@@ -18,6 +18,8 @@ class StoreUnavailable(TurbogateError):
 
 #: Budgets as the store keeps them: tenant → (units or None, period).
 Budgets = dict[str, tuple[float | None, str]]
+#: Spend as add_usage reports it: (tenant, period key) → units.
+Spent = dict[tuple[str, str], float]
 
 
 class Store(Protocol):
@@ -27,10 +29,10 @@ class Store(Protocol):
     async def close(self) -> None: ...
     async def ping(self) -> None: ...
 
-    async def add_usage(self, records: Sequence[UsageRecord], spend_keys: Sequence[str]) -> dict[str, float]:
+    async def add_usage(self, records: Sequence[UsageRecord]) -> Spent:
         """Store ``records`` (a record already stored, by id, is skipped: replays are safe) and add
-        each Turbo record's units to its tenant's spend under ``spend_keys[i]`` ('' for none).
-        Returns each touched tenant's spend under its key afterwards."""
+        each Turbo record's units to its tenant's spend in each period (``spend_keys``).
+        Returns the spend afterwards of each (tenant, period key) touched."""
         ...
 
     async def usage(self, tenant: str | None, since: float, until: float) -> list[UsageRecord]: ...

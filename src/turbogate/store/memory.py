@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord, limit_refusal, minute_of
-from turbogate.store.base import Budgets
+from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord, limit_refusal, minute_of, spend_keys
+from turbogate.store.base import Budgets, Spent
 
 
 class MemoryStore:
@@ -27,16 +27,15 @@ class MemoryStore:
     async def ping(self) -> None:
         return None
 
-    async def add_usage(self, records: Sequence[UsageRecord], spend_keys: Sequence[str]) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for rec, key in zip(records, spend_keys, strict=True):
+    async def add_usage(self, records: Sequence[UsageRecord]) -> Spent:
+        out: Spent = {}
+        for rec in records:
             if rec.id in self.records:
                 continue
             self.records[rec.id] = rec
-            if key:
+            for key in spend_keys(rec):
                 total = self._spend.get((rec.tenant, key), 0.0) + rec.turbo_units
-                self._spend[(rec.tenant, key)] = total
-                out[rec.tenant] = total
+                self._spend[(rec.tenant, key)] = out[(rec.tenant, key)] = total
         return out
 
     async def usage(self, tenant: str | None, since: float, until: float) -> list[UsageRecord]:

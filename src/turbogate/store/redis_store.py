@@ -10,21 +10,25 @@ from typing import Any
 
 import orjson
 
-from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord, limit_refusal, minute_of
-from turbogate.store.base import Budgets, StoreUnavailable, record_from_json, record_to_json
+from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord, limit_refusal, minute_of, spend_keys
+from turbogate.store.base import Budgets, Spent, StoreUnavailable, record_from_json, record_to_json
 
 _ADD_USAGE = """
 local p = ARGV[1]
 local out = {}
-for i = 2, #ARGV, 5 do
-  local tenant, ts, json, key, units = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+local i = 2
+while i <= #ARGV do
+  local tenant, ts, json, units, nkeys = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4])
   if redis.call('ZADD', p .. ':usage:' .. tenant, 'NX', ts, json) == 1 then
     redis.call('SADD', p .. ':tenants', tenant)
-    if key ~= '' then
+    for k = 1, nkeys do
+      local key = ARGV[i + 4 + k]
       out[#out + 1] = tenant
+      out[#out + 1] = key
       out[#out + 1] = redis.call('HINCRBYFLOAT', p .. ':spend:' .. tenant, key, units)
     end
   end
+  i = i + 5 + nkeys
 end
 return out
 """
@@ -107,13 +111,14 @@ class RedisStore:
     async def ping(self) -> None:
         await self._call("ping", self._client().ping())
 
-    async def add_usage(self, records: Sequence[UsageRecord], spend_keys: Sequence[str]) -> dict[str, float]:
+    async def add_usage(self, records: Sequence[UsageRecord]) -> Spent:
         args: list[Any] = [self.prefix]
-        for r, key in zip(records, spend_keys, strict=True):
-            args += [r.tenant, repr(r.ts), record_to_json(r), key, repr(r.turbo_units)]
+        for r in records:
+            keys = spend_keys(r)
+            args += [r.tenant, repr(r.ts), record_to_json(r), repr(r.turbo_units), len(keys), *keys]
         self._client()
         flat = await self._call("add usage", self._scripts["add"](args=args))
-        return {flat[i].decode(): float(flat[i + 1]) for i in range(0, len(flat), 2)}
+        return {(flat[i].decode(), flat[i + 1].decode()): float(flat[i + 2]) for i in range(0, len(flat), 3)}
 
     async def usage(self, tenant: str | None, since: float, until: float) -> list[UsageRecord]:
         r = self._client()

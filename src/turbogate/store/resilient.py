@@ -22,7 +22,7 @@ from typing import TypeVar
 import orjson
 
 from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord
-from turbogate.store.base import Budgets, Store, StoreUnavailable, record_from_json, record_to_json
+from turbogate.store.base import Budgets, Spent, Store, StoreUnavailable, record_from_json, record_to_json
 from turbogate.store.memory import MemoryStore
 
 log = logging.getLogger("turbogate.store")
@@ -48,12 +48,11 @@ class UsageBuffer:
         self.path = folder / f"usage-{os.getpid()}.jsonl"
         self._fd: int | None = None
 
-    def append(self, records: Sequence[UsageRecord], keys: Sequence[str]) -> None:
+    def append(self, records: Sequence[UsageRecord]) -> None:
         if self._fd is None:
             self.folder.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        lines = b"".join(b'{"key":' + orjson.dumps(k) + b',"rec":' + record_to_json(r) + b"}\n"
-                         for r, k in zip(records, keys, strict=True))
+        lines = b"".join(record_to_json(r) + b"\n" for r in records)
         os.write(self._fd, lines)
 
     def claim(self) -> list[Path]:
@@ -73,16 +72,14 @@ class UsageBuffer:
             self._fd = None
 
     @staticmethod
-    def read(path: Path) -> tuple[list[UsageRecord], list[str]]:
-        recs, keys = [], []
+    def read(path: Path) -> list[UsageRecord]:
+        recs = []
         for line in path.read_bytes().splitlines():
             try:
-                d = orjson.loads(line)
-            except orjson.JSONDecodeError:  # a line cut short by a crash mid-write: its response never ended
+                recs.append(record_from_json(line))
+            except (orjson.JSONDecodeError, KeyError):  # cut short by a crash mid-write: its response never ended
                 continue
-            recs.append(record_from_json(orjson.dumps(d["rec"])))
-            keys.append(d["key"])
-        return recs, keys
+        return recs
 
 
 class ResilientStore:
@@ -126,13 +123,13 @@ class ResilientStore:
         self.buffer.close_own()
         await self.primary.close()
 
-    async def add_usage(self, records: Sequence[UsageRecord], keys: Sequence[str]) -> dict[str, float]:
+    async def add_usage(self, records: Sequence[UsageRecord]) -> Spent:
         if not self.degraded:
             try:
-                return await self._try("add usage", self.primary.add_usage(records, keys))
+                return await self._try("add usage", self.primary.add_usage(records))
             except StoreUnavailable:
                 pass
-        self.buffer.append(records, keys)
+        self.buffer.append(records)
         self.buffered += len(records)
         return {}  # the flow's own charges keep the budget until the store answers again
 
@@ -190,11 +187,10 @@ class ResilientStore:
         self.buffer.close_own()
         n = 0
         for path in self.buffer.claim():
-            recs, keys = UsageBuffer.read(path)
+            recs = UsageBuffer.read(path)
             try:
                 for i in range(0, len(recs), _REPLAY_BATCH):
-                    await self._try("replay", self.primary.add_usage(recs[i:i + _REPLAY_BATCH],
-                                                                     keys[i:i + _REPLAY_BATCH]))
+                    await self._try("replay", self.primary.add_usage(recs[i:i + _REPLAY_BATCH]))
             except StoreUnavailable:
                 return n  # down again: the file stays for the next try (replays are idempotent)
             path.unlink(missing_ok=True)

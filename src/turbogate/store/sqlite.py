@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord, limit_refusal, minute_of
-from turbogate.store.base import Budgets, StoreUnavailable
+from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord, limit_refusal, minute_of, spend_keys
+from turbogate.store.base import Budgets, Spent, StoreUnavailable
 
 T = TypeVar("T")
 
@@ -91,20 +91,20 @@ class SqliteStore:
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"SQLite store {self.path}: {exc}") from exc
 
-    async def add_usage(self, records: Sequence[UsageRecord], spend_keys: Sequence[str]) -> dict[str, float]:
-        def go(db: sqlite3.Connection) -> dict[str, float]:
-            out: dict[str, float] = {}
-            for r, key in zip(records, spend_keys, strict=True):
+    async def add_usage(self, records: Sequence[UsageRecord]) -> Spent:
+        def go(db: sqlite3.Connection) -> Spent:
+            out: Spent = {}
+            for r in records:
                 cur = db.execute("INSERT OR IGNORE INTO usage VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                                  (r.id, r.ts, r.tenant, r.model, r.tier_asked, r.tier_served, r.status, r.prompt_tokens,
                                   r.completion_tokens, r.queue_s, r.latency_s, r.cost_units, r.downgrade))
-                if key and cur.rowcount == 1:
+                for key in spend_keys(r) if cur.rowcount == 1 else ():
                     db.execute("INSERT INTO spend VALUES (?,?,?) ON CONFLICT (tenant, period) DO UPDATE SET "
                                "units = units + excluded.units", (r.tenant, key, r.turbo_units))
-                    out[r.tenant] = db.execute("SELECT units FROM spend WHERE tenant=? AND period=?",
+                    out[(r.tenant, key)] = db.execute("SELECT units FROM spend WHERE tenant=? AND period=?",
                                                (r.tenant, key)).fetchone()[0]
             return out
-        result: dict[str, float] = await self._run(go, write=True)
+        result: Spent = await self._run(go, write=True)
         return result
 
     async def usage(self, tenant: str | None, since: float, until: float) -> list[UsageRecord]:

@@ -9,20 +9,21 @@ import asyncio
 from collections.abc import Callable
 
 from turbogate.sched.metering import UsageRecord
+from turbogate.store.base import Spent
 from turbogate.store.resilient import ResilientStore
 
 
 class UsageWriter:
-    def __init__(self, store: ResilientStore, on_spent: Callable[[dict[str, float]], None]) -> None:
+    def __init__(self, store: ResilientStore, on_spent: Callable[[Spent], None]) -> None:
         self.store = store
         self.on_spent = on_spent
-        self._pending: list[tuple[UsageRecord, str, asyncio.Future[None]]] = []
+        self._pending: list[tuple[UsageRecord, asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
 
-    def submit(self, rec: UsageRecord, spend_key: str) -> asyncio.Future[None]:
+    def submit(self, rec: UsageRecord) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
-        self._pending.append((rec, spend_key, fut))
+        self._pending.append((rec, fut))
         if self._task is None:
             self._task = loop.create_task(self._flush())
         return fut
@@ -32,15 +33,15 @@ class UsageWriter:
             while self._pending:
                 batch, self._pending = self._pending, []
                 try:
-                    spent = await self.store.add_usage([b[0] for b in batch], [b[1] for b in batch])
+                    spent = await self.store.add_usage([b[0] for b in batch])
                 except Exception as exc:
-                    for _, _, fut in batch:
+                    for _, fut in batch:
                         if not fut.done():
                             fut.set_exception(exc)
                     continue
                 if spent:
                     self.on_spent(spent)
-                for _, _, fut in batch:
+                for _, fut in batch:
                     if not fut.done():
                         fut.set_result(None)
         finally:
