@@ -12,6 +12,7 @@ import logging
 import os
 import secrets
 import socket
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,8 +32,15 @@ log = logging.getLogger("turbogate.gateway")
 
 
 def _beside_config(suffix: str) -> Path | None:
+    """``<config file><suffix>`` when the config's folder is writable, else the same name in the
+    temp folder (a read-only config mount, as in deploy/k8s); None without a config file."""
     path = os.environ.get("TURBOGATE_CONFIG")
-    return Path(path + suffix) if path else None
+    if not path:
+        return None
+    config = Path(path)
+    if os.access(config.parent, os.W_OK):
+        return Path(path + suffix)
+    return Path(tempfile.gettempdir()) / "turbogate" / (config.name + suffix)
 
 
 def make_store(config: GatewayConfig) -> tuple[Store, Path, str]:
@@ -66,6 +74,7 @@ class Metering:
         self.sync_interval_s = sc.sync_interval_s if sc is not None else 0.5
         retry = sc.retry_interval_s if sc is not None else 1.0
         self.store = ResilientStore(primary, buffer_dir, retry, sc.timeout_s if sc is not None else 1.0, name)
+        log.info("usage, budgets, switches and tenant limits: %s (buffer while unreachable: %s)", name, buffer_dir)
         self.writer = UsageWriter(self.store, self._on_spent)
         self.instance = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.limits = {t.name: lim for t in cfg.tenants
@@ -204,7 +213,7 @@ class Metering:
 
     def describe(self) -> dict[str, object]:
         return {"store": self.store.name, "degraded": self.store.degraded, "buffered": self.store.buffered,
-                "replayed": self.store.replayed}
+                "replayed": self.store.replayed, "lost": self.store.lost}
 
 
 def _quiet(fut: asyncio.Future[None]) -> None:

@@ -94,6 +94,7 @@ class ResilientStore:
         self.degraded = False
         self.buffered = 0  # records written to the local buffer since start
         self.replayed = 0
+        self.lost = 0  # records neither stored nor buffered (no store and no writable disk)
         self._logged_at = -1e18
         self._local_leases: set[str] = set()
 
@@ -129,7 +130,13 @@ class ResilientStore:
                 return await self._try("add usage", self.primary.add_usage(records))
             except StoreUnavailable:
                 pass
-        self.buffer.append(records)
+        try:
+            self.buffer.append(records)
+        except OSError as exc:  # no store and no disk: serving goes on, and the loss is counted and logged
+            self.lost += len(records)
+            log.error("%d usage records lost: the store is unreachable and the buffer %s cannot be written (%s)",
+                      len(records), self.buffer.path, exc)
+            return {}
         self.buffered += len(records)
         return {}  # the flow's own charges keep the budget until the store answers again
 
