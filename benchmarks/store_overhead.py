@@ -93,15 +93,26 @@ def _load_worker(url: str, concurrency: int, seconds: float, queue: mp.Queue) ->
     queue.put(asyncio.run(run()))
 
 
-def throughput(url: str, concurrency: int, seconds: float) -> tuple[float, int]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc), all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def throughput(url: str, concurrency: int, seconds: float, pids: list[int]) -> tuple[float, int, float]:
+    """Completed requests per second under a closed loop, errors, and the CPU microseconds per
+    request of ``pids`` (the gateway, and redis-server for the Redis store): on a machine whose
+    cores the load shares, CPU per request is the steadier figure."""
     ctx = mp.get_context("spawn")
     queue: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
     worker = ctx.Process(target=_load_worker, args=(url, concurrency, seconds, queue))
     t0 = time.perf_counter()
+    cpu0 = sum(cpu_seconds(p) for p in pids)
     worker.start()
     ok, errors = queue.get(timeout=seconds + 60)
+    cpu = sum(cpu_seconds(p) for p in pids) - cpu0
     worker.join()
-    return ok / min(time.perf_counter() - t0, seconds + 0.5), errors
+    return ok / min(time.perf_counter() - t0, seconds + 0.5), errors, (cpu * 1e6 / ok if ok else 0.0)
 
 
 def write_config(path: Path, emulator: str, store: dict[str, object]) -> None:
@@ -169,17 +180,23 @@ def main() -> None:
         urls = {name: g.url for name, g in gateways.items()}
         lat = asyncio.run(latency(urls, args.requests))
         rps: dict[str, list[float]] = {name: [] for name in STORES}
+        cpu: dict[str, list[float]] = {name: [] for name in STORES}
         errors = dict.fromkeys(STORES, 0)
+        assert redis.process is not None
+        pids = {name: [g.process.pid] for name, g in gateways.items()}
+        pids["redis"].append(redis.process.pid)
         for r in range(args.rounds):
             order = STORES if r % 2 == 0 else tuple(reversed(STORES))
             for name in order:
-                value, errs = throughput(urls[name], args.concurrency, args.seconds)
+                value, errs, us = throughput(urls[name], args.concurrency, args.seconds, pids[name])
                 rps[name].append(value)
+                cpu[name].append(us)
                 errors[name] += errs
         counts = {name: {"bench": bench_count(urls[name], tmp / f"bench-{name}", args.bench_seconds),
                          "store": usage_totals(urls[name])} for name in STORES}
         base_p50 = pct(lat["memory"], 0.5)
         base_rps = statistics.median(rps["memory"])
+        base_cpu = statistics.median(cpu["memory"])
         result: dict[str, object] = {}
         for name in STORES:
             p50, med = pct(lat[name], 0.5), statistics.median(rps[name])
@@ -187,6 +204,8 @@ def main() -> None:
                 "throughput_rps": round(med, 1), "throughput_rounds": [round(x, 1) for x in rps[name]],
                 "load_errors": errors[name], "p50_ms": round(p50, 3), "p99_ms": round(pct(lat[name], 0.99), 3),
                 "added_p50_ms": round(p50 - base_p50, 3), "throughput_vs_memory": round(med / base_rps, 3),
+                "cpu_us_per_request": round(statistics.median(cpu[name]), 1),
+                "added_cpu_us_per_request": round(statistics.median(cpu[name]) - base_cpu, 1),
                 "within_10pct": bool(med >= 0.9 * base_rps) if name != "memory" else None,
                 "usage_agrees_with_bench": counts[name]["bench"] == counts[name]["store"],
                 "bench_count": counts[name]["bench"], "store_count": counts[name]["store"],

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import secrets
@@ -17,6 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from turbogate.errors import ConfigError
 from turbogate.sched import FlowRequest, Tier, parse_tier
 from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord, period_key
 from turbogate.store.base import Spent, Store, StoreUnavailable
@@ -55,7 +55,7 @@ def make_store(config: GatewayConfig) -> tuple[Store, Path, str]:
 
         path = Path(sc.path) if sc is not None and sc.path else _beside_config(".state.sqlite3")
         if path is None:
-            raise ValueError("store.kind sqlite needs store.path when the gateway has no config file")
+            raise ConfigError("store.path: a SQLite store needs a path when the gateway runs without a config file")
         return SqliteStore(path, busy_timeout_s=max(timeout, 5.0)), buffer_dir, f"SQLite store {path}"
     if kind == "redis":
         from turbogate.store.redis_store import RedisStore
@@ -95,7 +95,8 @@ class Metering:
         return f"{self.instance}-{req.id}"
 
     def _stamp(self, rec: UsageRecord, rid: str) -> UsageRecord:
-        return dataclasses.replace(rec, ts=rec.at + self._wall, id=rid)
+        rec.ts, rec.id = rec.at + self._wall, rid
+        return rec
 
     def _submit(self, req: FlowRequest) -> asyncio.Future[None] | None:
         rec = req.usage

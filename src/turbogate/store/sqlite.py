@@ -99,10 +99,9 @@ class SqliteStore:
                                  (r.id, r.ts, r.tenant, r.model, r.tier_asked, r.tier_served, r.status, r.prompt_tokens,
                                   r.completion_tokens, r.queue_s, r.latency_s, r.cost_units, r.downgrade))
                 for key in spend_keys(r) if cur.rowcount == 1 else ():
-                    db.execute("INSERT INTO spend VALUES (?,?,?) ON CONFLICT (tenant, period) DO UPDATE SET "
-                               "units = units + excluded.units", (r.tenant, key, r.turbo_units))
-                    out[(r.tenant, key)] = db.execute("SELECT units FROM spend WHERE tenant=? AND period=?",
-                                               (r.tenant, key)).fetchone()[0]
+                    out[(r.tenant, key)] = db.execute(
+                        "INSERT INTO spend VALUES (?,?,?) ON CONFLICT (tenant, period) DO UPDATE SET "
+                        "units = units + excluded.units RETURNING units", (r.tenant, key, r.turbo_units)).fetchone()[0]
             return out
         result: Spent = await self._run(go, write=True)
         return result
