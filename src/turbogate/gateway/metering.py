@@ -109,7 +109,11 @@ class Metering:
         """Store ``req``'s record now (called before the response's final byte)."""
         fut = self._submit(req)
         if fut is not None:
-            await fut
+            try:
+                await fut
+            except Exception:  # a store bug must not cost the client its answer: logged, counted
+                self.store.lost += 1
+                log.exception("usage record %s not stored", self.record_id(req))
 
     def record_edge(self, tenant: str, status: int, model: str, tier: str, now: float) -> None:
         """A request refused at the edge, before the flow took it (bad body, unknown model)."""
