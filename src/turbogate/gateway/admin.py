@@ -67,6 +67,7 @@ def state(app: GatewayApp) -> dict[str, Any]:
         },
         "replicas": list(picker.describe(now)),
         "store": app.meter.describe(),
+        "regions": flow.regions.snapshot() if flow.l3 else None,  # L3's latency estimates (sched/regions.py)
     }
 
 
