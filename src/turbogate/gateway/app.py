@@ -348,7 +348,7 @@ class GatewayApp(AsgiApp):
                                 "invalid_json")
                 return
         if self.coalescing is not None:  # an identical deterministic request may already be under way
-            decision = self.coalescing.decide(upstream_path, tenant, req, obj)
+            decision = self.coalescing.decide(upstream_path, tenant, req, self.meter.key_body(obj, req))
             if decision is not None:
                 await self.coalescing.serve(self, decision, send, receive, tenant, req, body, upstream_path)
                 return

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from turbogate.asgi import Message, Send
 from turbogate.errors import ConfigError
 from turbogate.sched import FlowRequest, Tier, parse_tier
 from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord, period_key
@@ -115,6 +116,24 @@ class Metering:
                 self.store.lost += 1
                 log.exception("usage record %s not stored", self.record_id(req))
 
+    def follower_send(self, send: Send, req: FlowRequest, leader: FlowRequest) -> Send:
+        """A coalesced follower's ``send``: its own record id in the headers, and its own record
+        (the shared call's tokens) stored before its final byte."""
+        status = 0
+        own_id = self.record_id(req).encode()
+
+        async def wrapped(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message = {**message, "headers": [(k, own_id if k == b"x-turbogate-request-id" else v)
+                                                  for k, v in message.get("headers", [])]}
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                self.flow.settle(req, status, time.perf_counter(), leader)
+                await self.record(req)
+            await send(message)
+        return wrapped
+
     def record_edge(self, tenant: str, status: int, model: str, tier: str, now: float) -> None:
         """A request refused at the edge, before the flow took it (bad body, unknown model)."""
         self._seq += 1
@@ -148,6 +167,11 @@ class Metering:
         body["stream_options"] = {**(opts or {}), "include_usage": True}
         self.strip.add(req.id)
         return True
+
+    def key_body(self, body: dict[str, object], req: FlowRequest) -> dict[str, object]:
+        """The body a coalescing key is made from: a stream whose usage chunk the gateway asked for
+        (and strips) must not share a call with one whose client asked for it."""
+        return {**body, "_turbogate_strip_usage": True} if req.id in self.strip else body
 
     async def share_switch(self, name: str, on: bool) -> None:
         """Write an admin switch to the store, where every gateway process reads it."""

@@ -401,6 +401,15 @@ class Flow:
         self._close(req, status, now)
         return Respond(req, status, code, message, retry_after_s)
 
+    def settle(self, req: FlowRequest, status: int, now: float, source: FlowRequest | None = None) -> None:
+        """Close a request answered without an upstream call of its own (a coalesced follower):
+        ``source``'s tokens (the call it shared) are its usage; it is metered like any other."""
+        if req.phase is _DONE:
+            return
+        if source is not None:
+            req.prompt_tokens, req.completion_tokens = source.prompt_tokens, source.completion_tokens
+        self._close(req, status, now)
+
     def refuse(self, req: FlowRequest, status: int, code: str, message: str, now: float,
                retry_after_s: int | None = None) -> Respond:
         """Refuse an opened request that has not arrived, on a limit the driver checked against
