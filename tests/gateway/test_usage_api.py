@@ -102,3 +102,29 @@ def test_usage_routes_budgets_and_stream_metering(emulator_factory: Callable[...
             status, body, _ = call(gw.url, "/admin/usage?group_by=tenant", ADMIN)
             return status == 200 and sum(r["requests"] for r in orjson.loads(body)["data"]) == 7
         wait_for(all_there, what="usage after restart")
+
+
+def test_usage_totals_agree_with_the_bench_count(emulator_factory: Callable[..., Service], tmp_path: Path) -> None:
+    """`turbogate bench` counts the tokens of its own answers; the store's totals for the same run agree."""
+    import subprocess
+    import sys
+
+    from turbogate.results import load_run
+
+    emu = emulator_factory("--time-scale", "0", "--model", MODEL)
+    path = tmp_path / "gw.yaml"
+    path.write_text(yaml.safe_dump(gateway_config([pool("main", [MODEL], [emu.url])])))
+    with start_gateway(path, log_dir=tmp_path / "logs") as gw:
+        subprocess.run([sys.executable, "-m", "turbogate", "bench", "--host", gw.url, "--model", MODEL, "--qps", "10",
+                        "--duration", "2", "--prompt-tokens", "24:8:8:40", "--output-tokens", "12:4:4:20",
+                        "--tiers", "turbo=0.5,standard=0.5", "--api-key", KEY, "--no-live", "--no-report",
+                        "--out", str(tmp_path / "run")], check=True, capture_output=True, timeout=120)
+        done = [r for r in load_run(tmp_path / "run", with_samples=False).requests if r.status == 200]
+        assert done
+        status, body, _ = call(gw.url, "/v1/usage?group_by=tier", KEY)
+        rows = orjson.loads(body)["data"]
+        assert status == 200
+        assert sum(r["requests"] - r["errors"] for r in rows) == len(done)
+        assert sum(r["prompt_tokens"] for r in rows) == sum(r.prompt_tokens or 0 for r in done)
+        assert sum(r["completion_tokens"] for r in rows) == sum(r.output_tokens or 0 for r in done)
+        assert {r["tier"] for r in rows} == {"turbo", "standard"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calendar
+import dataclasses
 
 import pytest
 
@@ -117,3 +118,20 @@ def test_limit_rule() -> None:
     assert r is not None and r.code == "tenant_rate_limit" and r.retry_after_s == 31
     assert limit_refusal(lim, 0, 0, 100, 59.5).code == "tenant_token_limit"  # type: ignore[union-attr]
     assert not LimitPolicy().any
+
+
+
+def test_the_simulator_spends_turbo_budgets_like_the_gateway() -> None:
+    """sim/ runs the same flow with the engine's tokens on each request, so a Turbo budget runs out there too."""
+    from tests.sim.helpers import gateway_data, sim_config
+    from turbogate.config import parse_config
+    from turbogate.sim.run import simulate
+
+    data = gateway_data()
+    data["tenants"][0].update(turbo_budget_units=2000, budget_period="day")  # ~ 5 Turbo requests of (138 + 48) × 2
+    sc = sim_config(qps=2.0, duration=30.0, tiers="turbo=1.0")
+    sc = dataclasses.replace(sc, gateway=parse_config(data))
+    records = simulate(sc).records
+    turbo = [r for r in records if r.tier_served == "turbo"]
+    assert 5 <= len(turbo) <= 12  # the budget, overshot only by the requests running when it ran out
+    assert any(r.tier_asked == "turbo" and r.tier_served == "standard" for r in records)
