@@ -24,6 +24,7 @@ from turbogate.sched.coalesce import DEFAULT_IGNORED_FIELDS, CoalescePolicy
 from turbogate.sched.guard import GuardPolicy, KneeSource
 from turbogate.sched.jobgraph import JobLimits
 from turbogate.sched.leases import LeasePolicy
+from turbogate.sched.metering import MeteringPolicy
 from turbogate.sched.picker import PickerConfig
 from turbogate.sched.policy import FlowPolicy, Mode, PoolSpec, ReplicaSpec, TenantSpec
 from turbogate.sched.regions import RegionPolicy
@@ -113,7 +114,16 @@ class Tenant(_Model):
     tiers: list[TierName] = Field(["standard", "relax"], min_length=1)
     default_tier: TierName = "standard"
     weight: float = Field(1.0, gt=0, description="fair-share weight within a tier")
-    max_in_flight: int | None = Field(None, ge=1, description="queued + running cap; over it → 429")
+    max_in_flight: int | None = Field(None, ge=1, description="queued + running cap; over it → 429 (held across "
+                                      "every gateway process sharing the store)")
+    requests_per_minute: int | None = Field(None, ge=1, description="requests per wall-clock minute, across every "
+                                            "gateway process sharing the store; over it → 429")
+    tokens_per_minute: int | None = Field(None, ge=1, description="prompt + completion tokens per wall-clock minute, "
+                                          "across the gateways; once reached → 429 until the minute ends")
+    turbo_budget_units: float | None = Field(
+        None, ge=0, description="Turbo cost units per budget period; once spent, Turbo requests are served Standard "
+        "(X-Turbogate-Downgrade: turbo_budget_spent). The admin API can change it (docs/metering.md)")
+    budget_period: Literal["hour", "day", "week", "month"] = "month"
 
     @field_validator("key_sha256", mode="before")
     @classmethod
@@ -339,6 +349,28 @@ class Tls(_Model):
     keyfile: str = Field(min_length=1, description="PEM private key")
 
 
+class MeteringConfig(_Model):
+    """What a request costs (docs/metering.md)."""
+
+    turbo_cost_multiple: float = Field(2.0, gt=0, description="a Turbo token costs this many Standard tokens")
+    relax_cost_multiple: float = Field(1.0, gt=0, description="a Relax token costs this many Standard tokens")
+
+
+class StoreConfig(_Model):
+    """Where usage, budgets, switches and global tenant limits live (docs/metering.md)."""
+
+    kind: Literal["memory", "sqlite", "redis"] = Field(
+        "sqlite", description="memory: this process only (tests); sqlite: one host, shared by --workers; redis: "
+        "several hosts")
+    path: str | None = Field(None, description="SQLite file (default: <config file>.state.sqlite3 beside the config)")
+    url: str = Field("redis://127.0.0.1:6379/0", description="Redis URL (kind: redis)")
+    prefix: str = Field("turbogate", description="Redis key prefix, so gateways of two deployments can share one")
+    buffer_dir: str | None = Field(
+        None, description="where usage records wait while the store is unreachable (default: beside the config)")
+    sync_interval_s: float = Field(0.5, gt=0, le=60, description="how often switches and budgets are read back")
+    retry_interval_s: float = Field(1.0, gt=0, le=60, description="how often an unreachable store is retried, and "
+                                    "at most how often its failure is logged")
+    timeout_s: float = Field(1.0, gt=0, description="one store call's timeout before the store counts as down")
 class JobsConfig(_Model):
     """L4 job graphs (``POST /v1/jobs``, sched/jobgraph.py): how large a job may be, how long
     this process remembers it."""
@@ -394,6 +426,9 @@ class GatewayConfig(_Model):
     bands: Bands = Bands.model_validate({})  # frozen, so one shared default is safe
     concurrency: Concurrency = Concurrency.model_validate({})  # frozen, so one shared default is safe
     knee_guard: KneeGuardConfig = KneeGuardConfig.model_validate({})  # frozen, so one shared default is safe
+    metering: MeteringConfig = MeteringConfig.model_validate({})  # frozen, so one shared default is safe
+    store: StoreConfig | None = Field(None, description="default: SQLite beside the config file when the gateway "
+                                      "runs from one (turbogate serve), else memory")
     coalesce: CoalesceConfig = CoalesceConfig.model_validate({})  # frozen, so one shared default is safe
     jobs: JobsConfig = JobsConfig.model_validate({})  # frozen, so one shared default is safe
     leases: LeasesConfig = LeasesConfig.model_validate({})  # frozen, so one shared default is safe
@@ -502,7 +537,8 @@ def flow_policy(config: GatewayConfig, pools: Sequence[PoolSpec] | None = None, 
         for name, t in config.tiers.items()
     }
     tenants = tuple(
-        TenantSpec(t.name, frozenset(Tier(x) for x in t.tiers), Tier(t.default_tier), t.weight, t.max_in_flight)
+        TenantSpec(t.name, frozenset(Tier(x) for x in t.tiers), Tier(t.default_tier), t.weight, t.max_in_flight,
+                   t.turbo_budget_units, t.budget_period)
         for t in config.tenants
     )
     if pools is None:
@@ -537,7 +573,8 @@ def flow_policy(config: GatewayConfig, pools: Sequence[PoolSpec] | None = None, 
     return FlowPolicy(tiers=tiers, tenants=tenants, pools=tuple(pools), picker=picker, disabled=disabled, mode=mode,
                       health_interval_s=config.health.interval_s, guard=guard,
                       max_cost_tokens=config.limits.max_tokens, leases=config.leases.policy(),
-                      regions=region_policy(config.regions), warmup=config.warmup.enabled)
+                      regions=region_policy(config.regions), warmup=config.warmup.enabled,
+                      metering=MeteringPolicy(config.metering.turbo_cost_multiple, config.metering.relax_cost_multiple))
 
 
 def region_policy(regions: RegionsConfig | None) -> RegionPolicy | None:

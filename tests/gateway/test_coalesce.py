@@ -14,10 +14,11 @@ from typing import Any
 
 import httpx
 import openai
+import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.gateway.conftest import BASIC_KEY, KEY, MODEL, gateway_config, pool, wait_for
+from tests.gateway.conftest import ADMIN, BASIC_KEY, KEY, MODEL, gateway_config, pool, wait_for
 from turbogate.procs import Service, start_emulator
 
 CHAT = "/v1/chat/completions"
@@ -225,3 +226,25 @@ def test_identical_job_steps_share_one_call(gw: Service, emulator: Service) -> N
     steps = {s["id"]: s for s in state["steps"]}
     assert steps["a"]["output"]["id"] == steps["b"]["output"]["id"]
     assert upstream_calls(emulator) - before == 1
+
+
+def test_every_member_is_metered_with_the_shared_tokens(gw: Service, emulator: Service) -> None:
+    """Each member of a group gets a usage record of its own (its own X-Turbogate-Request-Id),
+    with the shared call's tokens (docs/metering.md)."""
+    n = 4
+    msgs = messages()
+    results = together(n, lambda _i: client(gw).chat.completions.with_raw_response.create(
+        model=MODEL, messages=msgs, max_tokens=8, temperature=0))
+    ids = {r.headers["x-turbogate-request-id"] for r in results}
+    assert len(ids) == n  # a record per member, not per call
+    tokens = {r.parse().usage.completion_tokens for r in results}  # type: ignore[union-attr]
+    assert len(tokens) == 1
+    req = urllib.request.Request(gw.url + "/admin/usage?group_by=records&tenant=acme",
+                                 headers={"Authorization": f"Bearer {ADMIN}"})
+
+    def recorded() -> dict[str, Any]:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return {r["id"]: r for r in orjson.loads(resp.read())["data"] if r["id"] in ids}
+
+    wait_for(lambda: len(recorded()) == n, what="a record per member")
+    assert {r["completion_tokens"] for r in recorded().values()} == tokens

@@ -66,6 +66,7 @@ def state(app: GatewayApp) -> dict[str, Any]:
             for name, admission in flow.admissions()
         },
         "replicas": list(picker.describe(now)),
+        "store": app.meter.describe(),
         "regions": flow.regions.snapshot() if flow.l3 else None,  # L3's latency estimates (sched/regions.py)
     }
 
@@ -123,6 +124,7 @@ async def handle(app: GatewayApp, scope: Scope, receive: Receive, send: Send) ->
         body = await _body(receive, send, TierSwitch)
         if isinstance(body, TierSwitch):
             app.rt.flow.set_tier(tier, body.enabled)
+            await app.meter.share_switch(f"tier:{tier.value}", body.enabled)  # every process sharing the store
             await send_json(send, 200, {"tier": tier.value, "enabled": body.enabled})
         return
     if len(parts) == 3 and parts[1] == "tenants" and method == "POST":
@@ -133,6 +135,7 @@ async def handle(app: GatewayApp, scope: Scope, receive: Receive, send: Send) ->
         body = await _body(receive, send, TenantSwitch)
         if isinstance(body, TenantSwitch):
             app.rt.flow.set_tenant_turbo(tenant.name, body.turbo_enabled)
+            await app.meter.share_switch(f"tenant:{tenant.name}", body.turbo_enabled)
             await send_json(send, 200, {"tenant": tenant.name, "turbo_enabled": body.turbo_enabled})
         return
     await send_error(send, 404, f"no admin route {method} {path}", code="not_found")

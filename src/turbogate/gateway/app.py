@@ -31,11 +31,12 @@ from turbogate.asgi import (
 )
 from turbogate.config import GatewayConfig, load_config
 from turbogate.errors import ConfigError
-from turbogate.gateway import admin, leases
+from turbogate.gateway import admin, leases, usage_api
 from turbogate.gateway.coalesce import Coalescing
 from turbogate.gateway.driver import FlowDriver, Handle
 from turbogate.gateway.jobs import JobsApi
 from turbogate.gateway.marking import marked_pools, tier_tos
+from turbogate.gateway.metering import Metering
 from turbogate.gateway.metrics import GatewayMetrics
 from turbogate.gateway.metrics_port import MetricsServer, serve_metrics
 from turbogate.gateway.openapi import openapi_document
@@ -56,6 +57,7 @@ TIER_WORDS = {
 }
 _TIER_HEADERS = {t: (b"x-turbogate-tier", t.value.encode()) for t in Tier}
 _DOWNGRADE = b"x-turbogate-downgrade"
+_REQUEST_ID = b"x-turbogate-request-id"  # the id of the request's usage record (docs/metering.md)
 _ENDPOINTS = {
     "/v1/chat/completions": ("chat", "/v1/chat/completions"),
     "/v1/completions": ("completions", "/v1/completions"),
@@ -119,6 +121,7 @@ class GatewayApp(AsgiApp):
         self.metrics_token = config.metrics.token_sha256
         self.metrics_port = config.metrics.port
         self._metrics_server: MetricsServer | None = None
+        self.meter = Metering(self)  # usage records, budgets, shared switches and limits (docs/metering.md)
         # Identical deterministic requests share one upstream call on the routes config names (gateway/coalesce.py).
         self.coalescing = Coalescing(config.coalesce, self.metrics.registry) if config.coalesce.routes else None
         self.jobs = JobsApi(self)  # L4 job graphs (gateway/jobs.py)
@@ -139,6 +142,8 @@ class GatewayApp(AsgiApp):
                 log.exception("internal error on %s", path)  # the scope's headers (keys) are not logged
                 with contextlib.suppress(Exception):  # fails harmlessly if the answer had started
                     await send_error(send, 500, "internal gateway error", code="internal_error")
+        elif usage_api.handles(path):
+            await usage_api.handle(self, scope, receive, send)
         elif path.startswith((leases.PREFIX, "/v1/jobs")):  # Turbo leases, L4 job graphs
             try:
                 await (self.jobs.handle if path.startswith("/v1/jobs") else self._leases)(scope, receive, send)
@@ -172,7 +177,10 @@ class GatewayApp(AsgiApp):
         elif path == "/ready":
             picker = self.rt.flow.picker  # ready while every model has a healthy pool (L3 fails over)
             ready = all(any(picker.healthy(p) > 0 for p in pools) for pools in self.rt.flow.pools_of_model.values())
-            await send_bytes(send, 200 if ready else 503, b'{"ready":true}' if ready else b'{"ready":false}')
+            body = b'{"ready":true}' if ready else b'{"ready":false}'
+            if self.meter.store.degraded:  # still serving, within local limits, usage buffered on disk
+                body = body[:-1] + b',"status":"degraded","store":"unreachable"}'
+            await send_bytes(send, 200 if ready else 503, body)
         elif path == "/metrics":
             await serve_metrics(self, scope, send)
         elif path == "/openapi.json":
@@ -210,6 +218,7 @@ class GatewayApp(AsgiApp):
         if self.metrics_port is not None:
             self._metrics_server = MetricsServer(self, cfg.metrics.host or cfg.listen.host, self.metrics_port)
             await self._metrics_server.start()
+        await self.meter.start()
         loop = asyncio.get_running_loop()
         self.rt.tasks = [loop.create_task(scrape_loop(self.rt, self.driver)), loop.create_task(self._sweep())]
         self.driver.run(())  # arm the flow's timer now: warm-ups and round-trip probes are due at start
@@ -244,6 +253,7 @@ class GatewayApp(AsgiApp):
         for task in self.rt.tasks:
             task.cancel()
         self.driver.close()
+        await self.meter.stop()
         if self.coalescing is not None:
             self.coalescing.close()
         for r in self.rt.replicas.values():
@@ -264,6 +274,7 @@ class GatewayApp(AsgiApp):
     async def _bad(self, send: Send, tenant: TenantRt, status: int, message: str, param: str | None,
                    code: str) -> None:
         self.metrics.count(tenant.label, "-", "-", status)
+        self.meter.record_edge(tenant.name, status, "-", "-", time.perf_counter())
         await send_error(send, status, message, param=param, code=code)
 
     async def _proxy(self, scope: Scope, receive: Receive, send: Send, kind: str, upstream_path: str) -> None:
@@ -326,7 +337,7 @@ class GatewayApp(AsgiApp):
         if isinstance(req, Respond):
             await self._bad(send, tenant, req.status, req.message, req.param, req.code)
             return
-        if "service_tier" in obj or req.priority is not None:
+        if self.meter.ask_stream_usage(obj, req) or "service_tier" in obj or req.priority is not None:
             obj.pop("service_tier", None)
             if req.priority is not None:
                 obj["priority"] = req.priority
@@ -337,7 +348,7 @@ class GatewayApp(AsgiApp):
                                 "invalid_json")
                 return
         if self.coalescing is not None:  # an identical deterministic request may already be under way
-            decision = self.coalescing.decide(upstream_path, tenant, req, obj)
+            decision = self.coalescing.decide(upstream_path, tenant, req, self.meter.key_body(obj, req))
             if decision is not None:
                 await self.coalescing.serve(self, decision, send, receive, tenant, req, body, upstream_path)
                 return
@@ -358,9 +369,11 @@ class GatewayApp(AsgiApp):
         async def tracked_send(message: Message) -> None:
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 watch.finished = True  # from here a disconnect is the normal end, not the client leaving
+                await self.meter.record(req)  # durable before the client has the whole answer
             await orig_send(message)
 
-        tier_headers = [_TIER_HEADERS[req.served], *self.pool_headers[req.pool]]
+        tier_headers = [_TIER_HEADERS[req.served], (_REQUEST_ID, self.meter.record_id(req).encode()),
+                        *self.pool_headers[req.pool]]
         if req.downgrade is not None:  # the client asked for more than it got: say why
             tier_headers.append((_DOWNGRADE, req.downgrade.encode()))
         word = self.tier_words[req.served]
@@ -368,7 +381,12 @@ class GatewayApp(AsgiApp):
         observed_queue = False
         self._watches.add(watch)
         try:
-            self.driver.run(self.rt.flow.arrive(req, req.arrival))
+            refusal = await self.meter.admit(req) if req.tenant in self.meter.limits else None
+            if refusal is not None:  # a global tenant limit, across every gateway sharing the store
+                handle.respond = self.rt.flow.refuse(req, 429, refusal.code, refusal.message, time.perf_counter(),
+                                                     refusal.retry_after_s)
+            else:
+                self.driver.run(self.rt.flow.arrive(req, req.arrival))
             while True:
                 if handle.respond is not None:
                     status = await self._respond(tracked_send, req, handle.respond)
@@ -404,11 +422,13 @@ class GatewayApp(AsgiApp):
                 watch.task.cancel()
             if not req.done:  # ended here without the flow knowing (a bug or shutdown): free its place
                 self.driver.run(self.rt.flow.client_gone(req, time.perf_counter()))
+            self.meter.done(req)
             if count:
                 self.metrics.count(tenant.label, req.asked.value, req.served.value, status)
 
     async def _respond(self, send: Send, req: FlowRequest, respond: Respond) -> int:
-        headers = [_TIER_HEADERS[req.served], *self.pool_headers[req.pool]]
+        headers = [_TIER_HEADERS[req.served], (_REQUEST_ID, self.meter.record_id(req).encode()),
+                   *self.pool_headers[req.pool]]
         if req.downgrade is not None:
             headers.append((_DOWNGRADE, req.downgrade.encode()))
         if respond.retry_after_s is not None:

@@ -57,7 +57,8 @@ def serve(
     port: int | None = typer.Option(None, "--port", help="Listen port (default: the config's listen.port)."),
     workers: int = typer.Option(
         1, "--workers", min=1,
-        help="Worker processes. Each holds its own queues, counts, scraped loads and switches.",
+        help="Worker processes. Each holds its own queues and scraped loads; usage, budgets, switches and tenant "
+             "limits are shared through the store (docs/metering.md).",
     ),
     log_level: str = typer.Option(
         "info", "--log-level",
@@ -105,6 +106,7 @@ def serve(
 
     configure_logging(log_level)
     os.environ["TURBOGATE_LOG_LEVEL"] = log_level
+    os.environ["TURBOGATE_CONFIG"] = str(config.resolve())  # the default SQLite store lives beside it
     bind_host = host or cfg.listen.host
     bind_port = cfg.listen.port if port is None else port
     if workers > 1 and cfg.metrics.port is not None:
@@ -125,6 +127,5 @@ def serve(
 
         uvicorn.run(GatewayApp(cfg), **common)  # type: ignore[arg-type]
         return
-    os.environ["TURBOGATE_CONFIG"] = str(config.resolve())
     os.environ["TURBOGATE_KNEE_FROM"] = "\n".join(knee_from)  # each worker applies it to the file it loads
     uvicorn.run("turbogate.gateway.app:app_from_env", factory=True, workers=workers, **common)  # type: ignore[arg-type]

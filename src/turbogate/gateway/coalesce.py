@@ -49,9 +49,10 @@ def _final(message: Message) -> bool:
 class SharedAnswer:
     """The ASGI messages of one upstream answer, kept for every member to replay."""
 
-    __slots__ = ("_all_gone", "_more", "complete", "messages")
+    __slots__ = ("_all_gone", "_more", "complete", "leader", "messages")
 
-    def __init__(self) -> None:
+    def __init__(self, leader: FlowRequest | None = None) -> None:
+        self.leader = leader  # the request whose call this is (its tokens are every member's usage)
         self.messages: list[Message] = []
         self.complete = False
         self._more: asyncio.Future[None] | None = None
@@ -149,7 +150,7 @@ class Coalescing:
                     req: FlowRequest, body: bytes, route: str) -> None:
         group = decision.group
         if isinstance(decision, Lead):
-            shared = SharedAnswer()
+            shared = SharedAnswer(req)
             group.handle = shared
             self.calls.labels(route).inc()
             task = asyncio.get_running_loop().create_task(self._call(app, group, shared, tenant, req, body, route))
@@ -161,6 +162,8 @@ class Coalescing:
             assert isinstance(leaders, SharedAnswer)
             shared = leaders
             self.merged.labels(route, tenant.label).inc()
+            if shared.leader is not None:  # metered as a request of its own (gateway/metering.py)
+                send = app.meter.follower_send(send, req, shared.leader)
             extra = [_FOLLOWER_HEADER]
         status: int | None = None
         try:
@@ -197,6 +200,9 @@ class Coalescing:
         (the answer's usage is the group's; every member received all of it)."""
         if self.core.left(group, whole=status is not None):
             shared.all_gone()  # the last client left early: the shared call's watcher cancels it
+        if req is not shared.leader:  # a follower: its record (the leader's is the shared call's own)
+            app.rt.flow.settle(req, 499 if status is None else status, time.perf_counter(), shared.leader)
+            app.meter.done(req)
         app.metrics.count(tenant.label, req.asked.value, req.served.value, 499 if status is None else status)
 
     def close(self) -> None:

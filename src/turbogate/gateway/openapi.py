@@ -130,6 +130,13 @@ def document(config: GatewayConfig) -> dict[str, Any]:
                                            {"enabled": {"type": "boolean"}}),
         "/admin/tenants/{name}": _admin_post("switch one tenant's Turbo", "admin_tenant", "name",
                                              {"turbo_enabled": {"type": "boolean"}}),
+        # docs/metering.md: start, end, group_by and format are query parameters
+        "/v1/usage": _get("the caller's usage (JSON or CSV)", "usage", 400, 401, 503, auth="apiKey"),
+        "/admin/usage": _get("every tenant's usage (JSON or CSV)", "admin_usage", 400, 401, 503, auth="admin"),
+        "/admin/budgets": _get("Turbo budgets and spend", "admin_budgets", 401, auth="admin"),
+        "/admin/budgets/{tenant}": _admin_post("set a tenant's Turbo budget", "admin_budget", "tenant", {
+            "turbo_budget_units": {"type": "number", "minimum": 0, "nullable": True},
+            "period": {"type": "string", "enum": ["hour", "day", "week", "month"]}}),
     }
     paths.update(_jobs_and_leases(config))
     if config.metrics.port is None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from turbogate.asgi import Send, error_body
 from turbogate.gateway.sse import SSERewriter, tag_json_body
+from turbogate.gateway.usage_scan import hold_done, take_json_usage, take_stream_usage
 from turbogate.httpclient import UpstreamError
 from turbogate.sched import Failure, FlowRequest, Replica
 
@@ -59,6 +60,8 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, send: Sen
                 return None
             end = time.perf_counter()
             status = resp.status
+            if status == 200:
+                take_json_usage(req, data)
             driver.run(flow.finished(req, end, status))
             app.metrics.observe_upstream(replica.pool, req.served.value, end - start)
             ctype = resp.content_type
@@ -84,12 +87,17 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, send: Sen
         await send({"type": "http.response.start", "status": 200,
                     "headers": [*_SSE_HEADERS, *tier_headers, _stream_timing(l1, l2, ttft)]})
         rewriter = SSERewriter(tier_name)
+        strip = req.id in app.meter.strip  # the usage chunk was the gateway's request, not the client's
+        done = b""  # "data: [DONE]", sent only with the final byte, after the usage record is stored
         chunk = first
         try:
             while chunk:
                 out = rewriter.feed(chunk)
                 if out:
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                    out, held = hold_done(take_stream_usage(req, out, strip))
+                    done += held
+                    if out:
+                        await send({"type": "http.response.body", "body": out, "more_body": True})
                 chunk = await resp.next_chunk()
         except UpstreamError as exc:
             driver.run(flow.failed(req, time.perf_counter(), Failure.BROKEN))
@@ -97,9 +105,10 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, send: Sen
             await send({"type": "http.response.body", "body": rewriter.flush() + b"data: " + err + b"\n\n"})
             return 502
         end = time.perf_counter()
+        tail = done + take_stream_usage(req, rewriter.flush(), strip)
         driver.run(flow.finished(req, end, 200))
         app.metrics.observe_upstream(replica.pool, req.served.value, end - start)
-        await send({"type": "http.response.body", "body": rewriter.flush()})
+        await send({"type": "http.response.body", "body": tail})
         return 200
     finally:
         resp.release()  # reused if complete; dropped (cancelling the engine's work) if not

@@ -43,6 +43,7 @@ from turbogate.sched.admission import Admission, Shed, TenantPolicy, Ticket, Tie
 from turbogate.sched.guard import KneeGuard
 from turbogate.sched.leases import LeaseBook
 from turbogate.sched.load import ReplicaLoad
+from turbogate.sched.metering import BUDGET_SPENT, BudgetBook, UsageRecord, cost_units
 from turbogate.sched.picker import Health, HealthChange, Picker, Replica, ScrapeFailed
 from turbogate.sched.policy import FlowPolicy, PoolSpec, TenantSpec
 from turbogate.sched.regions import MeasureRtt, RegionPolicy, Regions, pool_view, rtt_probes, turbo_candidates
@@ -88,6 +89,9 @@ class FlowRequest:
     dispatched_at: float | None = None
     first_byte_at: float | None = None
     status: int | None = None
+    prompt_tokens: int = 0  # the engine's usage, set by the driver before ``finished``
+    completion_tokens: int = 0
+    usage: UsageRecord | None = None  # set when the request closes (sched/metering.py)
     client_region: str = ""  # L3's key for the client's region
 
     @property
@@ -175,6 +179,11 @@ class Flow:
         self._unscraped = any(not r.scraped for r in self.picker.replicas())
         self._health_at = 0.0 if self._unscraped else math.inf
         self._ids = 0
+        #: Turbo budgets and spend (sched/metering.py): a spent tenant's Turbo is served Standard.
+        self.budgets = BudgetBook()
+        for t in policy.tenants:
+            if t.turbo_budget is not None:
+                self.budgets.set_budget(t.name, t.turbo_budget, t.budget_period)
         # L3 (sched/regions.py): probes run when pools carry regions or share a model.
         self.regions = Regions(policy.regions or RegionPolicy(), {p.name: p.region for p in policy.pools})
         self._turbo_capable = {p.name: p.turbo for p in policy.pools}
@@ -210,6 +219,8 @@ class Flow:
         if tenant.name in self.turbo_off and Tier.TURBO in enabled:
             enabled = enabled - {Tier.TURBO}
         served = resolve_tier(asked, tenant.allowed, frozenset(enabled))
+        if served is Tier.TURBO and self.budgets.exhausted(tenant.name):
+            return Tier.STANDARD, BUDGET_SPENT
         if served is asked:
             return served, None
         if asked not in tenant.allowed:
@@ -371,13 +382,39 @@ class Flow:
         self._leave_upstream(req)
         req.phase = _DONE
         req.status = status
+        self._meter(req, status, now)
         if req.ticket is not None:
             self.pools[req.pool].admission.on_complete(req.ticket, now, count_service=count_service)
+
+    def _meter(self, req: FlowRequest, status: int, now: float) -> None:
+        """The request's one usage record, and its charge against the tenant's Turbo budget."""
+        units = cost_units(req.served, req.prompt_tokens, req.completion_tokens, self.policy.metering)
+        start = req.dispatched_at if req.dispatched_at is not None else now
+        req.usage = UsageRecord(req.tenant, req.model, req.asked.value, req.served.value, status, req.prompt_tokens,
+                                req.completion_tokens, start - req.arrival, now - req.arrival, units, req.downgrade,
+                                now)
+        if req.served is Tier.TURBO:
+            self.budgets.charge(req.tenant, units)
 
     def _refuse(self, req: FlowRequest, status: int, code: str, message: str, now: float,
                 retry_after_s: int | None = None) -> Respond:
         self._close(req, status, now)
         return Respond(req, status, code, message, retry_after_s)
+
+    def settle(self, req: FlowRequest, status: int, now: float, source: FlowRequest | None = None) -> None:
+        """Close a request answered without an upstream call of its own (a coalesced follower):
+        ``source``'s tokens (the call it shared) are its usage; it is metered like any other."""
+        if req.phase is _DONE:
+            return
+        if source is not None:
+            req.prompt_tokens, req.completion_tokens = source.prompt_tokens, source.completion_tokens
+        self._close(req, status, now)
+
+    def refuse(self, req: FlowRequest, status: int, code: str, message: str, now: float,
+               retry_after_s: int | None = None) -> Respond:
+        """Refuse an opened request that has not arrived, on a limit the driver checked against
+        shared state (the store's global tenant limits, sched/metering.py's rule); it is metered."""
+        return self._refuse(req, status, code, message, now, retry_after_s)
 
     # ---- upstream events -----------------------------------------------------------------------
     def first_byte(self, req: FlowRequest, now: float, headers_at: float | None = None) -> list[Action]:
@@ -485,6 +522,7 @@ class Flow:
                     shed = pool.admission.timed_out(req.ticket, now, self.picker.slots(req.pool, now))
                     req.phase = _DONE
                     req.status = shed.status
+                    self._meter(req, shed.status, now)
                     out.append(Respond(req, shed.status, shed.reason, shed.message, shed.retry_after_s))
                     touched.add(req.pool)
         for q in self._deadline_timers.values():

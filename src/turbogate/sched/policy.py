@@ -11,6 +11,7 @@ from typing import Literal
 from turbogate.sched.admission import TierPolicy
 from turbogate.sched.guard import GuardPolicy, KneeSource
 from turbogate.sched.leases import LeasePolicy
+from turbogate.sched.metering import MeteringPolicy
 from turbogate.sched.picker import PickerConfig
 from turbogate.sched.regions import RegionPolicy
 from turbogate.sched.tiers import Tier
@@ -29,6 +30,8 @@ class TenantSpec:
     default_tier: Tier = Tier.STANDARD
     weight: float = 1.0
     max_in_flight: int | None = None
+    turbo_budget: float | None = None  # Turbo cost units per period (sched/metering.py); None: unlimited
+    budget_period: str = "month"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,7 @@ class FlowPolicy:
     default_max_tokens: int = 256  # a request's cost when it names no max_tokens
     max_cost_tokens: int = 131072  # bound on one request's fair-queue cost (tokens)
     guard: GuardPolicy = field(default_factory=GuardPolicy)
+    metering: MeteringPolicy = field(default_factory=MeteringPolicy)
     leases: LeasePolicy = field(default_factory=LeasePolicy)  # Turbo leases (sched/leases.py)
     regions: RegionPolicy | None = None  # L3 settings; None: defaults, and no probes unless pools share a model
     warmup: bool = False  # warm a replica up when it joins or comes back (sched/warmup.py)

@@ -262,6 +262,7 @@ class Simulation:
             self._act(self.flow.first_byte(fr, now), now)
             if fr.done:
                 return
+        fr.prompt_tokens, fr.completion_tokens = call.sim.prompt_tokens, out  # metered as the gateway does
         actions = self.flow.finished(fr, now, status=200)
         self._close(call, now + self.c2g + call.leg, 200, None, out)
         self._act(actions, now)

@@ -1,1 +1,13 @@
-"""turbogate.store."""
+"""Shared state behind one protocol (docs/metering.md): usage records, Turbo budgets and spend,
+the Turbo switches, and global per-tenant limits.
+
+``MemoryStore`` (one process; tests), ``SqliteStore`` (WAL; one host, shared by ``--workers``),
+``RedisStore`` (several hosts; limits atomic in Lua).  ``ResilientStore`` wraps any of them:
+with the store unreachable the gateway keeps serving within local limits, buffers usage on
+local disk and replays it when the store returns.
+"""
+
+from turbogate.store.base import Store, StoreUnavailable, summarize
+from turbogate.store.memory import MemoryStore
+
+__all__ = ["MemoryStore", "Store", "StoreUnavailable", "summarize"]

@@ -1,0 +1,93 @@
+"""The Store protocol, record (de)serialisation and the usage summary every store shares."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+import orjson
+
+from turbogate.errors import TurbogateError
+from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord
+
+
+class StoreUnavailable(TurbogateError):
+    """The store cannot be reached (the gateway then degrades: docs/metering.md)."""
+
+
+#: Budgets as the store keeps them: tenant → (units or None, period).
+Budgets = dict[str, tuple[float | None, str]]
+#: Spend as add_usage reports it: (tenant, period key) → units.
+Spent = dict[tuple[str, str], float]
+
+
+class Store(Protocol):
+    """Every call is atomic across the processes sharing the store."""
+
+    async def open(self) -> None: ...
+    async def close(self) -> None: ...
+    async def ping(self) -> None: ...
+
+    async def add_usage(self, records: Sequence[UsageRecord]) -> Spent:
+        """Store ``records`` (a record already stored, by id, is skipped: replays are safe) and add
+        each Turbo record's units to its tenant's spend in each period (``spend_keys``).
+        Returns the spend afterwards of each (tenant, period key) touched."""
+        ...
+
+    async def usage(self, tenant: str | None, since: float, until: float) -> list[UsageRecord]: ...
+    async def spent(self, tenant: str, key: str) -> float: ...
+    async def budgets(self) -> Budgets: ...
+    async def set_budget(self, tenant: str, units: float | None, period: str) -> None: ...
+    async def switches(self) -> dict[str, bool]: ...
+    async def set_switch(self, name: str, on: bool) -> None: ...
+
+    async def acquire(self, tenant: str, limits: LimitPolicy, lease: str, ts: float,
+                      lease_s: float) -> LimitRefusal | None:
+        """Take one in-flight place and count one request this minute, unless a limit refuses
+        (then nothing is counted).  ``lease_s``: a place not released (a crashed gateway) is
+        freed after this long."""
+        ...
+
+    async def release(self, tenant: str, lease: str, tokens: int, ts: float) -> None:
+        """Give the place back and add the request's tokens to this minute's count."""
+        ...
+
+
+def record_to_json(rec: UsageRecord) -> bytes:
+    return orjson.dumps({"id": rec.id, "ts": rec.ts, "tenant": rec.tenant, "model": rec.model,
+                         "tier_asked": rec.tier_asked, "tier_served": rec.tier_served, "status": rec.status,
+                         "prompt_tokens": rec.prompt_tokens, "completion_tokens": rec.completion_tokens,
+                         "queue_s": rec.queue_s, "latency_s": rec.latency_s, "cost_units": rec.cost_units,
+                         "downgrade": rec.downgrade})
+
+
+def record_from_json(raw: bytes | str) -> UsageRecord:
+    d: dict[str, Any] = orjson.loads(raw)
+    return UsageRecord(d["tenant"], d["model"], d["tier_asked"], d["tier_served"], d["status"], d["prompt_tokens"],
+                       d["completion_tokens"], d["queue_s"], d["latency_s"], d["cost_units"], d.get("downgrade"),
+                       0.0, d["ts"], d["id"])
+
+
+COLUMNS = ("ts", "id", "tenant", "model", "tier_asked", "tier_served", "status", "prompt_tokens",
+           "completion_tokens", "queue_s", "latency_s", "cost_units", "downgrade")
+SUMMARY_COLUMNS = ("tenant", "day", "tier", "requests", "errors", "prompt_tokens", "completion_tokens", "cost_units")
+
+
+def summarize(records: Iterable[UsageRecord], by_day: bool = True, by_tier: bool = True,
+              by_tenant: bool = True) -> list[dict[str, Any]]:
+    """Totals per (tenant, UTC day, tier served), in key order; a dimension not grouped on reads '*'."""
+    groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in records:
+        key = (r.tenant if by_tenant else "*", time.strftime("%Y-%m-%d", time.gmtime(r.ts)) if by_day else "*",
+               r.tier_served if by_tier else "*")
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = {"tenant": key[0], "day": key[1], "tier": key[2], "requests": 0, "errors": 0,
+                               "prompt_tokens": 0, "completion_tokens": 0, "cost_units": 0.0}
+        g["requests"] += 1
+        g["errors"] += r.status >= 400
+        g["prompt_tokens"] += r.prompt_tokens
+        g["completion_tokens"] += r.completion_tokens
+        g["cost_units"] += r.cost_units
+    return [groups[k] for k in sorted(groups)]

@@ -1,0 +1,206 @@
+"""The gateway's view of its store, which may be down.
+
+While the shared store answers, every call goes to it.  When a call fails (or times out) the
+store is marked down: usage records go to a local append-only file (one ``os.write`` per batch,
+which a SIGKILL cannot undo), tenant limits are held by a local ``MemoryStore`` (each process
+then enforces them alone), one warning is logged per ``retry_interval_s``, and ``/ready`` says
+``degraded``.  ``recover()`` (called every interval) pings the store and, once it answers,
+replays the buffered records (the stores skip records they already hold) and returns to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Awaitable, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+import orjson
+
+from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord
+from turbogate.store.base import Budgets, Spent, Store, StoreUnavailable, record_from_json, record_to_json
+from turbogate.store.memory import MemoryStore
+
+log = logging.getLogger("turbogate.store")
+T = TypeVar("T")
+_REPLAY_BATCH = 500
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class UsageBuffer:
+    """Usage records waiting for the store, one JSON line each, in ``<dir>/usage-<pid>.jsonl``."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.path = folder / f"usage-{os.getpid()}.jsonl"
+        self._fd: int | None = None
+
+    def append(self, records: Sequence[UsageRecord]) -> None:
+        if self._fd is None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        lines = b"".join(record_to_json(r) + b"\n" for r in records)
+        os.write(self._fd, lines)
+
+    def claim(self) -> list[Path]:
+        """This process's buffer and those of processes that are gone (a crashed worker's)."""
+        if not self.folder.is_dir():
+            return []
+        out = []
+        for p in sorted(self.folder.glob("usage-*.jsonl")):
+            pid = p.stem.removeprefix("usage-")
+            if pid.isdigit() and (int(pid) == os.getpid() or not _alive(int(pid))):
+                out.append(p)
+        return out
+
+    def close_own(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    @staticmethod
+    def read(path: Path) -> list[UsageRecord]:
+        recs = []
+        for line in path.read_bytes().splitlines():
+            try:
+                recs.append(record_from_json(line))
+            except (orjson.JSONDecodeError, KeyError):  # cut short by a crash mid-write: its response never ended
+                continue
+        return recs
+
+
+class ResilientStore:
+    def __init__(self, primary: Store, buffer_dir: Path, retry_interval_s: float = 1.0,
+                 timeout_s: float = 1.0, name: str = "store") -> None:
+        self.primary = primary
+        self.local = MemoryStore()
+        self.buffer = UsageBuffer(buffer_dir)
+        self.retry_interval_s = retry_interval_s
+        self.timeout_s = timeout_s
+        self.name = name
+        self.degraded = False
+        self.buffered = 0  # records written to the local buffer since start
+        self.replayed = 0
+        self.lost = 0  # records neither stored nor buffered (no store and no writable disk)
+        self._logged_at = -1e18
+        self._local_leases: set[str] = set()
+
+    async def _try(self, what: str, call: Awaitable[T]) -> T:
+        try:
+            return await asyncio.wait_for(call, self.timeout_s)
+        except (StoreUnavailable, TimeoutError) as exc:
+            self._down(what, exc)
+            raise StoreUnavailable(f"{self.name}: {what}: {exc or 'timed out'}") from exc
+
+    def _down(self, what: str, exc: BaseException) -> None:
+        self.degraded = True
+        now = time.monotonic()
+        if now - self._logged_at >= self.retry_interval_s:
+            self._logged_at = now
+            log.warning("%s unreachable (%s: %s): serving within local limits, buffering usage in %s",
+                        self.name, what, exc or "timed out", self.buffer.path)
+
+    async def open(self) -> None:
+        try:
+            await self._try("open", self.primary.open())
+        except StoreUnavailable:
+            return
+        await self._replay()
+
+    async def close(self) -> None:
+        self.buffer.close_own()
+        await self.primary.close()
+
+    async def add_usage(self, records: Sequence[UsageRecord]) -> Spent:
+        if not self.degraded:
+            try:
+                return await self._try("add usage", self.primary.add_usage(records))
+            except StoreUnavailable:
+                pass
+        try:
+            self.buffer.append(records)
+        except OSError as exc:  # no store and no disk: serving goes on, and the loss is counted and logged
+            self.lost += len(records)
+            log.error("%d usage records lost: the store is unreachable and the buffer %s cannot be written (%s)",
+                      len(records), self.buffer.path, exc)
+            return {}
+        self.buffered += len(records)
+        return {}  # the flow's own charges keep the budget until the store answers again
+
+    async def acquire(self, tenant: str, limits: LimitPolicy, lease: str, ts: float,
+                      lease_s: float) -> LimitRefusal | None:
+        if not self.degraded:
+            try:
+                return await self._try("acquire", self.primary.acquire(tenant, limits, lease, ts, lease_s))
+            except StoreUnavailable:
+                pass
+        self._local_leases.add(lease)
+        return await self.local.acquire(tenant, limits, lease, ts, lease_s)
+
+    async def release(self, tenant: str, lease: str, tokens: int, ts: float) -> None:
+        if lease in self._local_leases:
+            self._local_leases.discard(lease)
+            await self.local.release(tenant, lease, tokens, ts)
+            return
+        if not self.degraded:
+            with contextlib.suppress(StoreUnavailable):  # a lease the store cannot take back expires by itself
+                await self._try("release", self.primary.release(tenant, lease, tokens, ts))
+
+    async def usage(self, tenant: str | None, since: float, until: float) -> list[UsageRecord]:
+        return await self._try("usage", self.primary.usage(tenant, since, until))
+
+    async def spent(self, tenant: str, key: str) -> float:
+        return await self._try("spent", self.primary.spent(tenant, key))
+
+    async def budgets(self) -> Budgets:
+        return await self._try("budgets", self.primary.budgets())
+
+    async def set_budget(self, tenant: str, units: float | None, period: str) -> None:
+        await self._try("set budget", self.primary.set_budget(tenant, units, period))
+
+    async def switches(self) -> dict[str, bool]:
+        return await self._try("switches", self.primary.switches())
+
+    async def set_switch(self, name: str, on: bool) -> None:
+        await self._try("set switch", self.primary.set_switch(name, on))
+
+    async def recover(self) -> bool:
+        """Ping a down store; once it answers, replay the buffer and use it again."""
+        if not self.degraded:
+            return True
+        try:
+            await self._try("ping", self.primary.ping())
+        except StoreUnavailable:
+            return False
+        self.degraded = False
+        n = await self._replay()
+        log.warning("%s is back: %d buffered usage records replayed", self.name, n)
+        return not self.degraded
+
+    async def _replay(self) -> int:
+        self.buffer.close_own()
+        n = 0
+        for path in self.buffer.claim():
+            recs = UsageBuffer.read(path)
+            try:
+                for i in range(0, len(recs), _REPLAY_BATCH):
+                    await self._try("replay", self.primary.add_usage(recs[i:i + _REPLAY_BATCH]))
+            except StoreUnavailable:
+                return n  # down again: the file stays for the next try (replays are idempotent)
+            path.unlink(missing_ok=True)
+            n += len(recs)
+        self.replayed += n
+        return n
