@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from tests.sched.test_flow import fresh, new, policy
 from turbogate.sched import Flow, FlowRequest, Respond
-from turbogate.sched.flow import Dispatch
+from turbogate.sched.actions import Dispatch
 from turbogate.sched.picker import Health, HealthChange, Picker, PickerConfig, Replica
 
 

@@ -34,98 +34,30 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
-from enum import Enum, IntEnum
 from functools import partial
-from typing import NamedTuple
 
+from turbogate.sched.actions import (
+    PRIORITY,
+    Action,
+    Cancel,
+    Dispatch,
+    Failure,
+    FlowRequest,
+    Phase,
+    Probe,
+    Respond,
+)
 from turbogate.sched.admission import Admission, Shed, TenantPolicy, Ticket, TierPolicy, clamp_retry
 from turbogate.sched.guard import KneeGuard
 from turbogate.sched.leases import LeaseBook
 from turbogate.sched.load import ReplicaLoad
-from turbogate.sched.metering import BUDGET_SPENT, BudgetBook, UsageRecord, cost_units
-from turbogate.sched.picker import Health, HealthChange, Picker, Replica, ScrapeFailed
+from turbogate.sched.metering import BudgetBook, UsageRecord, cost_units
+from turbogate.sched.picker import Health, Picker, Replica, ScrapeFailed
 from turbogate.sched.policy import FlowPolicy, PoolSpec, TenantSpec
-from turbogate.sched.regions import MeasureRtt, RegionPolicy, Regions, pool_view, rtt_probes, turbo_candidates
-from turbogate.sched.tiers import TIERS, Tier, parse_tier, resolve_tier
+from turbogate.sched.regions import RegionPolicy, Regions, pool_view, rtt_probes, turbo_candidates
+from turbogate.sched.tiering import asked_tier, served_tier
+from turbogate.sched.tiers import TIERS, Tier
 from turbogate.sched.warmup import WarmUp, warm_result
-
-#: vLLM's ``priority`` field: lower is served first.
-PRIORITY: dict[Tier, int] = {Tier.TURBO: 0, Tier.STANDARD: 1, Tier.RELAX: 2}
-
-
-class Phase(IntEnum):
-    NEW = 0
-    QUEUED = 1
-    UPSTREAM = 2  # dispatched, no byte back yet
-    ANSWERING = 3  # the replica's answer has begun
-    DONE = 4
-
-
-class Failure(Enum):
-    CONNECT = "connect"  # connection refused: nothing reached the replica
-    RESET = "reset"  # the connection broke before any byte of the answer
-    BROKEN = "broken"  # the answer broke off midway (no retry: bytes had come)
-
-
-@dataclass(slots=True, eq=False)
-class FlowRequest:
-    id: int
-    tenant: str
-    pool: str
-    model: str
-    asked: Tier
-    served: Tier  # the tier it is served — and to be metered — at (a knee-guard downgrade lowers it)
-    downgrade: str | None  # why served differs from asked
-    stream: bool
-    cost: float
-    arrival: float
-    handle: object  # the driver's own object, untouched here
-    priority: int | None  # vLLM priority to put in the body, or None
-    phase: Phase = Phase.NEW
-    ticket: Ticket | None = None
-    replica: Replica | None = None
-    retried: bool = False
-    dispatched_at: float | None = None
-    first_byte_at: float | None = None
-    status: int | None = None
-    prompt_tokens: int = 0  # the engine's usage, set by the driver before ``finished``
-    completion_tokens: int = 0
-    usage: UsageRecord | None = None  # set when the request closes (sched/metering.py)
-    client_region: str = ""  # L3's key for the client's region
-
-    @property
-    def done(self) -> bool:
-        return self.phase is Phase.DONE
-
-
-class Dispatch(NamedTuple):
-    req: FlowRequest
-    replica: Replica
-    retry: bool
-
-
-class Respond(NamedTuple):
-    """Answer the client with this OpenAI error (the request never reached, or never got, an
-    engine answer)."""
-
-    req: FlowRequest | None
-    status: int
-    code: str
-    message: str
-    retry_after_s: int | None = None
-    param: str | None = None
-
-
-class Cancel(NamedTuple):
-    req: FlowRequest
-
-
-class Probe(NamedTuple):
-    replica: Replica
-
-
-Action = Dispatch | Respond | Cancel | Probe | HealthChange | MeasureRtt | WarmUp
 
 _QUEUED, _UPSTREAM, _ANSWERING, _DONE = Phase.QUEUED, Phase.UPSTREAM, Phase.ANSWERING, Phase.DONE
 
@@ -215,19 +147,8 @@ class Flow:
     # ---- the edge ------------------------------------------------------------------------------
     def resolve(self, tenant: TenantSpec, asked: Tier) -> tuple[Tier, str | None]:
         """The tier served for ``asked``, and why it differs (None when it does not)."""
-        enabled = self.enabled
-        if tenant.name in self.turbo_off and Tier.TURBO in enabled:
-            enabled = enabled - {Tier.TURBO}
-        served = resolve_tier(asked, tenant.allowed, frozenset(enabled))
-        if served is Tier.TURBO and self.budgets.exhausted(tenant.name):
-            return Tier.STANDARD, BUDGET_SPENT
-        if served is asked:
-            return served, None
-        if asked not in tenant.allowed:
-            return served, "not_entitled"
-        if asked not in self.enabled:
-            return served, "tier_disabled"
-        return served, "tenant_switched_off"
+        budget_spent = asked is Tier.TURBO and self.budgets.exhausted(tenant.name)
+        return served_tier(tenant, asked, self.enabled, self.turbo_off, budget_spent)
 
     def open(self, *, tenant: str, model: str, tier_body: object = None, tier_header: str | None = None,
              max_tokens: object = None, max_tokens_field: str = "max_tokens", prompt_bytes: int = 0,
@@ -247,18 +168,9 @@ class Flow:
         if pools is None:
             return Respond(None, 404, "model_not_found", f"The model `{model}` does not exist or you do not have "
                            "access to it", param="model")
-        if tier_body is not None:
-            asked = parse_tier(tier_body)
-            if asked is None:
-                return Respond(None, 400, "invalid_value", f"unknown service_tier {tier_body!r}; use priority/turbo, "
-                               "default/auto/standard or flex/relax", param="service_tier")
-        elif tier_header is not None:
-            asked = parse_tier(tier_header)
-            if asked is None:
-                return Respond(None, 400, "invalid_value", "unknown X-Turbogate-Tier header value",
-                               param="X-Turbogate-Tier")
-        else:
-            asked = spec.default_tier
+        asked = asked_tier(spec, tier_body, tier_header)
+        if isinstance(asked, Respond):
+            return asked
         lease_why = None
         if lease is not None:  # the lease asks Turbo; once expired (or unknown) it gets Standard, and says why
             asked = Tier.TURBO

@@ -19,7 +19,8 @@ from typing import Any, cast
 
 from turbogate.engine import Request, RequestTooLarge
 from turbogate.results import RequestRecord
-from turbogate.sched.flow import Cancel, Dispatch, Failure, Flow, FlowRequest, Probe, Respond
+from turbogate.sched.actions import Cancel, Dispatch, Failure, FlowRequest, Probe, Respond
+from turbogate.sched.flow import Flow
 from turbogate.sched.load import ReplicaLoad
 from turbogate.sched.picker import ScrapeFailed
 from turbogate.sched.regions import MeasureRtt

@@ -1,0 +1,93 @@
+"""The flow's vocabulary: a request's record and phases, how an upstream attempt failed, and the
+actions the flow asks its driver to carry out (sched/flow.py; the gateway and the simulator
+are the two drivers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+from typing import NamedTuple
+
+from turbogate.sched.admission import Ticket
+from turbogate.sched.metering import UsageRecord
+from turbogate.sched.picker import HealthChange, Replica
+from turbogate.sched.regions import MeasureRtt
+from turbogate.sched.tiers import Tier
+from turbogate.sched.warmup import WarmUp
+
+#: vLLM's ``priority`` field: lower is served first.
+PRIORITY: dict[Tier, int] = {Tier.TURBO: 0, Tier.STANDARD: 1, Tier.RELAX: 2}
+
+
+class Phase(IntEnum):
+    NEW = 0
+    QUEUED = 1
+    UPSTREAM = 2  # dispatched, no byte back yet
+    ANSWERING = 3  # the replica's answer has begun
+    DONE = 4
+
+
+class Failure(Enum):
+    CONNECT = "connect"  # connection refused: nothing reached the replica
+    RESET = "reset"  # the connection broke before any byte of the answer
+    BROKEN = "broken"  # the answer broke off midway (no retry: bytes had come)
+
+
+@dataclass(slots=True, eq=False)
+class FlowRequest:
+    id: int
+    tenant: str
+    pool: str
+    model: str
+    asked: Tier
+    served: Tier  # the tier it is served — and to be metered — at (a knee-guard downgrade lowers it)
+    downgrade: str | None  # why served differs from asked
+    stream: bool
+    cost: float
+    arrival: float
+    handle: object  # the driver's own object, untouched here
+    priority: int | None  # vLLM priority to put in the body, or None
+    phase: Phase = Phase.NEW
+    ticket: Ticket | None = None
+    replica: Replica | None = None
+    retried: bool = False
+    dispatched_at: float | None = None
+    first_byte_at: float | None = None
+    status: int | None = None
+    prompt_tokens: int = 0  # the engine's usage, set by the driver before ``finished``
+    completion_tokens: int = 0
+    usage: UsageRecord | None = None  # set when the request closes (sched/metering.py)
+    client_region: str = ""  # L3's key for the client's region
+
+    @property
+    def done(self) -> bool:
+        return self.phase is Phase.DONE
+
+
+class Dispatch(NamedTuple):
+    req: FlowRequest
+    replica: Replica
+    retry: bool
+
+
+class Respond(NamedTuple):
+    """Answer the client with this OpenAI error (the request never reached, or never got, an
+    engine answer)."""
+
+    req: FlowRequest | None
+    status: int
+    code: str
+    message: str
+    retry_after_s: int | None = None
+    param: str | None = None
+
+
+class Cancel(NamedTuple):
+    req: FlowRequest
+
+
+class Probe(NamedTuple):
+    replica: Replica
+
+
+Action = Dispatch | Respond | Cancel | Probe | HealthChange | MeasureRtt | WarmUp
