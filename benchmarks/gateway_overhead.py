@@ -4,7 +4,17 @@ through one gateway worker, emulators at ``--time-scale 0`` (answers cost ~nothi
 Prints ONE JSON object.  Latency is measured sequentially (one request at a time, direct and
 gateway interleaved so drift hits both); max rps with a closed-loop load of many concurrent
 connections from separate processes, so the client is not the bottleneck.
-Run: ``python benchmarks/gateway_overhead.py [--requests 1000] [--seconds 5]``
+
+``fixed_connections`` is the wrk-style measurement (issue 15): K keep-alive connections, each
+sending small non-streamed chats back to back for ``--fixed-seconds``, from a separate process,
+per path — a neutral non-turbogate OpenAI stub (benchmarks/openai_stub.py) directly, turbogate in
+front of it, nginx in front of it (1 worker, keep-alive upstream; when ``nginx`` is installed),
+and the emulator directly and through turbogate — p50/p99 and req/s per path and connection
+count, and the gateway's CPU per request (user + system time of its process during its run).
+The stub is pinned to one core and the proxies to another where there are two; ``--realtime``
+runs the one-connection runs at SCHED_FIFO priority (root), a stand-in for dedicated cores on
+a machine shared with other work (a sequential client takes little CPU from anyone).
+Run: ``python benchmarks/gateway_overhead.py [--requests 1000] [--seconds 5] [--fixed-seconds 3]``
 """
 
 from __future__ import annotations
@@ -14,7 +24,9 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,7 +36,10 @@ import aiohttp
 import httpx
 
 from turbogate.config import hash_key
-from turbogate.procs import Service, start_emulator, start_gateway
+from turbogate.procs import Service, free_port, start_emulator, start_gateway, wait_healthy
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from openai_stub import start_stub  # benchmarks/ is not a package: import it from beside this file
 
 KEY = "sk-bench"
 MODEL = "llama-3.1-8b"
@@ -170,6 +185,142 @@ def max_rps(url: str, procs: int, concurrency: int, seconds: float, pid: int | N
     return ok / min(elapsed, seconds + 0.5), errors, (cpu * 1e6 / ok if ok else 0.0)
 
 
+def _fixed_worker(url: str, conns: int, seconds: float, realtime: bool, queue: mp.Queue) -> None:  # type: ignore[type-arg]
+    """``conns`` keep-alive connections, each sending the same small chat back to back (like wrk)."""
+    from turbogate.httpclient import UpstreamError, UpstreamPool
+
+    async def run() -> tuple[list[float], int]:
+        client = UpstreamPool(url, headers={"Authorization": f"Bearer {KEY}"})
+        payload = json.dumps(BODY).encode()
+        lat: list[float] = []
+        errors = 0
+        stop = time.perf_counter() + seconds
+
+        async def loop() -> None:
+            nonlocal errors
+            while (t0 := time.perf_counter()) < stop:
+                try:
+                    resp = await client.request(b"POST", "/v1/chat/completions", payload)
+                    await resp.read()
+                    resp.release()
+                    if resp.status == 200:
+                        lat.append(time.perf_counter() - t0)
+                    else:
+                        errors += 1
+                except UpstreamError:
+                    errors += 1
+
+        await asyncio.gather(*(loop() for _ in range(conns)))
+        client.close()
+        return lat, errors
+
+    if realtime:
+        set_realtime(0, True)
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    lat, errors = asyncio.run(run())
+    ms = sorted(x * 1000 for x in lat)
+    queue.put({"requests": len(ms), "errors": errors, "rps": round(len(ms) / seconds, 1),
+               "p50_ms": round(pct(ms, 0.5), 3) if ms else None, "p99_ms": round(pct(ms, 0.99), 3) if ms else None})
+
+
+def set_realtime(pid: int, on: bool) -> bool:
+    """SCHED_FIFO priority 10 for ``pid`` (0: this process), or back to normal; False where not allowed."""
+    try:
+        if on:
+            os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(10))
+        else:
+            os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
+    except (AttributeError, OSError):
+        return False
+    return True
+
+
+def fixed_run(url: str, conns: int, seconds: float, realtime: bool, pid: int | None = None) -> dict[str, object]:
+    """One wrk-style run from a separate process; with ``pid``, that process's CPU per request too."""
+    ctx = mp.get_context("spawn")
+    queue: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
+    worker = ctx.Process(target=_fixed_worker, args=(url, conns, seconds, realtime, queue))
+    cpu0 = cpu_seconds(pid) if pid else 0.0
+    worker.start()
+    result: dict[str, object] = queue.get(timeout=seconds + 60)
+    worker.join()
+    if pid:
+        cpu = cpu_seconds(pid) - cpu0
+        n = int(result["requests"])  # type: ignore[call-overload]
+        result["server_cpu_us_per_request"] = round(cpu * 1e6 / n, 1) if n else None
+    return result
+
+
+def start_nginx(tmp: Path, upstream_url: str, cpus: set[int] | None) -> tuple[subprocess.Popen[bytes], str] | None:
+    """nginx as a reference proxy (1 worker, keep-alive upstream) in front of ``upstream_url``; None
+    when nginx is not installed."""
+    binary = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    if binary is None:
+        return None
+    port = free_port()
+    up = upstream_url.removeprefix("http://")
+    root = tmp / "nginx"
+    root.mkdir(exist_ok=True)
+    conf = root / "nginx.conf"
+    conf.write_text(f"""worker_processes 1;
+daemon off;
+pid {root}/nginx.pid;
+error_log {root}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {root}/body; proxy_temp_path {root}/proxy; fastcgi_temp_path {root}/fcgi;
+  uwsgi_temp_path {root}/uwsgi; scgi_temp_path {root}/scgi;
+  upstream stub {{ server {up}; keepalive 256; }}
+  server {{
+    listen 127.0.0.1:{port} reuseport;
+    keepalive_requests 1000000;
+    location / {{ proxy_pass http://stub; proxy_http_version 1.1; proxy_set_header Connection ""; }}
+  }}
+}}
+""")
+
+    def pin() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
+    proc = subprocess.Popen([binary, "-c", str(conf), "-p", str(root), "-e", str(root / "error.log")],
+                            preexec_fn=pin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc, timeout=10)
+    except RuntimeError:
+        proc.kill()
+        return None
+    return proc, url
+
+
+def fixed_connections(paths: dict[str, tuple[str, list[int]]], conns: list[int], seconds: float,
+                      realtime: bool) -> dict[str, dict[str, dict[str, object]]]:
+    """Every path at every connection count; ``paths``: name → (url, pids of its server processes;
+    the first one's CPU is reported).  One-connection runs at real-time priority with ``realtime``."""
+    out: dict[str, dict[str, dict[str, object]]] = {name: {} for name in paths}
+    for k in conns:
+        rt = realtime and k == 1
+        for name, (url, pids) in paths.items():
+            if rt:
+                for pid in pids:
+                    set_realtime(pid, True)
+            try:
+                fixed_run(url, k, min(1.0, seconds), rt)  # warm-up: connections, caches
+                out[name][f"c{k}"] = fixed_run(url, k, seconds, rt, pids[0] if pids else None)
+            finally:
+                if rt:
+                    for pid in pids:
+                        set_realtime(pid, False)
+    return out
+
+
 def write_config(path: Path, emulator_urls: list[str]) -> None:
     replicas = "\n".join(
         f'      - {{url: "{u}", engine: emulator, max_concurrency: 1024}}' for u in emulator_urls
@@ -190,6 +341,60 @@ pools:
     )
 
 
+def run_fixed(args: argparse.Namespace, tmp: Path, services: list[Service],
+              children: list[subprocess.Popen[bytes]]) -> dict[str, object]:
+    """The fixed-connection runs of every path, and the acceptance figures drawn from them."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    upstream_cpus, proxy_cpus = ({cpus[0]}, {cpus[1]}) if len(cpus) >= 2 else (None, None)
+    stub, stub_url = start_stub(upstream_cpus)
+    children.append(stub)
+    emulator = start_emulator("--time-scale", "0", "--max-num-seqs", "1024", log_dir=tmp)
+    services.append(emulator)
+    cfg_stub, cfg_emu = tmp / "gateway-stub.yaml", tmp / "gateway-emulator.yaml"
+    write_config(cfg_stub, [stub_url])
+    write_config(cfg_emu, [emulator.url])
+    gw_stub = start_gateway(cfg_stub, "--workers", "1", log_dir=tmp)
+    gw_emu = start_gateway(cfg_emu, "--workers", "1", log_dir=tmp)
+    services += [gw_stub, gw_emu]
+    if proxy_cpus and upstream_cpus:
+        for pid in (gw_stub.process.pid, gw_emu.process.pid):
+            os.sched_setaffinity(pid, proxy_cpus)
+        os.sched_setaffinity(emulator.process.pid, upstream_cpus)
+    paths: dict[str, tuple[str, list[int]]] = {
+        "stub_direct": (stub_url, [stub.pid]),
+        "turbogate_to_stub": (gw_stub.url, [gw_stub.process.pid, stub.pid]),
+    }
+    nginx = start_nginx(tmp, stub_url, proxy_cpus)
+    if nginx is not None:
+        children.append(nginx[0])
+        workers = [int(p) for p in subprocess.run(["pgrep", "-P", str(nginx[0].pid)], capture_output=True,
+                                                   text=True).stdout.split()]
+        paths["nginx_to_stub"] = (nginx[1], [*workers, nginx[0].pid, stub.pid])
+    paths["emulator_direct"] = (emulator.url, [emulator.process.pid])
+    paths["turbogate_to_emulator"] = (gw_emu.url, [gw_emu.process.pid, emulator.process.pid])
+    conns = [int(c) for c in args.fixed_conns.split(",")]
+    runs = fixed_connections(paths, conns, args.fixed_seconds, args.realtime)
+    result: dict[str, object] = {"paths": runs, "nginx": nginx is not None, "realtime_1_connection": args.realtime,
+                                 "seconds": args.fixed_seconds, "cpus": os.cpu_count(),
+                                 "load_average_1m": round(os.getloadavg()[0], 2)}
+    if 1 in conns:
+        direct, gw = runs["stub_direct"]["c1"], runs["turbogate_to_stub"]["c1"]
+        d50, d99 = float(direct["p50_ms"]), float(direct["p99_ms"])  # type: ignore[arg-type]
+        g50, g99 = float(gw["p50_ms"]), float(gw["p99_ms"])  # type: ignore[arg-type]
+        result["added_p50_ms_1_connection"] = round(g50 - d50, 3)
+        result["p99_1_connection_limit_ms"] = round(2 * d99 + 0.5, 3)
+        result["added_p50_holds"] = g50 - d50 <= 0.2
+        result["p99_holds"] = g99 <= 2 * d99 + 0.5
+        if "nginx_to_stub" in runs:
+            result["nginx_added_p50_ms_1_connection"] = round(
+                float(runs["nginx_to_stub"]["c1"]["p50_ms"]) - d50, 3)  # type: ignore[arg-type]
+    busiest = f"c{max(conns)}"
+    cpu = runs["turbogate_to_stub"][busiest].get("server_cpu_us_per_request")
+    result["gateway_cpu_us_per_request"] = cpu
+    result["gateway_cpu_holds"] = cpu is not None and float(cpu) <= 150.0  # type: ignore[arg-type]
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=1000, help="sequential requests per target (latency)")
@@ -198,11 +403,24 @@ def main() -> None:
     parser.add_argument("--loads", default="1x64,1x128,2x64",
                         help="closed-loop load shapes PROCSxCONNECTIONS tried for max rps (the best counts)")
     parser.add_argument("--emulators", type=int, default=1)
+    parser.add_argument("--fixed-seconds", type=float, default=3.0,
+                        help="duration of each wrk-style fixed-connection run (0: skip them)")
+    parser.add_argument("--fixed-conns", default="1,32", help="connection counts of the fixed-connection runs")
+    parser.add_argument("--realtime", action="store_true",
+                        help="one-connection runs at SCHED_FIFO priority (root; for a machine shared with other work)")
+    parser.add_argument("--only-fixed", action="store_true", help="only the fixed-connection runs")
     args = parser.parse_args()
 
     services: list[Service] = []
     tmp = Path(tempfile.mkdtemp(prefix="tg-bench-"))
+    children: list[subprocess.Popen[bytes]] = []
     try:
+        fixed: dict[str, object] = {}
+        if args.fixed_seconds > 0:
+            fixed = run_fixed(args, tmp, services, children)
+        if args.only_fixed:
+            print(json.dumps({"fixed_connections": fixed}))
+            return
         emulators = [start_emulator("--time-scale", "0", "--max-num-seqs", "1024", log_dir=tmp)
                      for _ in range(args.emulators)]
         services += emulators
@@ -256,6 +474,7 @@ def main() -> None:
             "client_compare_direct_p50_ms": {"aiohttp": round(d50, 3), "httpx": round(pct(hx, 0.5), 3),
                                              "turbogate_lean": round(pct(lean, 0.5), 3)},
             "max_rps_trials": trials,
+            "fixed_connections": fixed,
             "setup": {
                 "requests": args.requests, "stream_requests": args.stream_requests, "seconds": args.seconds,
                 "loads": args.loads, "emulators": args.emulators,
@@ -269,6 +488,9 @@ def main() -> None:
     finally:
         for svc in services:
             svc.stop()
+        for child in children:
+            child.terminate()
+            child.wait(timeout=10)
 
 
 if __name__ == "__main__":

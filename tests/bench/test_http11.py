@@ -1,4 +1,4 @@
-"""The bench's lean client (on turbogate.httpclient): any fragmentation of a response parses the same through
+"""The bench's lean client (bench/http11.py): any fragmentation of a response parses the same through
 the real protocol; both clients agree."""
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ from hypothesis import strategies as st
 
 from turbogate.bench.arrivals import Arrivals, build_schedule
 from turbogate.bench.client import Outcome
-from turbogate.bench.http11 import Http11Pool
+from turbogate.bench.http11 import Exchange, Http11Pool, _TimedConn
 from turbogate.bench.runner import Runner, Target
 from turbogate.bench.shapes import Constant, shape_steps
 from turbogate.bench.workload import TierMix, TruncNormal, Workload
-from turbogate.httpclient import _Conn
 from turbogate.procs import Service, start_emulator
 
 
@@ -73,11 +72,10 @@ def _parse(raw: bytes, cuts: list[int], stream: bool = True, eof: bool = False) 
 
     async def main() -> Outcome:
         lean = Http11Pool("http://engine.test:8000")
-        conn = _Conn(lean._pool)
+        conn = _TimedConn(lean)
         transport = _FakeTransport()
         conn.connection_made(transport)  # type: ignore[arg-type]
-        conn.fresh = True
-        lean._pool._idle.append(conn)
+        lean._idle.append(conn)
         task = asyncio.create_task(lean.post("/v1/chat/completions", b'{"x":1}',
                                              {"Content-Type": "application/json", "X-Turbogate-Tier": "turbo"},
                                              stream, 5.0))
@@ -93,7 +91,7 @@ def _parse(raw: bytes, cuts: list[int], stream: bool = True, eof: bool = False) 
             conn.connection_lost(None)
         out = await asyncio.wait_for(task, 1.0)
         # A complete keep-alive answer gives the connection back to the pool, anything else drops it.
-        assert (conn in lean._pool._idle) == (out.status is not None and not eof and not transport.aborted)
+        assert (conn in lean._idle) == (out.status is not None and not eof and not transport.aborted)
         return out
 
     return asyncio.run(main())
@@ -139,9 +137,9 @@ def test_chunks_are_timed_when_their_bytes_arrive_not_when_the_client_wakes() ->
 
     async def main() -> Outcome:
         lean = Http11Pool("http://engine.test:8000")
-        conn = _Conn(lean._pool)
+        conn = _TimedConn(lean)
         conn.connection_made(_FakeTransport())  # type: ignore[arg-type]
-        lean._pool._idle.append(conn)
+        lean._idle.append(conn)
         task = asyncio.create_task(lean.post("/v1/completions", b"{}", {}, True, 5.0))
         await asyncio.sleep(0)
         conn.data_received(pieces[0])
@@ -213,3 +211,30 @@ def test_lean_and_aiohttp_clients_agree(emulator: Service, stream: bool, tmp_pat
     lean, via_aiohttp = asyncio.run(run("lean")), asyncio.run(run("aiohttp"))
     assert lean == via_aiohttp
     assert all(row[0] for row in lean) and len(lean) == len(sched)
+
+
+def test_send_now_writes_before_any_await_and_reports_once_at_the_end() -> None:
+    """The dispatcher's send is synchronous on an idle connection; chunks only append until the end."""
+    raw = _sse_response()
+
+    async def main() -> tuple[Outcome, int, list[bool]]:
+        lean = Http11Pool("http://engine.test:8000")
+        assert lean.send_now("/v1/completions", b"{}", b"", 5.0) is None  # no idle connection: caller must connect
+        conn = _TimedConn(lean)
+        transport = _FakeTransport()
+        conn.connection_made(transport)  # type: ignore[arg-type]
+        lean._idle.append(conn)
+        head = lean.head("/v1/completions", b"{}", {"Authorization": "Bearer k"})
+        ex = Exchange("/v1/completions", b"{}", head, 5.0, time.perf_counter())
+        calls: list[bool] = []
+        ex.on_done = lambda e: calls.append(e.complete)
+        assert lean.start_now(ex) and transport.written == head + b"{}"  # written before any await
+        assert b"Authorization: Bearer k\r\n" in head
+        for i in range(0, len(raw), 30):
+            conn.data_received(raw[i:i + 30])
+            assert len(calls) == int(ex.complete)  # called once, by the complete answer only
+        assert conn in lean._idle  # reusable before anyone parsed the answer
+        return lean.outcome(ex, True), len(ex.parts), calls
+
+    out, parts, calls = asyncio.run(main())
+    assert out.ok and out.output_tokens == 5 and parts > 5 and calls == [True], out.error

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from turbogate.asgi import error_body
 from turbogate.config import Limits
+from turbogate.gateway.cork import HeadCorkedTransport
 
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 _END = b"\r\n\r\n"
@@ -94,7 +95,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     # ---- uvicorn's Protocol interface -----------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        # Head and body of a response in one write (gateway/cork.py).
+        super().connection_made(cast(asyncio.Transport, HeadCorkedTransport(transport, self.loop)))
         self._since = time.monotonic()
         _SWEEPER.add(self)
 

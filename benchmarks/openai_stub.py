@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""A neutral, fast OpenAI-compatible stub: raw asyncio + httptools, no turbogate code on its path.
+
+For measurements where the upstream must cost as little as possible and must not share code with
+what is measured (the gateway's overhead, the bench's dispatch capacity).  ``POST
+/v1/chat/completions`` and ``/v1/completions`` answer at once: a small JSON completion, or with
+``"stream": true`` an SSE stream of ``max_tokens`` token chunks (each written on its own turn of
+the event loop, so they leave as separate packets, as an engine's would), a usage chunk and
+``[DONE]``.  ``GET /health`` and ``/metrics`` answer too, so a gateway can use it as a replica.
+Keep-alive HTTP/1.1; ``Content-Length`` requests only (what every client here sends).
+
+    python benchmarks/openai_stub.py [--host 127.0.0.1] [--port 0]
+
+prints ``listening on http://HOST:PORT`` as its first line once it accepts connections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httptools
+import orjson
+
+_JSON_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+_SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+_NOT_FOUND = b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+_EMPTY_200 = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: %d\r\n\r\n%s"
+_METRICS = b"vllm:num_requests_running 0\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0\n"
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+class StubProtocol(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.url = b""
+        self.body: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            assert self.transport is not None
+            self.transport.close()
+
+    def on_url(self, url: bytes) -> None:
+        self.url = url
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        t = self.transport
+        assert t is not None
+        url, body, self.body = self.url, b"".join(self.body), []
+        if url in (b"/v1/chat/completions", b"/v1/completions"):
+            req = orjson.loads(body) if body else {}
+            chat = url == b"/v1/chat/completions"
+            n = int(req.get("max_tokens") or req.get("max_completion_tokens") or 4)
+            model = req.get("model", "stub")
+            if req.get("stream"):
+                t.write(_SSE_HEAD)
+                asyncio.get_running_loop().call_soon(self._stream, model, chat, n, 0)
+                return
+            choice = ({"index": 0, "message": {"role": "assistant", "content": "hi " * n}, "finish_reason": "length"}
+                      if chat else {"index": 0, "text": "hi " * n, "finish_reason": "length"})
+            out = orjson.dumps({"id": "stub", "object": "chat.completion" if chat else "text_completion",
+                                "created": int(time.time()), "model": model, "choices": [choice],
+                                "usage": {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n}})
+            t.write(_JSON_HEAD % len(out) + out)
+        elif url == b"/health":
+            t.write(_EMPTY_200 % (2, b"ok"))
+        elif url == b"/metrics":
+            t.write(_EMPTY_200 % (len(_METRICS), _METRICS))
+        else:
+            t.write(_NOT_FOUND)
+        if not self.parser.should_keep_alive():
+            t.close()
+
+    def _stream(self, model: str, chat: bool, n: int, i: int) -> None:
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        if i < n:
+            choice = ({"index": 0, "delta": {"content": "hi "}, "finish_reason": None} if chat
+                      else {"index": 0, "text": "hi ", "finish_reason": None})
+            event = orjson.dumps({"id": "stub", "model": model, "choices": [choice]})
+            t.write(_chunk(b"data: " + event + b"\n\n"))
+            asyncio.get_running_loop().call_soon(self._stream, model, chat, n, i + 1)
+            return
+        usage = orjson.dumps({"id": "stub", "model": model, "choices": [],
+                              "usage": {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n}})
+        t.write(_chunk(b"data: " + usage + b"\n\n") + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+
+
+async def serve(host: str, port: int) -> None:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(StubProtocol, host, port, backlog=4096)
+    bound = server.sockets[0].getsockname()[1]
+    print(f"listening on http://{host}:{bound}", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+def start_stub(cpus: set[int] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the stub as a child process (optionally pinned to ``cpus``); its URL once it listens."""
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve())], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode().strip()
+    if not line.startswith("listening on "):
+        proc.kill()
+        raise RuntimeError(f"the OpenAI stub did not start: {line!r}")
+    if cpus:
+        import os
+
+        os.sched_setaffinity(proc.pid, cpus)
+    return proc, line.removeprefix("listening on ")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="A neutral fast OpenAI-compatible stub (raw asyncio + httptools).")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0, help="0: any free port (printed on the first line)")
+    args = ap.parse_args()
+    try:
+        import uvloop
+
+        uvloop.run(serve(args.host, args.port))
+    except ImportError:
+        asyncio.run(serve(args.host, args.port))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""A flame graph of one gateway worker under load (py-spy), and the load's figures as ONE JSON object.
+
+Starts the neutral OpenAI stub (benchmarks/openai_stub.py) and a one-worker gateway in front of
+it (the stub on one core, the gateway on another where there are two), warms up, then records
+the gateway process with ``py-spy record --nonblocking`` while ``--conns`` keep-alive connections
+send small chats back to back for ``--seconds`` (gateway_overhead.py's fixed-connection client).
+``--format raw`` writes collapsed stacks (one line per stack and its sample count) instead of an
+SVG, for a text summary.  Needs ``py-spy`` (the dev extra) and the right to trace the process.
+
+    python benchmarks/profile_gateway.py --out docs/profiles/gateway-after.svg [--seconds 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from turbogate.procs import start_gateway
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gateway_overhead as go  # benchmarks/ is not a package: import it from beside this file
+from openai_stub import start_stub
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, type=Path, help="Where to write the flame graph (or raw stacks).")
+    ap.add_argument("--format", choices=("flamegraph", "raw"), default="flamegraph")
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--conns", type=int, default=32)
+    ap.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    args = ap.parse_args()
+    spy_bin = shutil.which("py-spy")
+    if spy_bin is None:
+        ap.error("py-spy is not installed (pip install py-spy, or the dev extra)")
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    stub, url = start_stub({cpus[0]} if len(cpus) >= 2 else None)
+    tmp = Path(tempfile.mkdtemp(prefix="tg-profile-"))
+    cfg = tmp / "gateway.yaml"
+    go.write_config(cfg, [url])
+    gateway = start_gateway(cfg, "--workers", "1", log_dir=tmp)
+    try:
+        if len(cpus) >= 2:
+            os.sched_setaffinity(gateway.process.pid, {cpus[1]})
+        go.fixed_run(gateway.url, args.conns, 1.0, False)  # warm-up
+        spy = subprocess.Popen([spy_bin, "record", "--nonblocking", "-r", str(args.rate), "-f", args.format,
+                                "-o", str(args.out), "--pid", str(gateway.process.pid),
+                                "-d", str(int(args.seconds) + 1)], stderr=subprocess.DEVNULL)
+        time.sleep(0.5)  # py-spy attached before the load starts
+        load = go.fixed_run(gateway.url, args.conns, args.seconds, False, gateway.process.pid)
+        spy.wait(timeout=args.seconds + 30)
+    finally:
+        gateway.stop()
+        stub.kill()
+        stub.wait()
+    print(json.dumps({"out": str(args.out), "format": args.format, "conns": args.conns, "seconds": args.seconds,
+                      "load": load, "load_average_1m": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
