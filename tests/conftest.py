@@ -6,8 +6,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from turbogate.procs import Service, start_emulator
+
+# Property tests judge results, not speed: on a busy 2-core machine one example can take longer
+# than Hypothesis's default 200 ms deadline, which would fail a correct test.
+settings.register_profile("turbogate", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("turbogate")
 
 
 @pytest.fixture
