@@ -71,6 +71,7 @@ class Simulation:
         self._open = 0  # requests sent and not yet answered
         self._more = True  # the schedule has more requests
         self._progress = progress
+        self._fed = True  # the Flow was fed an event since its wake-up time was last read
         for t, rid, up in outages:
             self._push(t, self._up if up else self._down, self.replicas[rid])
 
@@ -88,6 +89,9 @@ class Simulation:
         while heap and (self._open or self._more):
             t, _, fn, arg = pop(heap)
             fn(t, arg)
+            if not self._fed:
+                continue  # e.g. an engine step with no news: the Flow's timers are as they were
+            self._fed = False
             w = flow.wake_at()
             if w < self._armed:
                 # Never before now, nor again within a timer tick of the last tick: a timer the
@@ -107,6 +111,8 @@ class Simulation:
         self._act(self.flow.tick(t), t)
 
     def _act(self, actions: list[Any], now: float) -> None:
+        """Carry out what the Flow answered to an event (every Flow event goes through here)."""
+        self._fed = True
         for a in actions:
             kind = type(a)
             if kind is Dispatch:
@@ -148,6 +154,7 @@ class Simulation:
                            max_tokens=req.max_tokens, prompt_bytes=4 * req.prompt_tokens, stream=self.stream,
                            now=now, handle=call)
         if isinstance(r, Respond):
+            self._fed = True
             self._close(call, now + self.c2g, r.status, f"HTTP {r.status}: {r.message}")
             return
         call.flow = r
