@@ -52,11 +52,16 @@ class Simulation:
     def __init__(self, flow: Flow, replicas: list[SimReplica], requests: Iterable[SimRequest], *, model: str,
                  tenants: list[str], stream: bool = True, c2g_s: float = 0.0, scrape_interval_s: float = 1.0,
                  staleness_s: float = 0.0, outages: Iterable[tuple[float, str, bool]] = (),
-                 progress: Callable[[float], None] | None = None) -> None:
+                 progress: Callable[[float], None] | None = None, warmup: Iterable[SimRequest] = (),
+                 warmup_s: float = 0.0) -> None:
         self.flow = flow
         self.replicas = {r.id: r for r in replicas}
         self._scraped = [r for r in replicas if r.scraped]
-        self._requests: Iterator[SimRequest] = iter(requests)
+        # Warm-up requests (ids < 0, times in [0, warmup_s)) run first and leave no record; the
+        # measured requests and the outages follow, shifted by warmup_s, and their records are
+        # shifted back, so a warm run's records read like a cold run's (docs/sim.md, warm-up).
+        self._t0 = warmup_s
+        self._requests: Iterator[SimRequest] = itertools.chain(warmup, requests)
         self.model = model
         self.tenants = tenants  # tenant per API key index; [0] also serves key-less requests
         self.stream = stream
@@ -73,7 +78,7 @@ class Simulation:
         self._progress = progress
         self._fed = True  # the Flow was fed an event since its wake-up time was last read
         for t, rid, up in outages:
-            self._push(t, self._up if up else self._down, self.replicas[rid])
+            self._push(t + warmup_s, self._up if up else self._down, self.replicas[rid])
 
     # ---- the loop -------------------------------------------------------------------------
 
@@ -100,7 +105,7 @@ class Simulation:
                 heapq.heappush(heap, (w, next(self._seq), self._tick, w))
             n += 1
             if progress is not None and n % every == 0:
-                progress(t)
+                progress(max(0.0, t - self._t0))
         return self.records
 
     def _tick(self, t: float, armed: float) -> None:
@@ -142,12 +147,12 @@ class Simulation:
         if req is None:
             self._more = False
             return
-        self._push(req.t + self.c2g, self._arrive, req)
+        self._push(req.t + (self._t0 if req.id >= 0 else 0.0) + self.c2g, self._arrive, req)
 
     def _arrive(self, now: float, req: SimRequest) -> None:
         self._next_arrival()
         self._open += 1
-        call = Call(req, req.t)
+        call = Call(req, req.t + (self._t0 if req.id >= 0 else 0.0))
         tier = req.tier
         r = self.flow.open(tenant=self.tenants[req.api_key or 0], model=self.model,
                            tier_body=_TIER_BODY[tier] if tier else None, tier_header=tier,
@@ -173,10 +178,14 @@ class Simulation:
         self._open -= 1
         call.attempt += 1
         sim, fr = call.sim, call.flow
-        sent = call.t_sent
+        if sim.id < 0:
+            return  # warm-up traffic: not measured
+        t0 = self._t0
+        sent = call.t_sent - t0
+        end -= t0
         ok = error is None
         e2e = end - sent if ok else None
-        ttft = (call.first_at - sent if call.first_at is not None else e2e) if ok else None
+        ttft = (call.first_at - call.t_sent if call.first_at is not None else e2e) if ok else None
         tpot = (e2e - ttft) / (out - 1) if ok and out and out > 1 and e2e is not None and ttft is not None else None
         rep = call.rep
         self.records.append(RequestRecord(
