@@ -178,6 +178,7 @@ class Simulation:
         self._open -= 1
         call.attempt += 1
         sim, fr = call.sim, call.flow
+        call.flow = None  # the Flow's request holds this call as its handle: no cycle left behind
         if sim.id < 0:
             return  # warm-up traffic: not measured
         t0 = self._t0
