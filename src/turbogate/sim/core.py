@@ -254,7 +254,11 @@ class Simulation:
         if attempt != call.attempt or fr is None or fr.done:
             return
         call.first_at = now + self.c2g
-        self._act(self.flow.first_byte(fr, now), now)
+        # A first byte only drops the request's first-byte timer (and answers no actions today):
+        # the Flow's wake-up time cannot move earlier, so the loop need not read it again.
+        actions = self.flow.first_byte(fr, now)
+        if actions:
+            self._act(actions, now)
 
     def _finished(self, now: float, arg: tuple[Call, int, int]) -> None:
         call, attempt, out = arg
