@@ -41,6 +41,7 @@ def test_writes_a_run_folder_bench_compare_reads(files: tuple[Path, Path], tmp_p
     assert "knee" in text
     run = load_run(out)
     assert run.kind == "sim" and len(run.summary.steps) == 3 and run.requests
+    assert run.summary.config["warmup_s"] == 0.0  # a single run meets a fresh gateway, as bench does
     code, text = CliRunner().invoke(app, ["bench", "compare", str(out), str(out)]).exit_code, ""
     assert code == 0
 
@@ -53,7 +54,8 @@ def test_sweep_runs_points_in_processes_and_finds_the_knee(files: tuple[Path, Pa
     assert code == 0, text
     points = ("1", "4", "7", "10", "13")  # the fleet's capacity is about 4.9 req/s
     for q in points:
-        assert load_run(out / "points" / f"qps-{q}", with_requests=False).summary.kind == "sim"
+        point = load_run(out / "points" / f"qps-{q}", with_requests=False).summary
+        assert point.kind == "sim" and point.config["warmup_s"] == 30.0  # each point starts warm
     combined = load_run(out)
     assert [s.step.index for s in combined.summary.steps] == [0, 1, 2, 3, 4]
     assert [round(r.offered_rps) for r in combined.requests[:1]] == [1]

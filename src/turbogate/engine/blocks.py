@@ -2,15 +2,16 @@
 
 vLLM hands out blocks from the front of its free queue and returns a request's blocks to the
 back in reverse order (tail blocks first), so after some churn the free blocks are scattered
-over the pool.  The map lets us measure that scatter (fragmentation) without walking Python
-objects: a free run is a stretch of zero bytes.
+over the pool.  A map of the blocks in use, built from the free queue when asked (scrapes),
+measures that scatter (fragmentation) without walking Python objects: a free run is a stretch
+of zero bytes.  The hot path (take, free) keeps no per-block state.
 
 The queue is FIFO, so a block's place in it says when it will be handed out again:
 ``taken`` (blocks ever taken from the front) and ``appended`` (ever put at the back) let the
 scheduler tell whether a freed request's blocks still hold their KV (vLLM's prefix cache).
 
 Speed: the queue is a list read from a moving head, and every bulk operation (take n, return
-a list, mark the map) runs as one C-level slice, ``extend`` or ``map`` rather than a Python loop.
+a list) runs as one C-level slice or ``extend`` rather than a Python loop.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ _consume: Callable[[Iterable[object]], None] = deque[object](maxlen=0).extend  #
 class BlockManager:
     """Fixed pool of ``num_blocks`` KV blocks of ``block_size`` tokens each."""
 
-    __slots__ = ("_base", "_free", "_head", "_used", "block_size", "num_blocks")
+    __slots__ = ("_base", "_free", "_head", "block_size", "num_blocks")
 
     def __init__(self, num_blocks: int, block_size: int = 16) -> None:
         if num_blocks < 1:
@@ -37,7 +38,6 @@ class BlockManager:
         self._free: list[int] = list(range(num_blocks))  # the queue is _free[_head:]
         self._head = 0
         self._base = 0  # queue positions dropped from the front of _free so far
-        self._used = bytearray(num_blocks)  # 1 = allocated
 
     @property
     def num_free(self) -> int:
@@ -76,7 +76,6 @@ class BlockManager:
             self._base += head
             head = 0
         self._head = head
-        _consume(map(self._used.__setitem__, chunk, repeat(1)))
         return chunk
 
     def allocate(self, n: int, into: list[int]) -> bool:
@@ -93,23 +92,31 @@ class BlockManager:
             _consume(map(list.append, holders, self._take(len(holders))))
 
     def free(self, blocks: list[int]) -> None:
-        """Return ``blocks`` to the back of the free queue, last block first (as vLLM does)."""
-        used = self._used
-        if not all(map(used.__getitem__, blocks)):
-            raise ValueError(f"block {next(b for b in blocks if not used[b])} freed twice")
-        _consume(map(used.__setitem__, blocks, repeat(0)))
+        """Return ``blocks`` to the back of the free queue, last block first (as vLLM does).
+
+        A free that would leave more blocks free than exist is refused (a block freed twice is
+        caught there; a per-block check would cost the hot path a map write per block)."""
+        if self.num_free + len(blocks) > self.num_blocks:
+            raise ValueError(f"freeing {len(blocks)} blocks would leave more than {self.num_blocks} free: "
+                             "a block was freed twice")
         self._free.extend(reversed(blocks))
         blocks.clear()
+
+    def _used_map(self) -> bytearray:
+        """One byte per block, 1 = in use, built from the free queue (O(free blocks), in C)."""
+        used = bytearray(b"\x01") * self.num_blocks
+        _consume(map(used.__setitem__, self._free[self._head:], repeat(0)))
+        return used
 
     def largest_free_run(self) -> int:
         """Longest stretch of consecutive free block ids."""
         # Binary search on "is there a run of k free blocks", each a C substring search: far
         # cheaper than splitting a scattered pool into thousands of runs.
         # Doubling first: a search for a short absent run scans the whole map, a long one skips.
-        used = self._used
         n_free = self.num_free
         if n_free == 0 or n_free == self.num_blocks:
             return n_free
+        used = self._used_map()
         k = 1
         while k <= n_free and bytes(k) in used:
             k *= 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from typing import Any
 
 from turbogate.engine.seq import DECODE, GONE, PREFILL, Seq
 
@@ -72,24 +73,26 @@ class Victims:
 
     def __init__(self, priority: bool) -> None:
         self._priority = priority
-        self._heap: list[tuple[tuple[float, ...], int, Seq]] = []
+        # Flat entries (key..., admit, seq): one tuple per entry and flat comparisons.  The key
+        # decides first; an admission number is unique, so the Seq itself is never compared.
+        self._heap: list[tuple[Any, ...]] = []
 
     def add(self, seq: Seq) -> None:
         if self._priority:
-            key: tuple[float, ...] = (-seq.req.priority, -seq.arrival, -seq.order)
+            heapq.heappush(self._heap, (-seq.req.priority, -seq.arrival, -seq.order, seq.admit, seq))
         else:
-            key = (-seq.admit,)
-        heapq.heappush(self._heap, (key, seq.admit, seq))
+            heapq.heappush(self._heap, (-seq.admit, seq.admit, seq))
 
     def pop(self) -> Seq:
         heap = self._heap
         while True:
-            _, admit, seq = heapq.heappop(heap)  # IndexError = bookkeeping bug: a running request is missing
-            if seq.admit == admit and seq.state in (PREFILL, DECODE):
+            entry = heapq.heappop(heap)  # IndexError = bookkeeping bug: a running request is missing
+            seq: Seq = entry[-1]
+            if seq.admit == entry[-2] and seq.state in (PREFILL, DECODE):
                 return seq
 
     def compact(self, running: int) -> None:
         heap = self._heap
         if len(heap) > 2 * running + 64:
-            self._heap = [e for e in heap if e[2].admit == e[1] and e[2].state in (PREFILL, DECODE)]
+            self._heap = [e for e in heap if e[-1].admit == e[-2] and e[-1].state in (PREFILL, DECODE)]
             heapq.heapify(self._heap)

@@ -55,6 +55,9 @@ class Engine:
         if blocks < 1:
             raise ValueError(f"{deployment.model.name} leaves no KV cache on {deployment.gpu.name}")
         self.blocks = BlockManager(blocks, self.config.block_size)
+        self._max_tokens = blocks * self.config.block_size
+        self._max_seqs = self.config.max_num_seqs
+        self._token_budget = self.config.max_num_batched_tokens
         priority = self.config.policy == "priority"
         self._waiting = WaitingQueue(priority)
         self._victims = Victims(priority)
@@ -85,7 +88,7 @@ class Engine:
     @property
     def max_tokens_per_request(self) -> int:
         """Prompt + output tokens one request may hold (the whole KV cache)."""
-        return self.blocks.num_blocks * self.blocks.block_size
+        return self._max_tokens
 
     @property
     def num_running(self) -> int:
@@ -143,7 +146,7 @@ class Engine:
         if req.request_id in self._by_id:
             raise ValueError(f"duplicate request id {req.request_id!r}")
         # The last sampled token is never written to the cache, so P + O - 1 tokens must fit.
-        if req.prompt_tokens + req.output_tokens - 1 > self.max_tokens_per_request:
+        if req.prompt_tokens + req.output_tokens - 1 > self._max_tokens:
             raise RequestTooLarge(
                 f"request needs {req.prompt_tokens + req.output_tokens} tokens of KV cache but the engine holds "
                 f"{self.max_tokens_per_request}"
@@ -217,7 +220,7 @@ class Engine:
             raise RuntimeError("a step is already in flight: call finish_step() first")
         bm = self.blocks
         block_size = bm.block_size
-        budget = self.config.max_num_batched_tokens
+        budget = self._token_budget
         decode = self._decode
         victims = self._victims
         preempted: list[str] = []
@@ -234,7 +237,7 @@ class Engine:
         budget -= decode.count
 
         # 2. Running prefills, in admission order.
-        for seq in tuple(self._prefill):
+        for seq in tuple(self._prefill) if self._prefill else ():
             if budget <= 0:
                 break
             if seq.state != PREFILL:
@@ -261,9 +264,9 @@ class Engine:
             budget -= new
 
         # 3. Waiting requests, while nothing was preempted and limits allow.
-        if not preempted:
-            waiting = self._waiting
-            room = self.config.max_num_seqs - self.num_running
+        waiting = self._waiting
+        if not preempted and waiting.count:
+            room = self._max_seqs - decode.count - len(self._prefill)
             while budget > 0 and room > 0:
                 head = waiting.peek()
                 if head is None:

@@ -110,8 +110,9 @@ class Picker:
             return Band.LIGHT if ratio < cfg.light_kv else Band.BUSY if ratio <= cfg.saturated_kv else Band.SATURATED
         if replica.load is None or now - replica.load_at > cfg.stale_after_s:
             return Band.SATURATED
-        kv = replica.load.kv_usage or 0.0
-        queue = self.expected_queue_s(replica)
+        load = replica.load
+        kv = load.kv_usage or 0.0
+        queue = self.expected_queue_s(replica) if load.waiting else 0.0  # (the common case, without the call)
         if kv > cfg.saturated_kv or queue > cfg.saturated_queue_s:
             return Band.SATURATED
         if kv >= cfg.light_kv or queue >= cfg.light_queue_s:
@@ -221,9 +222,10 @@ class Picker:
         safe: Replica | None = None
         safe_key: tuple[float, ...] = (math.inf,)
         self._now = max(self._now, now)
-        replicas = state.room if state.indexed else state.replicas
+        indexed = state.indexed
+        replicas = state.room if indexed else state.replicas
         n = len(replicas)
-        if state.indexed and n > 2 * SAMPLE:
+        if indexed and n > 2 * SAMPLE:
             replicas = self._sample(replicas, 2 * SAMPLE if proven_only else SAMPLE)
             n = len(replicas)
         state.rotor = (state.rotor + 1) % max(n, 1)
@@ -245,7 +247,7 @@ class Picker:
         # Past slow start, a Turbo request waits in the gateway (first in line for the next slot)
         # rather than behind others in an engine's queue at a replica beyond what it runs.
         chosen = safe if proven_only else best
-        if chosen is None and state.indexed and len(state.room) > n:
+        if chosen is None and indexed and len(state.room) > n:
             return self._scan(state, now, exclude, proven_only)  # none of the sampled ones would do
         return chosen
 

@@ -17,7 +17,7 @@ from turbogate.sim.core import Simulation
 from turbogate.sim.fleet import Fleet
 from turbogate.sim.regions import sim_regions
 from turbogate.sim.replica import SimReplica, group_deployment
-from turbogate.sim.requests import RequestSource
+from turbogate.sim.requests import RequestSource, SimRequest
 
 POLICIES: tuple[str, ...] = MODES  # the Flow's baselines (sched/policy.py)
 
@@ -38,6 +38,9 @@ class SimConfig:
     api_keys: tuple[str, ...] = ()
     label: str = ""
     extra: dict[str, Any] = field(default_factory=dict)  # recorded in summary.json's config
+    #: Seconds of unrecorded traffic before the run, at the run's starting rate: the gateway's
+    #: learned state (concurrency limits, service times, rates) is warm when measuring starts.
+    warmup_s: float = 0.0
 
     def describe(self) -> dict[str, Any]:
         ld = self.load
@@ -50,6 +53,7 @@ class SimConfig:
             "prompt_tokens": asdict(ld.workload.prompt_tokens), "output_tokens": asdict(ld.workload.output_tokens),
             "tiers": dict(ld.workload.tiers.weights), "per_request_seed": ld.workload.per_request_seed,
             "dataset_prompts": len(ld.workload.dataset), "replicas": self.fleet.num_replicas,
+            "warmup_s": self.warmup_s,
             "fleet": self.fleet.model_dump(mode="json"), "label": self.label, **self.extra,
         }
 
@@ -121,10 +125,26 @@ def build_simulation(sc: SimConfig, progress: Callable[[float], None] | None = N
         policy = replace(policy, regions=replace(base, rtt_ms=fleet.region_rtt_ms))
     flow = Flow(policy)
     source = RequestSource(sc.load, chat=sc.chat, ignore_eos=sc.ignore_eos, min_tokens=sc.min_tokens)
+    warmup = warmup_requests(sc, source.rate_at(0.0)) if sc.warmup_s > 0 else []
     outages = [(o.down_at_s, o.replica, False) for o in fleet.failures]
     outages += [(o.up_at_s, o.replica, True) for o in fleet.failures if o.up_at_s is not None]
     sim = Simulation(flow, reps, source, model=model, tenants=_tenants(sc.gateway, sc.api_keys), stream=sc.stream,
                      c2g_s=fleet.network.client_gateway_ms / 1000,
                      scrape_interval_s=fleet.scrape.interval_s or sc.gateway.scrape.interval_s,
-                     staleness_s=fleet.scrape.staleness_s, outages=outages, progress=progress, regions=regions)
+                     staleness_s=fleet.scrape.staleness_s, outages=outages, progress=progress, regions=regions,
+                     warmup=warmup, warmup_s=sc.warmup_s)
     return sim, source
+
+
+#: Added to the run's seed for the warm-up's draws: warm-up requests are new ones, and the
+#: measured requests stay bench's (the same seed gives the same requests with or without warm-up).
+WARMUP_SEED_OFFSET = 0x5EED
+
+
+def warmup_requests(sc: SimConfig, rate: float) -> list[SimRequest]:
+    """``sc.warmup_s`` seconds of the run's workload at ``rate`` (its starting rate), ids < 0."""
+    ld = sc.load
+    warm = replace(ld, shape="constant", qps=rate, qps_start=rate, qps_end=rate, steps=1, duration_s=sc.warmup_s,
+                   random_seed=ld.random_seed + WARMUP_SEED_OFFSET)
+    src = RequestSource(warm, chat=sc.chat, ignore_eos=sc.ignore_eos, min_tokens=sc.min_tokens)
+    return [r._replace(id=-1 - r.id) for r in src]

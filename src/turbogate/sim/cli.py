@@ -23,6 +23,11 @@ from turbogate.sim.fleet import load_fleet
 from turbogate.sim.run import SimOutcome, default_out, simulate, write_sim
 from turbogate.sim.sweep import combine, default_jobs, parse_sweep, point_config, run_points
 
+#: Default warm-up of a sweep point: the adaptive concurrency limit's slow start (×1.5 per
+#: scrape from ``concurrency.initial``) reaches a 256-seq engine in about 9 scrapes; 30 s leaves
+#: room for the 1 s scrapes to settle the limit, service-time and rate estimates too.
+SWEEP_WARMUP_S = 30.0
+
 
 def sim(
     config: Path = typer.Option(..., "--config", help="The gateway's own config file (tiers, tenants, pools)."),
@@ -59,6 +64,11 @@ def sim(
                                           help="Run the workload under every policy; print a table per load level."),
     sweep: str | None = typer.Option(None, "--sweep", help="qps=START:STOP:STEP — one constant-rate run per point "
                                      "(each --duration long), in parallel; the knee over the points."),
+    warmup: float | None = typer.Option(
+        None, "--warmup", min=0, help="Seconds of unmeasured traffic at the run's starting rate before it, so "
+        "the gateway's learned state (each replica's concurrency limit, service times) is warm when measuring "
+        f"starts. Default: {SWEEP_WARMUP_S:g} s for each --sweep point (a steady-state point), 0 for a single run "
+        "(as a bench run meets a freshly started gateway)."),
     jobs: int = typer.Option(0, "--jobs", min=0, help="Parallel processes for sweeps / policies (0: all cores)."),
     ray_address: str | None = typer.Option(None, "--ray", help="Run the runs on a Ray cluster at ADDRESS "
                                            "('auto', 'ray://host:10001', or 'local' for a local instance)."),
@@ -82,7 +92,8 @@ def sim(
         points = parse_sweep(sweep) if sweep else None
         base = SimConfig(gateway=load_config(config), fleet=load_fleet(fleet), load=load, model=model,
                          policy=policy, chat=route.endswith("chat/completions"), stream=stream,
-                         ignore_eos=ignore_eos, min_tokens=min_tokens, api_keys=tuple(api_key), label=label)
+                         ignore_eos=ignore_eos, min_tokens=min_tokens, api_keys=tuple(api_key), label=label,
+                         warmup_s=warmup if warmup is not None else SWEEP_WARMUP_S if points else 0.0)
         build_replicas(base)  # fail on a bad fleet before anything runs
         base.resolved_model()
     except (ValueError, ConfigError, StopIteration) as exc:

@@ -56,12 +56,17 @@ class Simulation:
     def __init__(self, flow: Flow, replicas: list[SimReplica], requests: Iterable[SimRequest], *, model: str,
                  tenants: list[str], stream: bool = True, c2g_s: float = 0.0, scrape_interval_s: float = 1.0,
                  staleness_s: float = 0.0, outages: Iterable[tuple[float, str, bool]] = (),
-                 progress: Callable[[float], None] | None = None, regions: SimRegions | None = None) -> None:
+                 progress: Callable[[float], None] | None = None, regions: SimRegions | None = None,
+                 warmup: Iterable[SimRequest] = (), warmup_s: float = 0.0) -> None:
         self.flow = flow
         self.regions = regions
         self.replicas = {r.id: r for r in replicas}
         self._scraped = [r for r in replicas if r.scraped]
-        self._requests: Iterator[SimRequest] = iter(requests)
+        # Warm-up requests (ids < 0, times in [0, warmup_s)) run first and leave no record; the
+        # measured requests and the outages follow, shifted by warmup_s, and their records are
+        # shifted back, so a warm run's records read like a cold run's (docs/sim.md, warm-up).
+        self._t0 = warmup_s
+        self._requests: Iterator[SimRequest] = itertools.chain(warmup, requests)
         self.model = model
         self.tenants = tenants  # tenant per API key index; [0] also serves key-less requests
         self.stream = stream
@@ -76,8 +81,9 @@ class Simulation:
         self._open = 0  # requests sent and not yet answered
         self._more = True  # the schedule has more requests
         self._progress = progress
+        self._fed = True  # the Flow was fed an event since its wake-up time was last read
         for t, rid, up in outages:
-            self._push(t, self._up if up else self._down, self.replicas[rid])
+            self._push(t + warmup_s, self._up if up else self._down, self.replicas[rid])
 
     # ---- the loop -------------------------------------------------------------------------
 
@@ -93,6 +99,9 @@ class Simulation:
         while heap and (self._open or self._more):
             t, _, fn, arg = pop(heap)
             fn(t, arg)
+            if not self._fed:
+                continue  # e.g. an engine step with no news: the Flow's timers are as they were
+            self._fed = False
             w = flow.wake_at()
             if w < self._armed:
                 # Never before now, nor again within a timer tick of the last tick: a timer the
@@ -101,7 +110,7 @@ class Simulation:
                 heapq.heappush(heap, (w, next(self._seq), self._tick, w))
             n += 1
             if progress is not None and n % every == 0:
-                progress(t)
+                progress(max(0.0, t - self._t0))
         return self.records
 
     def _tick(self, t: float, armed: float) -> None:
@@ -112,6 +121,8 @@ class Simulation:
         self._act(self.flow.tick(t), t)
 
     def _act(self, actions: list[Any], now: float) -> None:
+        """Carry out what the Flow answered to an event (every Flow event goes through here)."""
+        self._fed = True
         for a in actions:
             kind = type(a)
             if kind is Dispatch:
@@ -144,12 +155,12 @@ class Simulation:
         if req is None:
             self._more = False
             return
-        self._push(req.t + self.c2g, self._arrive, req)
+        self._push(req.t + (self._t0 if req.id >= 0 else 0.0) + self.c2g, self._arrive, req)
 
     def _arrive(self, now: float, req: SimRequest) -> None:
         self._next_arrival()
         self._open += 1
-        call = Call(req, req.t)
+        call = Call(req, req.t + (self._t0 if req.id >= 0 else 0.0))
         tier = req.tier
         regions = self.regions
         region = regions.region_of(req.id) if regions is not None else None
@@ -158,6 +169,7 @@ class Simulation:
                            max_tokens=req.max_tokens, prompt_bytes=4 * req.prompt_tokens, stream=self.stream,
                            now=now, handle=call, client_region=region)
         if isinstance(r, Respond):
+            self._fed = True
             self._close(call, now + self.c2g, r.status, f"HTTP {r.status}: {r.message}")
             return
         call.flow = r
@@ -178,10 +190,15 @@ class Simulation:
         self._open -= 1
         call.attempt += 1
         sim, fr = call.sim, call.flow
-        sent = call.t_sent
+        call.flow = None  # the Flow's request holds this call as its handle: no cycle left behind
+        if sim.id < 0:
+            return  # warm-up traffic: not measured
+        t0 = self._t0
+        sent = call.t_sent - t0
+        end -= t0
         ok = error is None
         e2e = end - sent if ok else None
-        ttft = (call.first_at - sent if call.first_at is not None else e2e) if ok else None
+        ttft = (call.first_at - call.t_sent if call.first_at is not None else e2e) if ok else None
         tpot = (e2e - ttft) / (out - 1) if ok and out and out > 1 and e2e is not None and ttft is not None else None
         rep = call.rep
         self.records.append(RequestRecord(
@@ -251,7 +268,12 @@ class Simulation:
         call.first_at = now + self.c2g + call.leg
         rep, sent = call.rep, fr.dispatched_at  # a stream's headers come back one round trip after dispatch
         headers_at = sent + 2 * rep.delay if rep is not None and sent is not None else None
-        self._act(self.flow.first_byte(fr, now, headers_at), now)
+        # A first byte drops the request's first-byte timer and feeds L3 and the knee guard; it
+        # answers no actions today, so the Flow's wake-up time cannot move earlier and the loop
+        # need not read it again.
+        actions = self.flow.first_byte(fr, now, headers_at)
+        if actions:
+            self._act(actions, now)
 
     def _finished(self, now: float, arg: tuple[Call, int, int]) -> None:
         call, attempt, out = arg

@@ -69,6 +69,10 @@ class RequestSource:
     def __len__(self) -> int:
         return len(self.times)
 
+    def rate_at(self, t: float) -> float:
+        """The offered rate (all tiers) at ``t`` seconds into the run."""
+        return self._shape.rate_at(t)
+
     def __iter__(self) -> Iterator[SimRequest]:
         w: Workload = self._workload
         rng = self.rng
