@@ -270,3 +270,15 @@ def test_fifo_baseline_ignores_tiers() -> None:
     for r in (first, standard, turbo):
         flow.arrive(r, r.arrival)
     assert dispatched(flow.finished(first, 1.0)) == [standard]
+
+
+def test_turbo_takes_a_probed_slot_when_the_engine_orders_its_queue_by_priority() -> None:
+    """Past what an FCFS engine runs, a Turbo request would wait behind lower tiers in the
+    engine's FIFO, so it waits in the gateway; an engine on vLLM's priority policy puts it first
+    in its own queue, so the probed slot is Turbo's too."""
+    flow = Flow(policy(replicas=1, cap=None))
+    r = flow.picker.get("r0")
+    r.limit, r.ssthresh, r.proven, r.in_flight = 17.0, 16.0, 16.0, 16
+    flow.picker.on_metrics(r, ReplicaLoad(running=16, waiting=0, kv_usage=0.5), 0.0)
+    assert flow.picker.pick("p", 0.1, proven_only=True) is None
+    assert flow.picker.pick("p", 0.1, proven_only=True, engine_priority=True) is r

@@ -225,3 +225,23 @@ def test_a_large_pool_keeps_exact_running_sums(ops: list[tuple[str, int, int, in
         chosen = picker.pick("p", now)
         assert (chosen is None) == (not room)
         assert chosen is None or chosen.id in room
+
+
+def test_probes_of_an_engine_edge_become_rare() -> None:
+    """An engine that runs 16 at once, always full: each failed probe doubles the wait before the
+    next, so over 400 scrapes the limit sits above 16 (a request in the engine's own FIFO) only
+    now and then, where a fixed probe every 5 scrapes held it there about a fifth of the time."""
+    from turbogate.sched.concurrency import adapt_limit
+    from turbogate.sched.load import ReplicaLoad
+    from turbogate.sched.replica import PickerConfig, Replica
+
+    cfg = PickerConfig()
+    r = Replica(id="r", pool="p")
+    above = 0
+    for _ in range(400):
+        r.in_flight = int(r.limit)  # the gateway keeps it full
+        running, waiting = min(r.in_flight, 16), max(0, r.in_flight - 16)
+        adapt_limit(r, ReplicaLoad(running=float(running), waiting=float(waiting), kv_usage=0.5), cfg)
+        above += r.limit > 16
+    assert r.limit <= 17 and r.probe_backoff > 1
+    assert above <= 20, above

@@ -45,11 +45,12 @@ SHARE_ALPHA = 0.02
 #: Time constant (s) of the top tier's arrival rate and the pool's completion rate.
 RATE_TAU_S = 10.0
 #: The holdback ends when the top tier has been silent this many of its mean gaps (and at least
-#: ``QUIET_MIN_S``): a Poisson stream is that quiet by chance e^-5 ≈ 0.7 % of the time, while a
-#: stream that stopped would otherwise keep slots idle until its decaying rate estimate fell,
-#: some 40 s after a few requests a second.
-QUIET_GAPS = 5.0
-QUIET_MIN_S = 1.0
+#: ``QUIET_MIN_S``): a Poisson stream is that quiet by chance e^-10 ≈ 0.005 % of the time (at
+#: e^-5 the headroom went to the lower tiers often enough to double Turbo's p95 at 2× overload:
+#: it comes back only as requests complete), while a stream that stopped would otherwise keep
+#: slots idle until its decaying rate estimate fell, some 40 s after a few requests a second.
+QUIET_GAPS = 10.0
+QUIET_MIN_S = 5.0
 
 
 class _Rate:

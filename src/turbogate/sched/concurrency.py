@@ -13,7 +13,9 @@ own FIFO.  At each scrape of an engine that reports its waiting count:
   engine seen running (nearly) that many at once, and KV use below ``saturated_kv`` → the limit
   grows: ×1.5 per scrape below the threshold (slow start), one slot every
   ``grow_every_scrapes`` above it (a rare probe), as TCP does.  Turbo avoids the probed slots
-  (``pick(proven_only=True)``).
+  (``pick(proven_only=True)``).  A probe that the engine answers with a queue doubles the wait
+  before the next one (up to ``MAX_PROBE_BACKOFF``×); one it runs resets it: at a fleet's edge,
+  the probed slot holds a lower tier's request in the engine's FIFO only now and then.
 
 Overshoot is what hurts: a limit above what the engine runs puts requests in the engine's
 FIFO, where a Turbo request waits behind Standard ones for a completion, and it erases the
@@ -30,6 +32,10 @@ import math
 
 from turbogate.sched.load import ReplicaLoad
 from turbogate.sched.replica import PickerConfig, Replica
+
+#: At most this many × ``grow_every_scrapes`` between probes of an edge already found (a minute
+#: at a 0.5 s scrape interval and the default 5).
+MAX_PROBE_BACKOFF = 24
 
 
 def adapt_limit(replica: Replica, load: ReplicaLoad, cfg: PickerConfig) -> None:
@@ -59,7 +65,12 @@ def adapt_limit(replica: Replica, load: ReplicaLoad, cfg: PickerConfig) -> None:
         limit = max(float(cfg.min_limit), min(limit, replica.in_flight - (excess - cfg.queue_tolerance)))
         # Slow start may climb back to what the engine showed it runs (others' load may go).
         replica.ssthresh = max(limit, load.running or 0.0)
-        replica.hold = cfg.grow_every_scrapes
+        if replica.probed_to and limit < replica.probed_to:
+            # The probe found the engine's edge: probe it again less often (each probe puts one
+            # request in the engine's own FIFO, where Turbo cannot pass it).
+            replica.probe_backoff = min(MAX_PROBE_BACKOFF, 2 * replica.probe_backoff)
+        replica.probed_to = 0.0
+        replica.hold = cfg.grow_every_scrapes * replica.probe_backoff
         replica.proven = min(replica.proven, limit)
     elif waiting <= cfg.queue_tolerance and (load.kv_usage or 0.0) < cfg.saturated_kv:
         # Grow only on the engine's own evidence that it runs what we send (its running
@@ -71,8 +82,11 @@ def adapt_limit(replica: Replica, load: ReplicaLoad, cfg: PickerConfig) -> None:
         elif replica.proven < int(limit):
             pass  # it has not run the whole limit at once since the last cut: no reason to probe
         elif replica.hold <= 1:  # past the threshold, probe one more now and then
+            if replica.probed_to and replica.proven >= replica.probed_to:
+                replica.probe_backoff = 1  # the last probe held: the engine had the room
             limit += 1.0
-            replica.hold = cfg.grow_every_scrapes
+            replica.probed_to = limit
+            replica.hold = cfg.grow_every_scrapes * replica.probe_backoff
         else:
             replica.hold -= 1
     if replica.cap is not None:

@@ -203,8 +203,8 @@ class Picker:
         return min((r.next_probe_at for r in self.replicas(pool) if r.health is Health.EJECTED), default=math.inf)
 
     # ---- choice ----------------------------------------------------------------------------
-    def pick(self, pool: str, now: float, exclude: Collection[str] = (), *, proven_only: bool = False
-             ) -> Replica | None:
+    def pick(self, pool: str, now: float, exclude: Collection[str] = (), *, proven_only: bool = False,
+             engine_priority: bool = False) -> Replica | None:
         """The replica for the next request of ``pool``, or ``None`` if none can take one.
 
         ``proven_only`` (Turbo): only a replica whose in-flight count is below what its engine
@@ -213,7 +213,10 @@ class Picker:
         Turbo request never waits in an engine's queue for it; among those, one with no request
         failure since its last good answer (one timing out may be hung) and with no request
         awaiting its first token (no prefill under way), so its own prefill does not share, or
-        wait for, a longer engine step."""
+        wait for, a longer engine step.  ``engine_priority``: the engines order their own queue by
+        the request's ``priority`` (vLLM ``--scheduling-policy priority``), so a Turbo request
+        sent past what an engine runs waits there ahead of the lower tiers, no longer than it
+        would in the gateway: the probed slots are Turbo's too."""
         state = self._pools.get(pool)
         if state is None:
             return None
@@ -237,7 +240,7 @@ class Picker:
             key = (Band.BUSY if band is Band.LIGHT else band, self._score(r, band))
             if key < best_key:
                 best, best_key = r, key
-            if proven_only and (r.in_flight < int(r.proven) or math.isinf(r.ssthresh)):
+            if proven_only and (r.in_flight < int(r.proven) or math.isinf(r.ssthresh) or engine_priority):
                 # A replica with request failures in a row (a deadline hit: it may be hung) is
                 # Turbo's only when no other can take the request.
                 strike = 1 if r.failures > 0 or r.probation else 0
@@ -248,7 +251,7 @@ class Picker:
         # rather than behind others in an engine's queue at a replica beyond what it runs.
         chosen = safe if proven_only else best
         if chosen is None and indexed and len(state.room) > n:
-            return self._scan(state, now, exclude, proven_only)  # none of the sampled ones would do
+            return self._scan(state, now, exclude, proven_only and not engine_priority)  # none of the sampled would do
         return chosen
 
     def _sample(self, room: list[Replica], k: int) -> list[Replica]:
