@@ -43,3 +43,9 @@ def test_unwanted_lines_are_skipped_but_wanted_ones_kept() -> None:
 def test_sglang_text() -> None:
     load = load_from_samples("sglang", samples_from_text(SGLANG))
     assert (load.running, load.waiting, load.kv_usage) == (7.0, 1.0, 0.9)
+
+
+def test_cache_usage_of_data_parallel_engines_is_the_fullest_not_the_sum() -> None:
+    text = VLLM + 'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.7\n'
+    # Summed, 0.42 + 0.7 = 1.12 would read as a percentage (1.12 %): a full replica seen as light.
+    assert load_from_samples("vllm", samples_from_text(text)).kv_usage == 0.7

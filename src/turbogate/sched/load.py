@@ -42,6 +42,11 @@ _NAMES["emulator"] = _NAMES["vllm"]
 #: Every sample name any kind is read from (lets the shell skip the rest of a scrape cheaply).
 METRIC_NAMES: frozenset[str] = frozenset(n for triple in _NAMES.values() for group in triple for n in group)
 
+#: Names that are a share of one engine's cache: across label sets (data-parallel engines behind one
+#: endpoint, ``engine="0"``, ``engine="1"``) they are not summed — 0.6 + 0.7 would read as 1.3 %, light —
+#: but the fullest one is taken, since a request can land on it.
+FRACTION_NAMES: frozenset[str] = frozenset(n for _, _, kv in _NAMES.values() for n in kv)
+
 
 def _first(samples: Mapping[str, float], names: tuple[str, ...]) -> float | None:
     for name in names:
