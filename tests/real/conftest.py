@@ -53,6 +53,19 @@ def real_scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("real-engines")
 
 
+class _Attached:
+    """Stands in for the Popen of an engine this session did not start (TURBOGATE_REAL_VLLM_PID=pid:port)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def poll(self) -> None:
+        return None
+
+    def wait(self, timeout: float | None = None) -> int:
+        return 0
+
+
 @dataclass
 class RealEngine:
     """A real engine the tests may kill and start again on the same port."""
@@ -77,6 +90,12 @@ class RealEngine:
 
 @pytest.fixture(scope="session")
 def vllm_engine(real_scratch: Path) -> Iterator[RealEngine]:
+    attach = os.environ.get("TURBOGATE_REAL_VLLM_PID")
+    if attach:  # development: reuse a running engine (its pid; started by realengines.start_vllm on port …)
+        pid, port = attach.split(":")
+        yield RealEngine(lambda _port: pytest.skip("attached engine: not restarted"),
+                         Service("vllm", f"http://127.0.0.1:{port}", _Attached(int(pid))))  # type: ignore[arg-type]
+        return
     _require("vllm")
     model = make_tiny_model(engine_env("vllm"), real_scratch)
 
@@ -104,6 +123,7 @@ def gateway_yaml(replicas: list[dict[str, Any]], model: str, **pool: Any) -> dic
         "pools": [{"name": "real", "models": [model], "replicas": replicas, **pool}],
         "scrape": {"interval_s": 0.2, "stale_after_s": 3.0, "timeout_s": 2.0},
         "health": {"interval_s": 0.2, "eject_after_failures": 2, "probe_backoff_s": 0.2, "probe_backoff_max_s": 1.0},
+        "service_tier_names": "openai",  # answers say the tier in the words the client asked it (priority, …)
     }
 
 
