@@ -14,7 +14,7 @@ from typing import Any
 
 import openai
 
-from tests.real.conftest import KEY, gateway_yaml, only_replica, wait_for
+from tests.real.conftest import KEY, admin_state, gateway_yaml, only_replica, wait_for
 from turbogate.procs import Service
 from turbogate.realengines import LLAMACPP_MODEL_NAME
 
@@ -45,21 +45,25 @@ def test_chat_and_streaming_through_the_gateway_with_own_in_flight_counts(
     assert chunks and all(c.service_tier == "default" for c in chunks)
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
-    # Load: the gateway's own in-flight count, capped by max_concurrency (no queue depth to read).
+    # Load: the gateway's own in-flight count against the replica's limit (no queue depth to read).  Five at
+    # once: the gateway holds no more than max_concurrency (less a Turbo holdback) in flight, and queues the rest
+    # itself; the server (one request at a time) never sees the pile.
     peak: list[int] = []
+    queued: list[int] = []
     threads = [threading.Thread(target=lambda: client.chat.completions.create(
-        model=MODEL, messages=MSG, max_tokens=64)) for _ in range(5)]
+        model=MODEL, messages=MSG, max_tokens=100)) for _ in range(5)]
     for t in threads:
         t.start()
 
-    def busy() -> bool:
-        r = only_replica(gw.url)
-        peak.append(int(r["in_flight"]))
-        return bool(r["in_flight"] == 2)
+    def gateway_queues() -> bool:
+        state = admin_state(gw.url)
+        peak.append(int(state["replicas"][0]["in_flight"]))
+        queued.append(int(state["pools"]["real"]["queues"]["standard"]["queued"]))
+        return peak[-1] >= 1 and queued[-1] >= 1
 
-    wait_for(busy, 60, "two requests in flight to the replica")
+    wait_for(gateway_queues, 60, "requests in flight to the replica and more queued in the gateway")
     for t in threads:
         t.join(timeout=300)
-    assert max(peak) == 2  # never more than its max_concurrency, though five were sent at once
+    assert 1 <= max(peak) <= 2, peak
     wait_for(lambda: only_replica(gw.url)["in_flight"] == 0, 30, "the in-flight count back to zero")
     assert only_replica(gw.url)["metrics_age_s"] is None  # never scraped
