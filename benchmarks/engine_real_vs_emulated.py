@@ -80,7 +80,7 @@ def main() -> int:
             stop_group(vllm)
         fit = fit_from_run(out / "real")
         emu = start_emulator("--model", str(model), "--gpu", "H100-SXM", "--max-num-seqs", str(args.max_num_seqs),
-                             "--served-model-name", VLLM_MODEL_NAME, "--tokenizer", str(model / "tokenizer.json"),
+                             "--served-model-name", VLLM_MODEL_NAME,
                              "--calibrate-from", str(out / "real"), log_dir=scratch / "logs", timeout=60)
         try:
             emulated = run_bench(emu.url, out / "emulated", args, scrape=False)

@@ -11,16 +11,22 @@ from pathlib import Path
 
 import pytest
 
-from turbogate.emulator.calibrate import CalibrationError, StepFit, factors_for, fit_step_model
+from turbogate.emulator.calibrate import (
+    CalibrationError,
+    StepFit,
+    factors_for,
+    fit_from_engine_counters,
+    fit_step_model,
+)
 from turbogate.perf import deployment, get_gpu, get_model
 from turbogate.perf.models import load_hf_config
-from turbogate.results.schema import RequestRecord
+from turbogate.results.schema import RequestRecord, Sample
 
 STEP, PER_SEQ, PER_TOKEN = 0.004, 0.0015, 0.00002
 
 
 def _engine_run(arrivals: list[float], output: int, prompt: int, max_seqs: int, jitter: float = 0.0,
-                seed: int = 0) -> list[RequestRecord]:
+                seed: int = 0, prefill_token_s: float = PER_TOKEN) -> list[RequestRecord]:
     """A continuous-batching engine stepped by hand: each step prefills the newly admitted requests and
     decodes one token for every running one; its time is the model's, plus client-side noise on each gap."""
     rng = random.Random(seed)
@@ -32,7 +38,7 @@ def _engine_run(arrivals: list[float], output: int, prompt: int, max_seqs: int, 
         admitted = []
         while pending and arrivals[pending[0]] <= now and len(running) + len(admitted) < max_seqs:
             admitted.append(pending.pop(0))
-        now += STEP + PER_SEQ * (len(running) + len(admitted)) + PER_TOKEN * prompt * len(admitted)
+        now += STEP + PER_SEQ * (len(running) + len(admitted)) + prefill_token_s * prompt * len(admitted)
         for i in running + admitted:
             tokens[i].append(now + abs(rng.gauss(0.0, jitter)))
         running = [i for i in running + admitted if len(tokens[i]) < output]
@@ -55,17 +61,51 @@ def _ramp(n: int, rate_end: float) -> list[float]:
     return out
 
 
+def _bursty(records: list[RequestRecord], every: int) -> list[RequestRecord]:
+    """The same requests as a client on a busy machine reads them: tokens in bursts of ``every``."""
+    out = []
+    for r in records:
+        assert r.ttft_s is not None
+        times = list(itertools.accumulate(r.itl_s, initial=r.ttft_s))
+        read = [times[min(len(times) - 1, (k // every + 1) * every - 1)] for k in range(len(times))]
+        out.append(dataclasses.replace(r, itl_s=tuple(b - a for a, b in itertools.pairwise(read))))
+    return out
+
+
 def test_the_fit_recovers_the_constants_of_a_known_engine() -> None:
-    fit = fit_step_model(_engine_run(_ramp(400, 60.0), output=32, prompt=64, max_seqs=8))
+    records = _engine_run(_ramp(400, 60.0), output=32, prompt=64, max_seqs=8, prefill_token_s=0.0)
+    fit = fit_step_model(records)
     assert fit.step_s == pytest.approx(STEP, rel=0.05)
     assert fit.per_seq_s == pytest.approx(PER_SEQ, rel=0.05)
-    assert fit.per_prefill_token_s == pytest.approx(PER_TOKEN, rel=0.1)
     assert max(fit.batch_sizes) == 8 and min(fit.batch_sizes) <= 2
+    # Whole requests, not single gaps: tokens read in bursts of 8 give the same fit.
+    assert fit_step_model(_bursty(records, 8)).step_time(8) == pytest.approx(fit.step_time(8), rel=0.05)
 
 
-def test_the_fit_holds_under_client_jitter() -> None:
+def test_prefill_cost_is_folded_into_the_step_at_the_runs_prompt_length() -> None:
     fit = fit_step_model(_engine_run(_ramp(400, 60.0), output=32, prompt=64, max_seqs=8, jitter=0.0005))
-    assert fit.step_time(8) == pytest.approx(STEP + 8 * PER_SEQ, rel=0.1)
+    # A full batch admits one request every 4 steps or so (32 tokens / 8 seqs): + PER_TOKEN × 64 / 4 a step.
+    assert fit.step_time(8) == pytest.approx(STEP + 8 * PER_SEQ + PER_TOKEN * 64 / 4, rel=0.15)
+
+
+def test_the_engines_own_counters_give_the_step_when_scraped() -> None:
+    samples, t, itl_sum, itl_count, steps, generated = [], 0.0, 0.0, 0.0, 0.0, 0.0
+    for batch in (1, 1, 2, 2, 4, 4, 8, 8) * 3:
+        for name, value in (("vllm:inter_token_latency_seconds_sum", itl_sum),
+                            ("vllm:inter_token_latency_seconds_count", itl_count),
+                            ("vllm:iteration_tokens_total_count", steps), ("vllm:generation_tokens_total", generated)):
+            samples.append(Sample(t=t, source="http://e/metrics", name=name, value=value,
+                                  labels={"engine": "0", "model_name": "m"}))
+        n_steps = 1.0 / (STEP + PER_SEQ * batch)  # one second of steps at this batch
+        itl_sum += n_steps * batch * (STEP + PER_SEQ * batch)
+        itl_count += n_steps * batch
+        steps += n_steps
+        generated += n_steps * batch
+        t += 1.0
+    fit = fit_from_engine_counters(samples)
+    assert fit is not None
+    assert (fit.step_s, fit.per_seq_s) == (pytest.approx(STEP, rel=0.01), pytest.approx(PER_SEQ, rel=0.01))
+    assert fit_from_engine_counters([s for s in samples if "inter_token" not in s.name]) is None
 
 
 TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, "head_dim": 32,
@@ -75,24 +115,33 @@ TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hid
 
 def test_the_emulated_deployment_steps_as_fitted(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
-    fit = StepFit(STEP, PER_SEQ, PER_TOKEN, 1000, (1, 8), (0.0, 0.0))
+    fit = StepFit(STEP, PER_SEQ, 100, (1, 8), (0.0, 0.0))
     dep = deployment(get_gpu("H100-SXM"), load_hf_config(tmp_path))
     calibrated = replace(dep, factors=factors_for(dep, fit))
-    for decoding, prefill in ((1, 0), (8, 0), (4, 64), (0, 64)):
-        expected = fit.step_time(decoding, prefill) + (PER_SEQ if prefill else 0.0)
-        got = calibrated.step_time(prefill, decoding, decoding * 100, prefill_seqs=1 if prefill else None)
-        assert got == pytest.approx(expected, rel=0.05), (decoding, prefill)
+    for decoding in (1, 4, 8):
+        assert calibrated.step_time(0, decoding, decoding * 100) == pytest.approx(fit.step_time(decoding), rel=0.02)
 
 
 def test_a_model_too_large_for_the_fit_is_refused() -> None:
     dep = deployment(get_gpu("H100-SXM"), get_model("llama-3.1-8b"))
     with pytest.raises(CalibrationError, match="own"):
-        factors_for(dep, StepFit(STEP, PER_SEQ, PER_TOKEN, 1000, (1, 8), (0.0, 0.0)))
+        factors_for(dep, StepFit(STEP, PER_SEQ, 100, (1, 8), (0.0, 0.0)))
 
 
 def test_a_run_without_streams_is_refused_with_a_reason() -> None:
     records = _engine_run([0.0, 0.1], output=4, prompt=8, max_seqs=2)
     with pytest.raises(CalibrationError, match="stream"):
-        fit_step_model([dataclasses.replace(r, itl_s=()) for r in records])
-    with pytest.raises(CalibrationError, match="gaps"):
+        fit_step_model([dataclasses.replace(r, ttft_s=None) for r in records])
+    with pytest.raises(CalibrationError, match="usable requests"):
         fit_step_model(records)
+
+
+def test_emulate_calibrate_from_a_folder_that_is_no_run_says_so() -> None:
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as empty:
+        proc = subprocess.run([sys.executable, "-m", "turbogate", "emulate", "--calibrate-from", empty],
+                              capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "not a run folder" in proc.stderr

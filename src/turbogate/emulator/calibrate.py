@@ -23,6 +23,7 @@ token rate.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,7 +33,7 @@ import numpy as np
 
 from turbogate.errors import TurbogateError
 from turbogate.perf import Deployment, PerfFactors
-from turbogate.results.schema import RequestRecord
+from turbogate.results.schema import RequestRecord, Sample
 
 MIN_REQUESTS = 20  # usable requests a fit needs
 MIN_PER_BIN = 5  # requests a batch size needs to be listed
@@ -46,7 +47,7 @@ class CalibrationError(TurbogateError):
 class StepFit:
     step_s: float  # fixed cost of one engine step
     per_seq_s: float  # added by each sequence decoding in it
-    requests: int  # requests the final fit used (outliers left out)
+    observations: int  # requests (or scrape intervals of the engine's counters) the fit used
     batch_sizes: tuple[int, ...]  # mean batch sizes seen, rounded (with MIN_PER_BIN requests or more)
     median_tpot_s: tuple[float, ...]  # the median time per output token at each of them
 
@@ -55,7 +56,7 @@ class StepFit:
 
     def to_dict(self) -> dict[str, Any]:
         return {"step_s": self.step_s, "per_seq_s": self.per_seq_s,
-                "requests": self.requests, "batch_sizes": list(self.batch_sizes),
+                "observations": self.observations, "batch_sizes": list(self.batch_sizes),
                 "median_tpot_s": list(self.median_tpot_s)}
 
 
@@ -87,23 +88,28 @@ def fit_step_model(records: Iterable[RequestRecord]) -> StepFit:
     timed = span > 0  # a whole answer in one burst says nothing about the steps behind it
     batch = overlap.sum(axis=1)[timed] / span[timed]
     tpot = span[timed] / steps[timed]
+    return _line_through_medians(batch, tpot, np.ones_like(tpot), int(tpot.size))
+
+
+def _line_through_medians(batch: np.ndarray, step_s: np.ndarray, weight: np.ndarray, used: int) -> StepFit:
+    """Median step time per rounded batch size (sizes with MIN_PER_BIN observations), and the line
+    step_s + per_seq_s × batch through them, weighted by each size's total weight, no constant negative."""
     sizes = np.rint(batch).astype(int)
     seen, medians, counts = [], [], []
     for n in np.unique(sizes):
-        sel = tpot[sizes == n]
-        if n >= 1 and sel.size >= MIN_PER_BIN:
+        sel = sizes == n
+        if n >= 1 and sel.sum() >= MIN_PER_BIN:
             seen.append(int(n))
-            medians.append(float(np.median(sel)))
-            counts.append(float(sel.size))
+            medians.append(float(np.median(step_s[sel])))
+            counts.append(float(weight[sel].sum()))
     if not seen:
-        raise CalibrationError(f"no batch size has {MIN_PER_BIN} timed requests: run a longer bench")
+        raise CalibrationError(f"no batch size has {MIN_PER_BIN} timed observations: run a longer bench")
     if len(seen) == 1:
-        step_s, per_seq_s = medians[0], 0.0  # one batch size seen: all of it is the step's
-    else:
-        w = np.sqrt(np.array(counts))
-        design = np.column_stack([np.ones(len(seen)), np.array(seen, dtype=float)])
-        step_s, per_seq_s = _nonnegative_lstsq(design * w[:, None], np.array(medians) * w)
-    return StepFit(float(step_s), float(per_seq_s), int(tpot.size), tuple(seen), tuple(medians))
+        return StepFit(medians[0], 0.0, used, tuple(seen), tuple(medians))  # one size seen: all the step's
+    w = np.sqrt(np.array(counts))
+    design = np.column_stack([np.ones(len(seen)), np.array(seen, dtype=float)])
+    step, per_seq = _nonnegative_lstsq(design * w[:, None], np.array(medians) * w)
+    return StepFit(float(step), float(per_seq), used, tuple(seen), tuple(medians))
 
 
 def _nonnegative_lstsq(design: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -136,11 +142,46 @@ def factors_for(dep: Deployment, fit: StepFit) -> PerfFactors:
     return factors
 
 
+# vLLM's own counters, when the bench scraped them (--scrape URL/metrics): sum and count of its inter-token
+# latency, engine steps, generated tokens.  The engine's clock, not the client's: a bench that lags on a
+# busy machine reads tokens late and in bursts, but these still time the steps.
+_ITL_SUM, _ITL_COUNT = "vllm:inter_token_latency_seconds_sum", "vllm:inter_token_latency_seconds_count"
+_STEPS, _GENERATED = "vllm:iteration_tokens_total_count", "vllm:generation_tokens_total"
+_ENGINE_COUNTERS = (_ITL_SUM, _ITL_COUNT, _STEPS, _GENERATED)
+MIN_TOKENS_PER_INTERVAL = 20
+
+
+def fit_from_engine_counters(samples: Iterable[Sample]) -> StepFit | None:
+    """The step model from vLLM's scraped counters: per scrape interval, the mean inter-token latency
+    (Δsum ÷ Δcount) at a mean batch of Δgenerated tokens ÷ Δsteps; then medians per batch size and a line,
+    as :func:`fit_step_model`.  None when the run has not scraped them."""
+    at: dict[tuple[str, float], dict[str, float]] = {}
+    for smp in samples:
+        if smp.name in _ENGINE_COUNTERS:
+            row = at.setdefault((smp.source, smp.t), {})
+            row[smp.name] = row.get(smp.name, 0.0) + smp.value
+    rows = sorted((key, row) for key, row in at.items() if len(row) == len(_ENGINE_COUNTERS))
+    batches, itls, tokens = [], [], []
+    for ((src0, _), r0), ((src1, _), r1) in itertools.pairwise(rows):
+        if src0 != src1:
+            continue
+        d = {name: r1[name] - r0[name] for name in _ENGINE_COUNTERS}
+        if d[_ITL_COUNT] < MIN_TOKENS_PER_INTERVAL or d[_STEPS] <= 0:
+            continue
+        batches.append(d[_GENERATED] / d[_STEPS])
+        itls.append(d[_ITL_SUM] / d[_ITL_COUNT])
+        tokens.append(d[_ITL_COUNT])
+    if not batches:
+        return None
+    return _line_through_medians(np.array(batches), np.array(itls), np.array(tokens), len(batches))
+
+
 def fit_from_run(run_dir: Path | str) -> StepFit:
-    """:func:`fit_step_model` over the request records of a bench run folder."""
+    """The step model of a bench run folder: from the engine's own counters where the bench scraped them
+    (:func:`fit_from_engine_counters`), else from the client's request records (:func:`fit_step_model`)."""
     from turbogate.results.io import load_run
 
-    run = load_run(run_dir, with_samples=False)
+    run = load_run(run_dir)
     if run.summary.kind != "bench":
         raise CalibrationError(f"{run_dir} is a {run.summary.kind} run: calibrate from a bench run of a real engine")
-    return fit_step_model(run.requests)
+    return fit_from_engine_counters(run.samples) or fit_step_model(run.requests)

@@ -89,7 +89,7 @@ def emulate(
             error_rate=error_rate, hang_rate=hang_rate, crash_after=crash_after, startup_delay=startup_delay,
             crash_mid_stream=crash_mid_stream, metrics_delay=metrics_delay,
         )
-    except (TurbogateError, ValueError, RuntimeError) as exc:
+    except (TurbogateError, ValueError, RuntimeError, FileNotFoundError) as exc:
         typer.echo(f"turbogate emulate: {exc}", err=True)
         raise typer.Exit(code=2) from None
     run_server(app, host, port, log_level)
