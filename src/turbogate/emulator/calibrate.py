@@ -9,9 +9,11 @@ from the client's own timings.  Single inter-token gaps cannot be used: a real s
 tokens in one burst when it falls behind (vLLM on a busy CPU shows half its gaps at 0 ms), so each
 request is taken whole: between its first and its last token the engine ran ``output − 1`` steps,
 with on average ``batch`` sequences in them (the time-average, over that window, of how many requests
-of the run were between their own first and last token).  The median time per output token of the
-requests at each (rounded) batch size, and a line through those medians weighted by their counts
-(no negative constant), give the two constants.  The prompts prefilled meanwhile are inside those
+of the run were between their own first and last token).  The mean time per output token of the
+requests at each (rounded) batch size (Σ time ÷ Σ steps: the token rate, and so the knee, follows the
+mean step, slow steps of a busy machine included), and a line — its slope fitted to those means weighted
+by their steps, and passing through the mean at the largest batch, where the engine runs saturated and
+the knee is decided — give the two constants (neither negative).  The prompts prefilled meanwhile are inside those
 times: the fit holds for the run's prompt length, so calibrate with the shape you will emulate.
 
 They become the roofline's :class:`~turbogate.perf.PerfFactors` ``step_overhead_s`` and
@@ -49,7 +51,7 @@ class StepFit:
     per_seq_s: float  # added by each sequence decoding in it
     observations: int  # requests (or scrape intervals of the engine's counters) the fit used
     batch_sizes: tuple[int, ...]  # mean batch sizes seen, rounded (with MIN_PER_BIN requests or more)
-    median_tpot_s: tuple[float, ...]  # the median time per output token at each of them
+    mean_step_s: tuple[float, ...]  # the mean step (time per output token) at each of them
 
     def step_time(self, decoding: int) -> float:
         return self.step_s + self.per_seq_s * decoding
@@ -57,7 +59,7 @@ class StepFit:
     def to_dict(self) -> dict[str, Any]:
         return {"step_s": self.step_s, "per_seq_s": self.per_seq_s,
                 "observations": self.observations, "batch_sizes": list(self.batch_sizes),
-                "median_tpot_s": list(self.median_tpot_s)}
+                "mean_step_s": list(self.mean_step_s)}
 
 
 def _windows(records: Iterable[RequestRecord]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -87,29 +89,36 @@ def fit_step_model(records: Iterable[RequestRecord]) -> StepFit:
                       0.0, None)
     timed = span > 0  # a whole answer in one burst says nothing about the steps behind it
     batch = overlap.sum(axis=1)[timed] / span[timed]
-    tpot = span[timed] / steps[timed]
-    return _line_through_medians(batch, tpot, np.ones_like(tpot), int(tpot.size))
+    return _line_through_means(batch, span[timed], steps[timed], int(timed.sum()))
 
 
-def _line_through_medians(batch: np.ndarray, step_s: np.ndarray, weight: np.ndarray, used: int) -> StepFit:
-    """Median step time per rounded batch size (sizes with MIN_PER_BIN observations), and the line
-    step_s + per_seq_s × batch through them, weighted by each size's total weight, no constant negative."""
+def _line_through_means(batch: np.ndarray, time_s: np.ndarray, steps: np.ndarray, used: int) -> StepFit:
+    """Mean step time per rounded batch size (Σ time ÷ Σ steps over the observations of that size, with
+    MIN_PER_BIN of them) and the line step_s + per_seq_s × batch: its slope fitted to those means, weighted
+    by each size's steps, and through the mean at the largest size; no constant negative.  Means, not
+    medians: the token rate — the knee — is batch ÷ the mean step, a busy machine's slow steps included."""
     sizes = np.rint(batch).astype(int)
-    seen, medians, counts = [], [], []
+    seen, means, counts = [], [], []
     for n in np.unique(sizes):
         sel = sizes == n
         if n >= 1 and sel.sum() >= MIN_PER_BIN:
             seen.append(int(n))
-            medians.append(float(np.median(step_s[sel])))
-            counts.append(float(weight[sel].sum()))
+            means.append(float(time_s[sel].sum() / steps[sel].sum()))
+            counts.append(float(steps[sel].sum()))
     if not seen:
         raise CalibrationError(f"no batch size has {MIN_PER_BIN} timed observations: run a longer bench")
     if len(seen) == 1:
-        return StepFit(medians[0], 0.0, used, tuple(seen), tuple(medians))  # one size seen: all the step's
+        return StepFit(means[0], 0.0, used, tuple(seen), tuple(means))  # one size seen: all the step's
     w = np.sqrt(np.array(counts))
     design = np.column_stack([np.ones(len(seen)), np.array(seen, dtype=float)])
-    step, per_seq = _nonnegative_lstsq(design * w[:, None], np.array(medians) * w)
-    return StepFit(float(step), float(per_seq), used, tuple(seen), tuple(medians))
+    _, per_seq = _nonnegative_lstsq(design * w[:, None], np.array(means) * w)
+    # The slope from all sizes; the line then goes through the largest batch seen: there the engine runs
+    # saturated (and its server busiest, taking CPU from it), and there the knee is decided.
+    top, top_mean = seen[-1], means[-1]
+    step = top_mean - per_seq * top
+    if step < 0.0:
+        step, per_seq = 0.0, top_mean / top
+    return StepFit(float(step), float(per_seq), used, tuple(seen), tuple(means))
 
 
 def _nonnegative_lstsq(design: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -152,16 +161,16 @@ MIN_TOKENS_PER_INTERVAL = 20
 
 
 def fit_from_engine_counters(samples: Iterable[Sample]) -> StepFit | None:
-    """The step model from vLLM's scraped counters: per scrape interval, the mean inter-token latency
-    (Δsum ÷ Δcount) at a mean batch of Δgenerated tokens ÷ Δsteps; then medians per batch size and a line,
-    as :func:`fit_step_model`.  None when the run has not scraped them."""
+    """The step model from vLLM's scraped counters: per scrape interval, the inter-token latency (Δsum over
+    Δcount tokens) at a mean batch of Δgenerated tokens ÷ Δsteps; then means per batch size and a line, as
+    :func:`fit_step_model`.  None when the run has not scraped them."""
     at: dict[tuple[str, float], dict[str, float]] = {}
     for smp in samples:
         if smp.name in _ENGINE_COUNTERS:
             row = at.setdefault((smp.source, smp.t), {})
             row[smp.name] = row.get(smp.name, 0.0) + smp.value
     rows = sorted((key, row) for key, row in at.items() if len(row) == len(_ENGINE_COUNTERS))
-    batches, itls, tokens = [], [], []
+    batches, itl_sums, tokens = [], [], []
     for ((src0, _), r0), ((src1, _), r1) in itertools.pairwise(rows):
         if src0 != src1:
             continue
@@ -169,11 +178,11 @@ def fit_from_engine_counters(samples: Iterable[Sample]) -> StepFit | None:
         if d[_ITL_COUNT] < MIN_TOKENS_PER_INTERVAL or d[_STEPS] <= 0:
             continue
         batches.append(d[_GENERATED] / d[_STEPS])
-        itls.append(d[_ITL_SUM] / d[_ITL_COUNT])
+        itl_sums.append(d[_ITL_SUM])
         tokens.append(d[_ITL_COUNT])
     if not batches:
         return None
-    return _line_through_medians(np.array(batches), np.array(itls), np.array(tokens), len(batches))
+    return _line_through_means(np.array(batches), np.array(itl_sums), np.array(tokens), len(batches))
 
 
 def fit_from_run(run_dir: Path | str) -> StepFit:
