@@ -92,7 +92,8 @@ def fit_step_model(records: Iterable[RequestRecord]) -> StepFit:
     return _line_through_means(batch, span[timed], steps[timed], int(timed.sum()))
 
 
-def _line_through_means(batch: np.ndarray, time_s: np.ndarray, steps: np.ndarray, used: int) -> StepFit:
+def _line_through_means(batch: np.ndarray, time_s: np.ndarray, steps: np.ndarray, used: int,
+                        rate: np.ndarray | None = None) -> StepFit:
     """Mean step time per rounded batch size (Σ time ÷ Σ steps over the observations of that size, with
     MIN_PER_BIN of them) and the line step_s + per_seq_s × batch: its slope fitted to those means, weighted
     by each size's steps, and through the mean at the largest size; no constant negative.  Means, not
@@ -115,6 +116,8 @@ def _line_through_means(batch: np.ndarray, time_s: np.ndarray, steps: np.ndarray
     # The slope from all sizes; the line then goes through the largest batch seen: there the engine runs
     # saturated (and its server busiest, taking CPU from it), and there the knee is decided.
     top, top_mean = seen[-1], means[-1]
+    if rate is not None:  # the engine's own token rate there (generated ÷ wall time): the capacity itself
+        top_mean = top / float(rate[sizes == top].mean())
     step = top_mean - per_seq * top
     if step < 0.0:
         step, per_seq = 0.0, top_mean / top
@@ -163,15 +166,18 @@ MIN_TOKENS_PER_INTERVAL = 20
 def fit_from_engine_counters(samples: Iterable[Sample]) -> StepFit | None:
     """The step model from vLLM's scraped counters: per scrape interval, the inter-token latency (Δsum over
     Δcount tokens) at a mean batch of Δgenerated tokens ÷ Δsteps; then means per batch size and a line, as
-    :func:`fit_step_model`.  None when the run has not scraped them."""
+    :func:`fit_step_model`, except that at the largest batch the line goes through the engine's measured
+    token rate (Δgenerated ÷ Δt, the mean over those intervals): saturated, with a queue, the engine is never
+    idle, and that rate — prefill steps, its server's share of the CPU and all — is its capacity, the knee.
+    None when the run has not scraped them."""
     at: dict[tuple[str, float], dict[str, float]] = {}
     for smp in samples:
         if smp.name in _ENGINE_COUNTERS:
             row = at.setdefault((smp.source, smp.t), {})
             row[smp.name] = row.get(smp.name, 0.0) + smp.value
     rows = sorted((key, row) for key, row in at.items() if len(row) == len(_ENGINE_COUNTERS))
-    batches, itl_sums, tokens = [], [], []
-    for ((src0, _), r0), ((src1, _), r1) in itertools.pairwise(rows):
+    batches, itl_sums, tokens, rates = [], [], [], []
+    for ((src0, t0), r0), ((src1, t1), r1) in itertools.pairwise(rows):
         if src0 != src1:
             continue
         d = {name: r1[name] - r0[name] for name in _ENGINE_COUNTERS}
@@ -180,9 +186,11 @@ def fit_from_engine_counters(samples: Iterable[Sample]) -> StepFit | None:
         batches.append(d[_GENERATED] / d[_STEPS])
         itl_sums.append(d[_ITL_SUM])
         tokens.append(d[_ITL_COUNT])
+        rates.append(d[_GENERATED] / (t1 - t0))
     if not batches:
         return None
-    return _line_through_means(np.array(batches), np.array(itl_sums), np.array(tokens), len(batches))
+    return _line_through_means(np.array(batches), np.array(itl_sums), np.array(tokens), len(batches),
+                               rate=np.array(rates))
 
 
 def fit_from_run(run_dir: Path | str) -> StepFit:
