@@ -3,15 +3,19 @@ and the closed form (``turbogate.perf.saturation``).  Prints ONE JSON object.
 
 Reference table: ``turbogate.perf.published.TRTLLM_CELLS`` (TensorRT-LLM perf overview, 20 cells:
 Llama-3.1-8B on H100/H200, Llama-3.3-70B on H100 TP2 / H200 TP1, FP8 weights and KV cache,
-shapes 128/128, 1000/1000, 2048/128, 5000/500, 20000/2000), plus ``OTHER_ENGINE_CELLS``: public
-measurements from a different engine that no constant was tuned on.
+shapes 128/128, 1000/1000, 2048/128, 5000/500, 20000/2000); ``TRTLLM_HOLDOUT_CELLS``, the page's 20
+other cells (long outputs), a hold-out (only H200's bw_efficiency looked at two of its shapes); and
+``OTHER_ENGINE_CELLS``, public measurements from a different engine that no constant was tuned on.
+Those run with that engine's KV read efficiency (``Cell.kv_bw_efficiency``, fitted on another of its
+measurements: benchmarks/sglang_replay.py); ``engine_error_kv_as_weights`` is the same model reading
+the KV as fast as the weights.
 
 The engine runs each cell's request count (the page's ``$num_requests``) queued at t = 0 in virtual
 time on ``Engine(deployment(gpu, model, tp, fp8, fp8 KV, gpu_mem_util=0.95))``; throughput is
 output tokens / virtual seconds.  Error = (predicted − published) / published.
 
     python benchmarks/engine_calibration.py [--max-num-seqs 2048] [--max-num-batched-tokens 8192]
-                                            [--requests-cap N] [--only-closed-form]
+                                            [--requests-cap N] [--only-closed-form] [--skip-holdout]
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import time
 
 from turbogate.engine import Engine, EngineConfig, Request
 from turbogate.perf import deployment, get_gpu, get_model, saturation
-from turbogate.perf.published import OTHER_ENGINE_CELLS, TRTLLM_CELLS, TRTLLM_SOURCE, Cell
+from turbogate.perf.published import OTHER_ENGINE_CELLS, TRTLLM_CELLS, TRTLLM_HOLDOUT_CELLS, TRTLLM_SOURCE, Cell
 
 # (model, gpu, tp, isl, osl) -> (engine error, closed-form error) of this script at commit cf84868 (before
 # issue 16: no prefix cache for preempted requests, prefill spread under decode, flat TP all-reduce).
@@ -51,13 +55,18 @@ BEFORE: dict[tuple[str, str, int, int, int], tuple[float, float]] = {
 }
 
 
-def _dep(cell: Cell, dtype: str, kv: str, mem: float):  # type: ignore[no-untyped-def]
-    return deployment(get_gpu(cell.gpu), get_model(cell.model), tp=cell.tp, weight_dtype=dtype, kv_dtype=kv,
-                      gpu_mem_util=mem)
+def _dep(cell: Cell, dtype: str, kv: str, mem: float, own_kv: bool = True):  # type: ignore[no-untyped-def]
+    """The cell's deployment; with ``own_kv`` its engine's KV read efficiency (``Cell.kv_bw_efficiency``),
+    else the KV read as fast as the weights."""
+    dep = deployment(get_gpu(cell.gpu), get_model(cell.model), tp=cell.tp, weight_dtype=dtype, kv_dtype=kv,
+                     gpu_mem_util=mem)
+    kv_eff = cell.kv_bw_efficiency
+    return dep.with_factors(kv_bw_efficiency=kv_eff) if own_kv and kv_eff is not None else dep
 
 
-def engine_tok_s(cell: Cell, n: int, cfg: EngineConfig, dtype: str, kv: str, mem: float) -> tuple[float, int]:
-    eng = Engine(_dep(cell, dtype, kv, mem), cfg)
+def engine_tok_s(cell: Cell, n: int, cfg: EngineConfig, dtype: str, kv: str, mem: float,
+                 own_kv: bool = True) -> tuple[float, int]:
+    eng = Engine(_dep(cell, dtype, kv, mem, own_kv), cfg)
     rng = random.Random(0)
     out = 0
     for i in range(n):
@@ -110,6 +119,10 @@ def run(cells: tuple[Cell, ...], args: argparse.Namespace, cfg: EngineConfig) ->
             tok_s, preemptions = engine_tok_s(cell, n, cfg, dtype, kv, mem)
             row.update(engine=round(tok_s), engine_error=_err(tok_s, cell.output_tok_s), requests=n,
                        preemptions=preemptions, wall_s=round(time.perf_counter() - t0, 2))
+            if cell.kv_bw_efficiency is not None:  # what the same model gives reading the KV like the weights
+                same, _ = engine_tok_s(cell, n, cfg, dtype, kv, mem, own_kv=False)
+                row["kv_bw_efficiency"] = cell.kv_bw_efficiency
+                row["engine_error_kv_as_weights"] = _err(same, cell.output_tok_s)
         rows.append(row)
     return rows
 
@@ -122,9 +135,12 @@ def main() -> None:
                         help="override every cell's KV memory share (0: each cell's own, 0.95 for TensorRT-LLM)")
     parser.add_argument("--requests-cap", type=int, default=0, help="run at most N requests per cell (0: the page's)")
     parser.add_argument("--only-closed-form", action="store_true")
+    parser.add_argument("--skip-holdout", action="store_true",
+                        help="leave out the hold-out: the same page's 20 long-output cells")
     args = parser.parse_args()
     cfg = EngineConfig(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens)
     trt = run(TRTLLM_CELLS, args, cfg)
+    holdout = [] if args.skip_holdout else run(TRTLLM_HOLDOUT_CELLS, args, cfg)
     other = run(OTHER_ENGINE_CELLS, args, cfg)
     cf_errs: list[float] = [r["closed_form_error"] for r in trt]  # type: ignore[misc]
     summary: dict[str, object] = {
@@ -138,8 +154,15 @@ def main() -> None:
         other_errs: list[float] = [r["engine_error"] for r in other]  # type: ignore[misc]
         summary.update(engine_mae=_mae(errs), engine_worst=max(errs, key=abs),
                        other_engine_engine_errors=other_errs,
-                       other_engine_within_25pct=sum(abs(e) <= 0.25 for e in other_errs))
+                       other_engine_within_25pct=sum(abs(e) <= 0.25 for e in other_errs),
+                       other_engine_engine_errors_kv_as_weights=[r.get("engine_error_kv_as_weights")
+                                                                 for r in other])
     summary["other_engine_closed_form_errors"] = [r["closed_form_error"] for r in other]
+    if holdout:
+        summary["holdout_closed_form_mae"] = _mae([r["closed_form_error"] for r in holdout])  # type: ignore[misc]
+        if not args.only_closed_form:
+            held: list[float] = [r["engine_error"] for r in holdout]  # type: ignore[misc]
+            summary.update(holdout_engine_mae=_mae(held), holdout_engine_range=[min(held), max(held)])
     print(json.dumps({
         "reference": TRTLLM_SOURCE,
         "other_engine_reference": OTHER_ENGINE_CELLS[0].source if OTHER_ENGINE_CELLS else None,
@@ -147,6 +170,7 @@ def main() -> None:
                    "gpu_mem_util": args.gpu_mem_util},
         "summary": summary,
         "trtllm": trt,
+        "trtllm_holdout": holdout,
         "other_engine": other,
     }))
 

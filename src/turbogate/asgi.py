@@ -24,6 +24,7 @@ _ERROR_TYPES = {
     404: "invalid_request_error",
     405: "invalid_request_error",
     408: "invalid_request_error",
+    410: "invalid_request_error",
     413: "invalid_request_error",
     415: "invalid_request_error",
     429: "rate_limit_error",
@@ -109,6 +110,13 @@ class AsgiApp(ABC):
             await self.handle_http(scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
+        elif kind == "websocket":
+            await self.handle_websocket(scope, receive, send)
+
+    async def handle_websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Refuse a WebSocket (the handshake gets 403) unless a subclass serves it."""
+        await receive()
+        await send({"type": "websocket.close", "code": 1008})
 
     @abstractmethod
     async def handle_http(self, scope: Scope, receive: Receive, send: Send) -> None:

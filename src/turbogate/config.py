@@ -17,11 +17,16 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from turbogate.errors import ConfigError
+from turbogate.dscp import parse_dscp
+from turbogate.errors import ConfigError, TurbogateError
 from turbogate.sched.admission import TierPolicy
+from turbogate.sched.coalesce import DEFAULT_IGNORED_FIELDS, CoalescePolicy
 from turbogate.sched.guard import GuardPolicy, KneeSource
+from turbogate.sched.jobgraph import JobLimits
+from turbogate.sched.leases import LeasePolicy
 from turbogate.sched.picker import PickerConfig
 from turbogate.sched.policy import FlowPolicy, Mode, PoolSpec, ReplicaSpec, TenantSpec
+from turbogate.sched.regions import RegionPolicy
 from turbogate.sched.tiers import Tier
 
 EngineKind = Literal["vllm", "sglang", "tgi", "llamacpp", "openai", "emulator"]
@@ -31,6 +36,11 @@ TierName = Literal["turbo", "standard", "relax"]
 #: The pure core's defaults: the config's defaults are read from here, never written twice.
 _PICK = PickerConfig()
 _GUARD = GuardPolicy()
+_COALESCE = CoalescePolicy()
+_JOBS = JobLimits()
+_LEASE = LeasePolicy()
+_REGIONS = RegionPolicy()
+RegionName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,32}$", description="a region name")]
 
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="sha256 hex digest (lower case)")]
 
@@ -69,6 +79,14 @@ class TierConfig(_Model):
     queue_budget_s: float = Field(30.0, gt=0, description="longest a request may wait before it is shed (503)")
     deadline_s: float = Field(300.0, gt=0, description="arrival to full answer (first byte for streams) → 504")
     enabled: bool = True
+    dscp: int | str | None = Field(
+        default=None, description="DSCP mark (0-63, or a name: EF, AF41, CS3, ...) of the upstream connections "
+        "that serve this tier (IP_TOS); unset: unmarked")
+
+    @field_validator("dscp", mode="before")
+    @classmethod
+    def _dscp(cls, v: Any) -> int | None:
+        return None if v is None else parse_dscp(v)
 
     @model_validator(mode="before")
     @classmethod
@@ -154,6 +172,19 @@ class Replica(_Model):
         return self.metrics_path is not None and self.engine != "openai"
 
 
+class PlanKnee(_Model):
+    """The pool's hardware, model and request shape, for the planner's knee (``knee_from: plan``)."""
+
+    gpu: str = Field(min_length=1, description="GPU name, as `turbogate plan gpus` lists them")
+    model: str | None = Field(None, description="catalog model or config.json path (default: the pool's first model)")
+    tp: int = Field(1, ge=1)
+    dtype: str = "bf16"
+    prompt_tokens: int = Field(512, ge=1)
+    output_tokens: int = Field(256, ge=1)
+    max_num_seqs: int = Field(256, ge=1)
+    knee_factor: float = Field(2.0, gt=1, description="the knee: mean E2E reaches this × its unloaded value")
+
+
 class Pool(_Model):
     name: str = Field(min_length=1)
     models: list[str] = Field(min_length=1, description="model names this pool serves")
@@ -162,17 +193,25 @@ class Pool(_Model):
         "fcfs", description="'priority' when the engines run vLLM --scheduling-policy priority: the tier is "
         "then passed as the request's priority field"
     )
-    region: str | None = None
+    region: RegionName | None = Field(None, description="where the pool runs, for L3 region arbitration")
+    turbo: bool = Field(True, description="Turbo-capable; false makes a Standard pool that serves Turbo requests "
+                        "(as Standard, saying so) only while every Turbo-capable pool of the model is unhealthy")
+    alt_svc: str | None = Field(None, pattern=r"^[\x20-\x7e]+$", description="Alt-Svc header value sent with "
+                                "answers this pool served, e.g. 'h2=\"eu.api.example.com:443\"; ma=3600'")
     knee_rps: float | None = Field(
         None, gt=0, description="the pool's knee (offered req/s, all tiers): with one, a knee guard caps and then "
         "closes Turbo past it (docs/gateway.md)")
     knee_from: str | None = Field(
-        None, description="a bench or sim run folder whose measured knee (tier 'all') is the pool's knee")
+        None, description="where the knee comes from: a bench or sim run folder (its measured knee, tier 'all'), "
+        "'plan' (the planner's knee for the pool's `plan` block) or 'online' (learnt from live signals)")
+    plan: PlanKnee | None = Field(None, description="hardware, model and request shape for knee_from: plan")
 
     @model_validator(mode="after")
     def _one_knee(self) -> Pool:
         if self.knee_rps is not None and self.knee_from is not None:
             raise ValueError("give knee_rps or knee_from, not both")
+        if self.knee_from == "plan" and self.plan is None:
+            raise ValueError("knee_from: plan needs a plan block (gpu, prompt_tokens, output_tokens, ...)")
         return self
 
 
@@ -187,6 +226,8 @@ class KneeGuardConfig(_Model):
     turbo_share: float = Field(_GUARD.turbo_share, gt=0, le=1,
                                description="capped: Turbo grants per second at most this share of the knee")
     window_s: float = Field(_GUARD.rate_tau_s, gt=0, description="time constant of the offered-load estimate")
+    online: bool = Field(False, description="pools with neither knee_rps nor knee_from get a knee learnt online "
+                         "from live signals (sched/knee_online.py)")
 
     @model_validator(mode="after")
     def _ordered(self) -> KneeGuardConfig:
@@ -230,6 +271,62 @@ class Concurrency(_Model):
                                  "max_concurrency says otherwise")
 
 
+class CoalesceConfig(_Model):
+    """Identical deterministic requests sharing one upstream call (sched/coalesce.py, docs/gateway.md)."""
+
+    routes: list[Literal["/v1/chat/completions", "/v1/completions", "/v1/embeddings"]] = Field(
+        [], description="routes on which coalescing is on (off everywhere by default)")
+    window_s: float = Field(_COALESCE.window_s, gt=0,
+                            description="a request joins a group if it comes within this long of its last arrival")
+    max_requests: int = Field(_COALESCE.max_requests, ge=2, description="most requests sharing one call")
+    max_span_s: float = Field(_COALESCE.max_span_s, gt=0,
+                              description="cap on the sliding window: a group takes no one this long after its first")
+    ignore_fields: list[str] = Field(list(DEFAULT_IGNORED_FIELDS),
+                                     description="top-level body fields that do not change the answer (left out "
+                                     "of the key)")
+
+    @model_validator(mode="after")
+    def _window_inside_span(self) -> CoalesceConfig:
+        if self.window_s > self.max_span_s:
+            raise ValueError("window_s must not exceed max_span_s")
+        return self
+
+    def policy(self) -> CoalescePolicy:
+        return CoalescePolicy(window_s=self.window_s, max_requests=self.max_requests, max_span_s=self.max_span_s,
+                              ignored_fields=frozenset(self.ignore_fields))
+
+
+class RegionsConfig(_Model):
+    """L3 region arbitration (sched/regions.py; docs/gateway.md)."""
+
+    client_header: str = Field("X-Client-Region", pattern=r"^[A-Za-z0-9-]{1,64}$", description="request header "
+                               "that names the client's region, or a CDN's country header (e.g. cf-ipcountry)")
+    aliases: dict[str, RegionName] = Field(
+        {}, description="header value or GeoIP country code → region, e.g. {DE: eu, US: us}")
+    geoip_db: str | None = Field(
+        None, description="a MaxMind Country/City .mmdb: the client address's country when the header is absent "
+        "(needs the 'geoip' extra)")
+    default_region: RegionName | Literal[""] = Field("", description="a client whose region is unknown")
+    rtt_ms: dict[RegionName, dict[RegionName, float]] = Field(
+        {}, description="client region → pool region → round trip in ms (the client's leg, added to what the "
+        "gateway measures)")
+    ewma_alpha: float = Field(_REGIONS.alpha, gt=0, le=1, description="weight of a new latency sample")
+    sticky_s: float = Field(_REGIONS.sticky_s, ge=0, description="a session (tenant + X-Session-Id) keeps its pool "
+                            "this long after its last request, while the pool is usable")
+    max_sessions: int = Field(_REGIONS.max_sessions, ge=1)
+    probe_interval_s: float = Field(_REGIONS.probe_interval_s, gt=0, description="round-trip probe of each pool")
+
+
+class WarmupConfig(_Model):
+    """A warm-up request to each replica when it joins or comes back (sched/warmup.py)."""
+
+    enabled: bool = Field(False, description="off by default: each warm-up is a real (one-token) inference call")
+    path: Literal["/v1/chat/completions", "/v1/completions"] = "/v1/chat/completions"
+    prompt: str = Field("Hello", min_length=1)
+    max_tokens: int = Field(1, ge=1, le=64)
+    timeout_s: float = Field(30.0, gt=0)
+
+
 class Admin(_Model):
     token_sha256: Sha256 | None = Field(None, description="sha256 of the admin bearer token; no admin API if unset")
 
@@ -267,6 +364,47 @@ class Tls(_Model):
     keyfile: str = Field(min_length=1, description="PEM private key")
 
 
+class JobsConfig(_Model):
+    """L4 job graphs (``POST /v1/jobs``, sched/jobgraph.py): how large a job may be, how long
+    this process remembers it."""
+
+    max_depth: int = Field(_JOBS.max_depth, ge=0, description="longest chain of dependencies (edges)")
+    max_fan_out: int = Field(_JOBS.max_fan_out, ge=1, description="most steps depending directly on one step")
+    max_steps: int = Field(_JOBS.max_steps, ge=1, description="most steps in one job")
+    keep_s: float = Field(3600.0, gt=0, description="a finished job stays readable (GET) this long")
+    max_jobs: int = Field(1000, ge=1, description="jobs remembered by one worker; when full, the oldest "
+                          "finished goes, and with none finished a new job gets 429")
+
+    def limits(self) -> JobLimits:
+        return JobLimits(self.max_depth, self.max_fan_out, self.max_steps)
+
+
+class LeasesConfig(_Model):
+    """Turbo leases (``POST /v1/turbo/leases``, sched/leases.py)."""
+
+    duration_s: float = Field(_LEASE.duration_s, gt=0, description="a new lease's term")
+    renew_below_s: float = Field(_LEASE.renew_below_s, gt=0, description="a heartbeat renews the term when "
+                                 "less than this remains")
+    renew_by_s: float = Field(_LEASE.renew_by_s, gt=0, description="how much a renewal adds to the term")
+    warn_after_s: float = Field(_LEASE.warn_after_s, gt=0, description="no heartbeat this long: state warn")
+    expire_after_s: float = Field(_LEASE.expire_after_s, gt=0, description="no heartbeat this long: expired "
+                                  "(requests with the lease are then served Standard)")
+    ping_interval_s: float = Field(_LEASE.ping_interval_s, gt=0, description="heartbeat interval told to clients")
+    max_per_tenant: int = Field(_LEASE.max_per_tenant, ge=1, description="live leases one tenant may hold")
+    keep_expired_s: float = Field(_LEASE.keep_expired_s, gt=0, description="how long an expired lease is "
+                                  "remembered (requests naming it are told it expired)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LeasesConfig:
+        if not self.warn_after_s < self.expire_after_s:
+            raise ValueError("need warn_after_s < expire_after_s")
+        return self
+
+    def policy(self) -> LeasePolicy:
+        return LeasePolicy(self.duration_s, self.renew_below_s, self.renew_by_s, self.warn_after_s,
+                           self.expire_after_s, self.ping_interval_s, self.max_per_tenant, self.keep_expired_s)
+
+
 class GatewayConfig(_Model):
     listen: Listen = Listen.model_validate({})  # frozen, so one shared default is safe
     admin: Admin = Admin.model_validate({})  # frozen, so one shared default is safe
@@ -281,6 +419,11 @@ class GatewayConfig(_Model):
     bands: Bands = Bands.model_validate({})  # frozen, so one shared default is safe
     concurrency: Concurrency = Concurrency.model_validate({})  # frozen, so one shared default is safe
     knee_guard: KneeGuardConfig = KneeGuardConfig.model_validate({})  # frozen, so one shared default is safe
+    coalesce: CoalesceConfig = CoalesceConfig.model_validate({})  # frozen, so one shared default is safe
+    jobs: JobsConfig = JobsConfig.model_validate({})  # frozen, so one shared default is safe
+    leases: LeasesConfig = LeasesConfig.model_validate({})  # frozen, so one shared default is safe
+    regions: RegionsConfig | None = Field(None, description="L3: route by client region (docs/gateway.md)")
+    warmup: WarmupConfig = WarmupConfig.model_validate({})  # frozen, so one shared default is safe
     service_tier_names: Literal["turbogate", "openai"] = Field(
         "turbogate", description="words for the tier served in answers' service_tier: turbogate's (turbo / "
         "standard / relax) or OpenAI's (priority / default / flex); X-Turbogate-Tier always uses turbogate's")
@@ -310,9 +453,12 @@ class GatewayConfig(_Model):
         pools = [p.name for p in self.pools]
         if len(set(pools)) != len(pools):
             raise ValueError("pools: names must be unique")
-        models = [m for p in self.pools for m in p.models]
-        if len(set(models)) != len(models):
-            raise ValueError("pools: a model is served by two pools")
+        if self.regions is not None:  # a pool region in the RTT table must be some pool's
+            regions = {p.region for p in self.pools if p.region is not None}
+            for client, table in self.regions.rtt_ms.items():
+                for region in table:
+                    if region not in regions:
+                        raise ValueError(f"regions.rtt_ms.{client}.{region}: no pool has region {region!r}")
         if self.bands.light_kv > self.bands.saturated_kv:
             raise ValueError("bands.light_kv must not exceed bands.saturated_kv")
         return self
@@ -388,7 +534,8 @@ def flow_policy(config: GatewayConfig, pools: Sequence[PoolSpec] | None = None, 
         pools = [
             PoolSpec(p.name, tuple(p.models),
                      tuple(ReplicaSpec(rid, r.max_concurrency, r.scraped) for rid, r in replica_ids(p)),
-                     p.scheduling_policy == "priority", knee_source(p))
+                     p.scheduling_policy == "priority", knee_source(p, config.knee_guard.online), region=p.region,
+                     turbo=p.turbo)
             for p in config.pools
         ]
     bands, cc = config.bands, config.concurrency
@@ -414,16 +561,42 @@ def flow_policy(config: GatewayConfig, pools: Sequence[PoolSpec] | None = None, 
                         rate_tau_s=g.window_s)
     return FlowPolicy(tiers=tiers, tenants=tenants, pools=tuple(pools), picker=picker, disabled=disabled, mode=mode,
                       health_interval_s=config.health.interval_s, guard=guard,
-                      max_cost_tokens=config.limits.max_tokens)
+                      max_cost_tokens=config.limits.max_tokens, leases=config.leases.policy(),
+                      regions=region_policy(config.regions), warmup=config.warmup.enabled)
 
 
-def knee_source(pool: Pool) -> KneeSource | None:
-    """The pool's knee for its guard: a fixed value, or a run folder's measured knee (the file
-    is read here, at the edge).  ``ConfigError`` when the folder has no knee to give."""
+def region_policy(regions: RegionsConfig | None) -> RegionPolicy | None:
+    """L3's policy from the config's ``regions`` (None: no such section)."""
+    if regions is None:
+        return None
+    return RegionPolicy(rtt_ms={c: dict(t) for c, t in regions.rtt_ms.items()}, default_region=regions.default_region,
+                        alpha=regions.ewma_alpha, sticky_s=regions.sticky_s, max_sessions=regions.max_sessions,
+                        probe_interval_s=regions.probe_interval_s)
+
+
+def knee_source(pool: Pool, online: bool = False, replicas: int | None = None) -> KneeSource | None:
+    """The pool's knee for its guard: a fixed value, a run folder's measured knee (the file is
+    read here, at the edge), the planner's, or one learnt online (also for a pool with no knee
+    when ``online``, i.e. ``knee_guard.online``).  ``replicas``: the pool's size for the planner
+    when it is not the config's (the simulator's fleet).  ``ConfigError``: no knee to give."""
     if pool.knee_rps is not None:
         return KneeSource("config", pool.knee_rps)
+    if pool.knee_from == "online" or (pool.knee_from is None and online):
+        return KneeSource("online", 0.0, "learnt from Turbo queue time and TTFT, engine load, achieved rate")
     if pool.knee_from is None:
         return None
+    if pool.knee_from == "plan" and pool.plan is not None:
+        from turbogate.plan.knee import PlannedPool, planned_knee
+
+        pl = pool.plan
+        try:
+            planned, detail = planned_knee(PlannedPool(
+                pl.gpu, pl.model or pool.models[0], replicas or len(pool.replicas), tp=pl.tp, dtype=pl.dtype,
+                prompt_tokens=pl.prompt_tokens, output_tokens=pl.output_tokens, max_num_seqs=pl.max_num_seqs,
+                knee_factor=pl.knee_factor))
+        except (ValueError, LookupError, TurbogateError) as exc:
+            raise ConfigError(f"pools.{pool.name}.plan: {exc}") from None
+        return KneeSource("planner", planned, detail)
     from turbogate.results import load_run
 
     try:

@@ -15,9 +15,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import socket
 import ssl
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -234,10 +235,15 @@ class Response:
 class UpstreamPool:
     """Keep-alive connections to one server (``base_url`` like ``http://10.0.0.5:8000``), grown on
     demand.  ``headers`` are sent with every request; ``keep_headers`` names (any case) the
-    response headers to keep in :attr:`Response.headers` (none by default: the cheapest)."""
+    response headers to keep in :attr:`Response.headers` (none by default: the cheapest).
+
+    ``tos``: the IP TOS byte (DSCP << 2) every connection of this pool is marked with, set on the
+    socket before it connects so even the handshake carries it.  A mark is per pool, not per
+    request: a kept-alive connection never changes class, so a caller wanting several marks to
+    one server keeps one pool per mark (the gateway: one per marked tier)."""
 
     def __init__(self, base_url: str, connect_timeout_s: float = 2.0, headers: Mapping[str, str] | None = None,
-                 keep_headers: Iterable[str] | None = None) -> None:
+                 keep_headers: Iterable[str] | None = None, tos: int | None = None) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https"):
             raise ValueError(f"the URL must be http:// or https://, not {base_url}")
@@ -251,6 +257,9 @@ class UpstreamPool:
         self._keep_headers = (frozenset(h.lower().encode("latin-1") for h in keep_headers)
                               if keep_headers is not None else None)
         self.connect_timeout_s = connect_timeout_s
+        if tos is not None and not 0 <= tos <= 255:
+            raise ValueError(f"tos must be a byte (0-255), not {tos}")
+        self.tos = tos
         self._idle: collections.deque[_Conn] = collections.deque()
 
     def _forget(self, conn: _Conn) -> None:
@@ -264,14 +273,41 @@ class UpstreamPool:
                 return conn
         loop = asyncio.get_running_loop()
         try:
-            _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: _Conn(self), self.host, self.port, ssl=self._ssl),
-                self.connect_timeout_s,
-            )
+            connecting: Awaitable[tuple[asyncio.BaseTransport, _Conn]]
+            if self.tos is None:
+                connecting = loop.create_connection(lambda: _Conn(self), self.host, self.port, ssl=self._ssl)
+            else:
+                connecting = self._connect_marked(loop)
+            _, conn = await asyncio.wait_for(connecting, self.connect_timeout_s)
         except (OSError, TimeoutError) as exc:
             raise UpstreamError(f"cannot connect to {self.host}:{self.port}: {exc}", True, True) from None
         conn.fresh = True
         return conn
+
+    async def _connect_marked(self, loop: asyncio.AbstractEventLoop) -> tuple[asyncio.BaseTransport, _Conn]:
+        """Connect a socket that carries ``self.tos`` from its first packet (the SYN)."""
+        assert self.tos is not None
+        infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        error: OSError = OSError(f"no address for {self.host}")
+        for family, kind, proto, _, address in infos:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, self.tos)
+                else:
+                    sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, self.tos)
+                await loop.sock_connect(sock, address)
+            except OSError as exc:
+                sock.close()
+                error = exc
+                continue
+            except BaseException:  # cancelled (the connect timeout): do not leak the socket
+                sock.close()
+                raise
+            return await loop.create_connection(lambda: _Conn(self), sock=sock, ssl=self._ssl,
+                                                server_hostname=self.host if self._ssl else None)
+        raise error
 
     async def request(self, method: bytes, path: str, body: bytes = b"", content_type: bytes = b"application/json",
                       headers: bytes = b"", timeout_s: float | None = None) -> Response:

@@ -6,6 +6,7 @@ import threading
 import time
 
 import openai
+import pytest
 
 from tests.emulator.conftest import MODEL, scrape
 from turbogate.procs import Service
@@ -78,3 +79,18 @@ def test_metrics_move_under_load(emulator_factory) -> None:  # type: ignore[no-u
     for hist in ("time_to_first_token_seconds", "e2e_request_latency_seconds", "request_queue_time_seconds"):
         assert after[f"vllm:{hist}_count"] == n_requests
     assert after["vllm:e2e_request_latency_seconds_sum"] >= after["vllm:time_to_first_token_seconds_sum"]
+
+
+def test_every_completion_request_is_counted_by_endpoint(fast_emulator: Service) -> None:
+    """The upstream-call counter tests of a gateway rely on: every request received, good or bad."""
+    client = openai.OpenAI(base_url=fast_emulator.url + "/v1", api_key="unused", max_retries=0)
+    chat, plain = "turbogate_emulator_requests_total{endpoint=/v1/chat/completions}", \
+        "turbogate_emulator_requests_total{endpoint=/v1/completions}"
+    before = scrape(fast_emulator.url)
+    client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "one"}], max_tokens=2)
+    client.completions.create(model=MODEL, prompt="two", max_tokens=2)
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "x"}])
+    after = scrape(fast_emulator.url)
+    assert after[chat] - before.get(chat, 0.0) == 2
+    assert after[plain] - before.get(plain, 0.0) == 1

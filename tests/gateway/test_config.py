@@ -57,10 +57,16 @@ def test_bad_config_names_the_field(overrides: dict[str, Any], field: str) -> No
     assert field in str(info.value)
 
 
-def test_duplicate_model_across_pools_is_refused() -> None:
-    pools = [{"name": n, "models": ["m"], "replicas": [{"url": "http://x"}]} for n in ("p", "q")]
-    with pytest.raises(ConfigError, match="two pools"):
-        parse_config(minimal(pools=pools))
+def test_a_model_in_two_pools_is_l3s_choice() -> None:
+    pools = [{"name": n, "models": ["m"], "region": n, "replicas": [{"url": "http://x"}]} for n in ("eu", "us")]
+    cfg = parse_config(minimal(pools=pools, regions={"rtt_ms": {"eu": {"eu": 5, "us": 80}}}))
+    assert [p.region for p in cfg.pools] == ["eu", "us"]
+    with pytest.raises(ConfigError, match=r"regions\.rtt_ms\.eu\.mars: no pool has region 'mars'"):
+        parse_config(minimal(pools=pools, regions={"rtt_ms": {"eu": {"mars": 5}}}))
+    with pytest.raises(ConfigError, match=r"pools\.0\.region"):
+        parse_config(minimal(pools=[{**pools[0], "region": "eu west"}]))
+    with pytest.raises(ConfigError, match=r"pools\.0\.alt_svc"):
+        parse_config(minimal(pools=[{**pools[0], "alt_svc": "h2=\":443\"\r\nx: y"}]))
 
 
 def test_example_config_loads() -> None:
@@ -83,6 +89,15 @@ def test_serve_refuses_a_bad_config_with_the_field_named(tmp_path: Path) -> None
     assert "Traceback" not in proc.stderr
 
 
+def test_serve_refuses_a_missing_geoip_database(tmp_path: Path) -> None:
+    path = tmp_path / "geo.yaml"
+    path.write_text(yaml.safe_dump(minimal(regions={"geoip_db": str(tmp_path / "none.mmdb")})))
+    proc = subprocess.run([sys.executable, "-m", "turbogate", "serve", "--config", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "regions.geoip_db: cannot open" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_hash_key_helper() -> None:
     proc = subprocess.run([sys.executable, "-m", "turbogate", "serve", "--hash-key", "sk-x"],
                           capture_output=True, text=True, timeout=60)
@@ -90,6 +105,29 @@ def test_hash_key_helper() -> None:
     piped = subprocess.run([sys.executable, "-m", "turbogate", "serve", "--hash-key", "-"], input="sk-y\n",
                            capture_output=True, text=True, timeout=60)
     assert piped.stdout.strip() == hash_key("sk-y")
+
+
+def test_dscp_by_number_or_name_and_bad_values_name_the_field() -> None:
+    cfg = parse_config(minimal(tiers={"turbo": {"dscp": "ef"}, "relax": {"dscp": 8}}))
+    assert (cfg.tiers["turbo"].dscp, cfg.tiers["standard"].dscp, cfg.tiers["relax"].dscp) == (46, None, 8)
+    for bad in (64, "gold", True, [46]):
+        with pytest.raises(ConfigError, match=r"tiers\.turbo\.dscp"):
+            parse_config(minimal(tiers={"turbo": {"dscp": bad}}))
+
+
+def test_coalesce_is_off_by_default_and_validated() -> None:
+    cfg = parse_config(minimal())
+    assert cfg.coalesce.routes == []
+    on = parse_config(minimal(coalesce={"routes": ["/v1/chat/completions"], "window_s": 0.5, "max_span_s": 2}))
+    policy = on.coalesce.policy()
+    assert (policy.window_s, policy.max_span_s, policy.max_requests) == (0.5, 2, 10)
+    assert policy.ignored_fields == frozenset({"user"})
+    for bad, field in (({"routes": ["/v1/models"]}, "coalesce.routes.0"),
+                       ({"max_requests": 1}, "coalesce.max_requests"),
+                       ({"window_s": 2, "max_span_s": 1}, "window_s must not exceed")):
+        with pytest.raises(ConfigError) as info:
+            parse_config(minimal(coalesce=bad))
+        assert field in str(info.value)
 
 
 @pytest.mark.parametrize(("replica", "scraped", "metrics", "health"), [

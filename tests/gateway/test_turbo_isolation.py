@@ -9,12 +9,10 @@ holds the tight bound.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
 from turbogate.config import hash_key
@@ -23,7 +21,11 @@ from turbogate.engine.capacity import saturated_rate
 from turbogate.perf import deployment, get_gpu, resolve_model
 from turbogate.procs import start_emulator, start_gateway
 
-GPU, MODEL, SEQS, SCALE = "L4", "llama-3.1-8b", 8, 0.25
+GPU, MODEL, SEQS = "L4", "llama-3.1-8b", 8
+# Real-time emulators (time scale 1): the fleet's capacity is small (about 7 req/s), so the
+# streams at 2x cost the 2-core machine little CPU and the emulators keep their modelled speed;
+# at faster scales the machine itself became the bottleneck inside the whole suite.
+SCALE = 1.0
 PROMPT, OUTPUT = 128, 32
 KEY = "sk-isolation-test"
 
@@ -43,17 +45,17 @@ def bench(url: str, qps: float, seconds: float, tiers: str, out: Path) -> list[d
     return [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines() if line]
 
 
-def turbo_ttft(records: list[dict[str, object]], q: float) -> float:
+def tier_ttft(records: list[dict[str, object]], tier: str, q: float) -> float:
     values = sorted(float(r["ttft_s"]) for r in records  # type: ignore[arg-type]
-                    if r["tier_asked"] == "turbo" and r["ok"] and r["ttft_s"] is not None)
+                    if r["tier_asked"] == tier and r["ok"] and r["ttft_s"] is not None)
     assert len(values) >= 20, len(values)
     return values[int(q * (len(values) - 1))]
 
 
-@pytest.mark.skipif(not os.environ.get("TURBOGATE_E2E_ISOLATION"),
-                    reason="timing-sensitive on a shared 2-core box: inside the whole suite the median "
-                           "ran from 1.3x to 82x; run alone with TURBOGATE_E2E_ISOLATION=1 (the pure-core test "
-                           "and benchmarks/turbo_isolation.py hold the property)")
+def turbo_ttft(records: list[dict[str, object]], q: float) -> float:
+    return tier_ttft(records, "turbo", q)
+
+
 def test_turbo_holds_at_twice_capacity_with_the_default_config(tmp_path: Path) -> None:
     cap = fleet_capacity(2)
     emulators = [start_emulator("--gpu", GPU, "--model", MODEL, "--max-num-seqs", str(SEQS), "--time-scale",
@@ -73,14 +75,25 @@ def test_turbo_holds_at_twice_capacity_with_the_default_config(tmp_path: Path) -
         gateway.stop()
         for e in emulators:
             e.stop()
-    # The median, not the p95: on a 2-core machine running the whole suite, the emulators' steps
-    # stall now and then and the tail is the machine's; benchmarks/turbo_isolation.py holds the
-    # p95 target (1.5×) on a quiet machine.
-    ratio = turbo_ttft(heavy, 0.5) / turbo_ttft(light, 0.5)
-    assert ratio <= 2.0, ratio
-    turbo_shed = [r for r in heavy if r["tier_asked"] == "turbo" and r["status"] in (429, 503)]
-    assert turbo_shed == []
     done = [r for r in heavy if r["ok"]]
-    assert sum(r["tier_served"] == "standard" for r in done) / len(done) >= 0.2
-    assert any(r["tier_served"] == "relax" for r in done)
-    assert any(r["status"] in (429, 503) for r in heavy if r["tier_asked"] == "standard")  # Standard's excess
+    figures = {
+        "capacity_rps": cap,
+        "turbo_p50_light_s": turbo_ttft(light, 0.5), "turbo_p50_heavy_s": turbo_ttft(heavy, 0.5),
+        "turbo_p95_light_s": turbo_ttft(light, 0.95), "turbo_p95_heavy_s": turbo_ttft(heavy, 0.95),
+        "standard_p50_heavy_s": tier_ttft(heavy, "standard", 0.5),
+        "turbo_shed": sum(r["tier_asked"] == "turbo" and r["status"] in (429, 503) for r in heavy),
+        "standard_shed": sum(r["tier_asked"] == "standard" and r["status"] in (429, 503) for r in heavy),
+        "standard_share": sum(r["tier_served"] == "standard" for r in done) / len(done),
+        "relax_done": sum(r["tier_served"] == "relax" for r in done),
+        # What the fleet delivered while saturated (all requests, whenever sent): far under its
+        # computed capacity means the machine, not the gateway, was the bottleneck.
+        "achieved_rps": sum(r["ok"] and 6.0 <= float(r["end_s"]) <= 26.0 for r in run) / 20.0,  # type: ignore[arg-type]
+    }
+    print(json.dumps(figures))  # shown by pytest when an assertion fails
+    ratio = figures["turbo_p50_heavy_s"] / figures["turbo_p50_light_s"]
+    assert ratio <= 2.5, figures
+    assert figures["turbo_p50_heavy_s"] <= 0.1 * figures["standard_p50_heavy_s"], figures  # tiers, not FIFO
+    assert figures["turbo_shed"] == 0, figures
+    assert figures["standard_share"] >= 0.2, figures
+    assert figures["relax_done"] > 0, figures
+    assert figures["standard_shed"] > 0, figures  # Standard's excess is what is shed

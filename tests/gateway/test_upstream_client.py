@@ -143,3 +143,44 @@ async def test_kept_headers_chunk_times_and_total_timeout() -> None:
         assert info.value.timed_out and not info.value.before_response
         slow.release()
         pool.close()
+
+
+async def test_a_marked_pool_sets_ip_tos_on_its_connections_and_an_unmarked_one_does_not() -> None:
+    """DSCP marking: read IP_TOS back from the sockets of real connections (EF = 46 → TOS 0xb8)."""
+    import socket
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+            await writer.drain()
+
+    server, url = await _server(handle)
+    async with server:
+        marked, plain = UpstreamPool(url, tos=46 << 2), UpstreamPool(url)
+        for pool in (marked, plain):
+            for _ in range(2):  # the second request reuses the kept-alive, still marked connection
+                resp = await pool.request(b"POST", "/v1/x", b"{}")
+                assert await resp.read() == b"{}"
+                resp.release()
+        tos = {}
+        for name, pool in (("marked", marked), ("plain", plain)):
+            (conn,) = pool._idle
+            assert conn.transport is not None
+            sock = conn.transport.get_extra_info("socket")
+            tos[name] = sock.getsockopt(socket.IPPROTO_IP, socket.IP_TOS) & 0xFC  # the DSCP bits, not ECN's
+            pool.close()
+        assert tos == {"marked": 0xB8, "plain": 0}
+    with pytest.raises(ValueError, match="tos"):
+        UpstreamPool(url, tos=256)
+
+
+async def test_a_marked_pool_reports_a_refused_connection_like_any_other() -> None:
+    server, url = await _server(lambda r, w: None)
+    server.close()
+    await server.wait_closed()
+    with pytest.raises(UpstreamError) as info:
+        await UpstreamPool(url, tos=0xB8).request(b"POST", "/v1/x")
+    assert info.value.connect_failed and info.value.before_response

@@ -90,6 +90,22 @@ def test_no_headroom_is_kept_while_nobody_asks_for_turbo() -> None:
     assert refill(31.0) == 10  # half a minute without Turbo: the pool is the others'
 
 
+def test_headroom_ends_soon_after_turbo_stops() -> None:
+    """A stream of 2 Turbo requests/s stops: after five of its mean gaps (about 3 s on the
+    estimate's 1.7/s) the pool is the lower tiers' again, not after its rate estimate decays
+    (some 40 s)."""
+    adm = Admission(POLICIES)
+    slots = 10
+    for i in range(41):
+        turbo_active(adm, i * 0.5, slots)
+    for _ in range(40):
+        submit(adm, Tier.STANDARD, 20.0, slots)
+    assert len(drain(adm, 20.5, slots)) < slots  # Turbo is being asked for: headroom kept
+    assert len(drain(adm, 22.0, slots)) < slots  # 2 s of silence is within a Poisson stream's gaps
+    assert adm.headroom(24.0, slots) == 0
+    assert len(drain(adm, 24.0, slots)) > 0 and adm.in_flight == slots  # 4 s: Turbo stopped
+
+
 def test_holdback_off_uses_every_slot() -> None:
     adm = Admission(POLICIES)
     adm.holdback = False

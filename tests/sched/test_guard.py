@@ -28,9 +28,9 @@ def test_states_follow_the_load_with_hysteresis_and_dwell() -> None:
     assert g.current(t) is GuardState.CAPPED
     t = load(g, 8.5, t, 20)  # 0.85×: between leave (0.8) and enter (0.9): stays capped
     assert g.current(t) is GuardState.CAPPED
-    t = load(g, 15, t, 20)  # 1.5×: closed
+    t = load(g, 35, t, 20)  # 3.5×: closed
     assert g.current(t) is GuardState.CLOSED
-    t = load(g, 12, t, 20)  # 1.2×: between leave_closed (1.1) and enter_closed (1.3): stays closed
+    t = load(g, 27, t, 20)  # 2.7×: between leave_closed (2.5) and enter_closed (3.0): stays closed
     assert g.current(t) is GuardState.CLOSED
     t = load(g, 9.5, t, 20)
     assert g.current(t) is GuardState.CAPPED
@@ -44,7 +44,7 @@ def test_states_follow_the_load_with_hysteresis_and_dwell() -> None:
 
 def test_minimum_dwell_holds_a_state() -> None:
     g = KneeGuard(KneeSource("config", KNEE), GuardPolicy(min_dwell_s=30.0, rate_tau_s=1.0))
-    t = load(g, 20, 0, 35)
+    t = load(g, 40, 0, 35)
     assert g.current(t) is GuardState.CLOSED
     entered = g.since
     t = load(g, 2, t, 10)  # the load fell, but the dwell has not passed
@@ -70,11 +70,11 @@ def test_closed_serves_all_turbo_standard_and_open_grants_all() -> None:
 
 def test_the_admin_override_wins_both_ways_and_is_logged() -> None:
     g = KneeGuard(KneeSource("config", KNEE), GuardPolicy(min_dwell_s=0.0, rate_tau_s=1.0))
-    t = load(g, 20, 0, 10)
+    t = load(g, 40, 0, 10)
     assert g.current(t) is GuardState.CLOSED
     g.override(GuardState.OPEN, t)
     assert g.grant(t) is None and g.current(t) is GuardState.OPEN
-    t = load(g, 20, t, 1)
+    t = load(g, 40, t, 1)
     g.override(None, t)
     assert g.current(t) is GuardState.CLOSED
     g.override(GuardState.CLOSED, t + 1)

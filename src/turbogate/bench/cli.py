@@ -121,6 +121,13 @@ def bench(
                                      help="Warn when the p99 dispatch lag exceeds this: the bench itself was the "
                                           "bottleneck."),
     knee_min_requests: int = opt.KNEE_MIN_REQUESTS,
+    workers: int = typer.Option(1, "--workers", min=1,
+                                help="Processes that send the schedule, each a disjoint interleaved slice of the same "
+                                     "seeded schedule, merged into one run folder; use 2+ when one process lags "
+                                     "(p99 dispatch lag per worker is in the notes). Not with --find-knee."),
+    ray_address: str | None = typer.Option(None, "--ray", help="Run the --workers as Ray actors spread over the "
+                                           "cluster at ADDRESS ('auto', 'ray://host:10001', or 'local'); the hosts' "
+                                           "clocks must agree (NTP). Needs pip install 'turbogate[ray]'."),
 ) -> None:
     """Run a benchmark (or `turbogate bench compare RUN_A RUN_B`)."""
     if ctx.invoked_subcommand is not None:
@@ -135,7 +142,8 @@ def bench(
             random_seed=random_seed, max_concurrency=max_concurrency, timeout=timeout, scrape=scrape,
             metrics=metrics, slo=slo, knee_method=knee_method, knee_k=knee_k, knee_metric=knee_metric,
             fleet_cost=fleet_cost, tier_cost=tier_cost, out=out, grace=grace, drain=drain, live=live, report=report,
-            label=label, max_error_rate=max_error_rate, max_lag_ms=max_lag_ms, knee_min_requests=knee_min_requests)
+            label=label, max_error_rate=max_error_rate, max_lag_ms=max_lag_ms, knee_min_requests=knee_min_requests,
+            workers=workers, ray_address=ray_address)
     except ValueError as exc:
         raise _bad(str(exc)) from None
     console = Console(stderr=False, width=None if Console().is_terminal else 150)
@@ -169,7 +177,7 @@ def build_config(*, host: str, route: str, model: str | None, shape: str | None,
                  metrics: str | None, slo: str | None, knee_method: str, knee_k: float, knee_metric: str,
                  fleet_cost: float, tier_cost: str | None, out: Path | None, grace: float, live: bool, report: bool,
                  label: str, drain: float | None = None, max_error_rate: float = 0.5, max_lag_ms: float = 10.0,
-                 knee_min_requests: int = 20) -> BenchConfig:
+                 knee_min_requests: int = 20, workers: int = 1, ray_address: str | None = None) -> BenchConfig:
     """Validate the CLI options into a :class:`BenchConfig`; ValueError names the bad option."""
     if not host.startswith(("http://", "https://")):
         raise ValueError(f"--host must be a URL like http://127.0.0.1:8000, got {host!r}")
@@ -179,6 +187,13 @@ def build_config(*, host: str, route: str, model: str | None, shape: str | None,
         raise ValueError(f"--tier-via must be one of {', '.join(TIER_VIA)}")
     if step_duration <= 0:
         raise ValueError("--step-duration must be > 0")
+    if workers < 1:
+        raise ValueError("--workers must be >= 1")
+    if ray_address is not None and workers < 2:
+        raise ValueError("--ray runs the --workers on a cluster: give --workers 2 or more")
+    if workers > 1 and find_knee:
+        raise ValueError("--workers splits a fixed schedule; --find-knee picks each rate from the last probe, "
+                         "so it runs in one process (drop --workers)")
     if grace < 0 or timeout <= 0:
         raise ValueError("--grace must be >= 0 and --timeout > 0")
     load = opt.build_load(
@@ -196,7 +211,8 @@ def build_config(*, host: str, route: str, model: str | None, shape: str | None,
         knee_growth=knee_growth, bisections=bisections, arrivals=load.arrivals, workload=load.workload,
         random_seed=load.random_seed, scrape=tuple(scrape), metrics=tuple(parse_metrics_option(metrics)),
         slo=load.slo, knee=load.knee, cost=load.cost, out=out, grace_s=grace, drain_s=drain, live=live,
-        report=report, label=label, max_error_rate=max_error_rate, max_lag_s=max_lag_ms / 1000)
+        report=report, label=label, max_error_rate=max_error_rate, max_lag_s=max_lag_ms / 1000, workers=workers,
+        ray_address=ray_address)
     return cfg
 
 

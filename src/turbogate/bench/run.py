@@ -22,6 +22,7 @@ from turbogate.bench.findknee import KneeSearch
 from turbogate.bench.live import LiveDisplay
 from turbogate.bench.runner import Runner, Target
 from turbogate.bench.shapes import Constant, make_shape, shape_steps
+from turbogate.bench.workers import RayWorkerPool, WorkerJob, WorkerPool, drive, lag_notes, merge, split
 from turbogate.bench.workload import Workload
 from turbogate.results import (
     ALL,
@@ -69,6 +70,8 @@ class BenchConfig:
     label: str = ""
     max_error_rate: float = 0.5  # a first step failing more than this (shedding apart) stops the run
     max_lag_s: float = 0.010  # p99 dispatch lag above this: the load generator was the bottleneck
+    workers: int = 1  # processes sending slices of one schedule (bench/workers.py)
+    ray_address: str | None = None  # run the workers as Ray actors on this cluster
 
     def describe(self) -> dict[str, Any]:
         """The settings as JSON for summary.json (API keys counted, never written)."""
@@ -86,6 +89,7 @@ class BenchConfig:
             "tiers": dict(self.workload.tiers.weights), "per_request_seed": self.workload.per_request_seed,
             "dataset_prompts": len(self.workload.dataset), "scrape": list(self.scrape), "metrics": list(self.metrics),
             "label": self.label, "max_error_rate": self.max_error_rate, "max_lag_ms": self.max_lag_s * 1000,
+            "workers": self.workers, "ray": self.ray_address,
         }
         return d
 
@@ -195,6 +199,13 @@ def _bench_series(runner: Runner, with_p95: bool) -> Any:
     return series
 
 
+def _workers_wait_s(cfg: BenchConfig, schedule: list[Scheduled]) -> float:
+    """How long the parent waits for the workers' records: the schedule, then the drain (or a
+    request's timeout), the grace after a Ctrl-C, and a minute to spare."""
+    end = schedule[-1].t if schedule else 0.0
+    return end + (cfg.drain_s if cfg.drain_s is not None else cfg.target.timeout_s) + cfg.grace_s + 60.0
+
+
 async def run_bench(cfg: BenchConfig, *, echo: Any = None) -> BenchResult:
     """Run the benchmark ``cfg`` describes and write its run folder."""
     say = echo or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -231,7 +242,20 @@ async def run_bench(cfg: BenchConfig, *, echo: Any = None) -> BenchResult:
     target = replace(cfg.target, model=model)
     loop = asyncio.get_running_loop()
     interrupts = 0
-    async with Runner(target) as runner:
+    pool: WorkerPool | RayWorkerPool | None = None
+    start_wall: float | None = None
+    if cfg.workers > 1:  # find-knee is refused with workers by build_config
+        jobs = [WorkerJob(k, target, items, cfg.grace_s, cfg.drain_s)
+                for k, items in enumerate(split(schedule, cfg.workers))]
+        pool = RayWorkerPool(jobs, cfg.ray_address) if cfg.ray_address else WorkerPool(jobs)
+        try:
+            start_wall = await pool.start()
+        except BaseException:
+            pool.close()
+            raise
+        where = f" on the Ray cluster {cfg.ray_address}" if cfg.ray_address else ""
+        say(f"bench: {cfg.workers} workers{where} send the schedule in interleaved slices")
+    async with Runner(target, start_wall=start_wall) as runner:
 
         def on_sigint() -> None:
             nonlocal interrupts
@@ -240,8 +264,12 @@ async def run_bench(cfg: BenchConfig, *, echo: Any = None) -> BenchResult:
             if interrupts == 1:
                 say(f"\nstopping: no new requests; waiting up to {cfg.grace_s:.0f}s for those in flight "
                     "(Ctrl-C again to cancel them now)")
+                if pool is not None:
+                    pool.stop()
             else:
                 runner.cancel_in_flight()
+                if pool is not None:
+                    pool.cancel_in_flight()
 
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGINT, on_sigint)
@@ -254,6 +282,13 @@ async def run_bench(cfg: BenchConfig, *, echo: Any = None) -> BenchResult:
             if cfg.find_knee:
                 why = await _find_knee(cfg, runner, rng, steps, notes)
                 failure += [why] if why else []
+            elif pool is not None:
+                runner.state.scheduled = len(schedule)
+                per_worker = await drive(pool, runner, _workers_wait_s(cfg, schedule))
+                runner.records = merge(per_worker)
+                notes.extend(lag_notes(per_worker))
+                if why := first_step_failure(runner.records, steps[0].index, cfg.max_error_rate):
+                    failure.append(why)
             else:
                 watch = asyncio.create_task(_watch_first_step(cfg, runner, steps[0], failure))
                 try:
@@ -261,6 +296,8 @@ async def run_bench(cfg: BenchConfig, *, echo: Any = None) -> BenchResult:
                 finally:
                     watch.cancel()
         finally:
+            if pool is not None:
+                pool.close()
             await display.stop()
             await collectors.stop()
             with contextlib.suppress(NotImplementedError, RuntimeError):

@@ -94,11 +94,16 @@ def _percentile(values: Sequence[float], q: float) -> float | None:
 class Runner:
     """Runs schedules against one target; times are seconds since :attr:`t0`."""
 
-    def __init__(self, target: Target, state: LiveState | None = None, lead_s: float = 0.2) -> None:
+    def __init__(self, target: Target, state: LiveState | None = None, lead_s: float = 0.2,
+                 start_wall: float | None = None) -> None:
+        """Times count from ``lead_s`` from now, or from the wall-clock instant ``start_wall``
+        (``bench --workers``: every worker process on one common start)."""
         self.target = target
         self.state = state or LiveState()
         self.records: list[RequestRecord] = []
         self.stop = asyncio.Event()
+        if start_wall is not None:
+            lead_s = start_wall - time.time()
         self.t0 = time.perf_counter() + lead_s
         self.t0_wall = time.time() + lead_s
         self._session: aiohttp.ClientSession | None = None

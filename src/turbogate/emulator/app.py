@@ -100,6 +100,7 @@ class EmulatorApp(AsgiApp):
             if path in ("/v1/chat/completions", "/v1/completions"):
                 if method != "POST":
                     raise _HttpError(405, f"{method} not allowed on {path}", "MethodNotAllowed")
+                self.metrics.requests[path].inc()
                 self._check_ready()
                 await self._completion(path == "/v1/chat/completions", receive, send)
             elif method != "GET":

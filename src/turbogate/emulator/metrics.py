@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -64,6 +64,12 @@ class EmulatorMetrics:
                               labels, buckets=TTFT_BUCKETS, registry=self.registry).labels(model_name)
         self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.",
                              labels, buckets=LATENCY_BUCKETS, registry=self.registry).labels(model_name)
+        # Every completion request received, whatever its outcome: what a test counts to know how
+        # many upstream calls a gateway made (vLLM itself counts only finished ones).
+        requests = Counter("turbogate_emulator_requests", "Completion requests received (any outcome), by endpoint.",
+                           ["model_name", "endpoint"], registry=self.registry)
+        self.requests = {path: requests.labels(model_name, path)
+                         for path in ("/v1/chat/completions", "/v1/completions")}
         self.queue = Histogram("vllm:request_queue_time_seconds",
                                "Histogram of time spent in WAITING phase for request.",
                                labels, buckets=LATENCY_BUCKETS, registry=self.registry).labels(model_name)

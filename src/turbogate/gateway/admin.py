@@ -66,6 +66,7 @@ def state(app: GatewayApp) -> dict[str, Any]:
             for name, admission in flow.admissions()
         },
         "replicas": list(picker.describe(now)),
+        "regions": flow.regions.snapshot() if flow.l3 else None,  # L3's latency estimates (sched/regions.py)
     }
 
 

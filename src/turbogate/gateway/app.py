@@ -31,12 +31,16 @@ from turbogate.asgi import (
 )
 from turbogate.config import GatewayConfig, load_config
 from turbogate.errors import ConfigError
-from turbogate.gateway import admin
+from turbogate.gateway import admin, leases
+from turbogate.gateway.coalesce import Coalescing
 from turbogate.gateway.driver import FlowDriver, Handle
+from turbogate.gateway.jobs import JobsApi
+from turbogate.gateway.marking import marked_pools, tier_tos
 from turbogate.gateway.metrics import GatewayMetrics
 from turbogate.gateway.metrics_port import MetricsServer, serve_metrics
 from turbogate.gateway.openapi import openapi_document
 from turbogate.gateway.proxy import attempt
+from turbogate.gateway.regions import BadHeader, ClientRegions, measure_rtt, pool_headers, session_id, warm_up
 from turbogate.gateway.runtime import Runtime, TenantRt, build_runtime
 from turbogate.gateway.scrape import probe_once, scrape_all, scrape_loop, scrape_once
 from turbogate.gateway.tracing import install as install_tracing
@@ -97,12 +101,17 @@ class GatewayApp(AsgiApp):
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
         self.rt: Runtime = build_runtime(config)
-        self.driver = FlowDriver(self.rt.flow, self._probe)
+        self.driver = FlowDriver(self.rt.flow, self._probe, measure_rtt=self._measure_rtt, warm_up=self._warm_up)
+        self.client_regions = ClientRegions(config.regions)  # L3's I/O side (gateway/regions.py)
+        self.pool_headers = pool_headers(config)
         self.metrics = GatewayMetrics(self.rt)
         self.max_body = config.limits.max_body_bytes
         self.tier_words = TIER_WORDS[config.service_tier_names]
-        models = [{"id": m, "object": "model", "created": 0, "owned_by": p.name}
-                  for p in config.pools for m in p.models]
+        first_pool: dict[str, str] = {}  # a model may be served by several pools (L3): listed once
+        for p in config.pools:
+            for m in p.models:
+                first_pool.setdefault(m, p.name)
+        models = [{"id": m, "object": "model", "created": 0, "owned_by": p} for m, p in first_pool.items()]
         self._models_body = orjson.dumps({"object": "list", "data": models})
         self._openapi_body = openapi_document(config)
         self._started = False
@@ -110,6 +119,9 @@ class GatewayApp(AsgiApp):
         self.metrics_token = config.metrics.token_sha256
         self.metrics_port = config.metrics.port
         self._metrics_server: MetricsServer | None = None
+        # Identical deterministic requests share one upstream call on the routes config names (gateway/coalesce.py).
+        self.coalescing = Coalescing(config.coalesce, self.metrics.registry) if config.coalesce.routes else None
+        self.jobs = JobsApi(self)  # L4 job graphs (gateway/jobs.py)
         install_tracing(self)  # OpenTelemetry hook (issue 13): returns at once unless TURBOGATE_OTEL is on
 
     # ---- ASGI entry (AsgiApp) ---------------------------------------------------------------
@@ -127,6 +139,12 @@ class GatewayApp(AsgiApp):
                 log.exception("internal error on %s", path)  # the scope's headers (keys) are not logged
                 with contextlib.suppress(Exception):  # fails harmlessly if the answer had started
                     await send_error(send, 500, "internal gateway error", code="internal_error")
+        elif path.startswith((leases.PREFIX, "/v1/jobs")):  # Turbo leases, L4 job graphs
+            try:
+                await (self.jobs.handle if path.startswith("/v1/jobs") else self._leases)(scope, receive, send)
+            except BodyTooLarge:
+                await send_error(send, 413, f"request body is over the limit of {self.max_body} bytes",
+                                 code="body_too_large")
         elif path.startswith("/admin/"):
             try:
                 await admin.handle(self, scope, receive, send)
@@ -142,12 +160,18 @@ class GatewayApp(AsgiApp):
         else:
             await send_error(send, 404, f"no route {path}", code="not_found")
 
+    async def _leases(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await leases.handle(self, scope, receive, send)
+
+    async def handle_websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await leases.handle_ws(self, scope, receive, send)  # the only WebSocket route: lease heartbeats
+
     async def _get(self, scope: Scope, send: Send, path: str) -> None:
         if path == "/health":
             await send_bytes(send, 200, b'{"status":"ok"}')
         elif path == "/ready":
-            picker = self.rt.flow.picker
-            ready = all(picker.healthy(pool) > 0 for pool in picker.pools())
+            picker = self.rt.flow.picker  # ready while every model has a healthy pool (L3 fails over)
+            ready = all(any(picker.healthy(p) > 0 for p in pools) for pools in self.rt.flow.pools_of_model.values())
             await send_bytes(send, 200 if ready else 503, b'{"ready":true}' if ready else b'{"ready":false}')
         elif path == "/metrics":
             await serve_metrics(self, scope, send)
@@ -162,6 +186,7 @@ class GatewayApp(AsgiApp):
         if self._started:
             return
         self._started = True
+        marks = tier_tos(self.config)
         for r in self.rt.replicas.values():
             headers = None
             if r.api_key_env:
@@ -170,6 +195,7 @@ class GatewayApp(AsgiApp):
                     raise ConfigError(f"replica {r.state.id}: environment variable {r.api_key_env} is not set")
                 headers = {"Authorization": f"Bearer {key}"}
             r.client = UpstreamPool(r.url, self.config.limits.upstream_connect_timeout_s, headers)
+            r.tier_clients = marked_pools(r.url, self.config.limits.upstream_connect_timeout_s, headers, marks)
         cfg = self.config
         for p in cfg.pools:
             log.info("pool %s: models %s, %d replicas (%s)", p.name, ", ".join(p.models), len(p.replicas),
@@ -186,6 +212,7 @@ class GatewayApp(AsgiApp):
             await self._metrics_server.start()
         loop = asyncio.get_running_loop()
         self.rt.tasks = [loop.create_task(scrape_loop(self.rt, self.driver)), loop.create_task(self._sweep())]
+        self.driver.run(())  # arm the flow's timer now: warm-ups and round-trip probes are due at start
 
     async def _probe(self, replica: Replica) -> bool:
         io = self.rt.replicas[replica.id]
@@ -195,6 +222,12 @@ class GatewayApp(AsgiApp):
             result = await scrape_once(self.rt, io)
             self.driver.run(self.rt.flow.scraped(replica.id, result, time.perf_counter()))
         return ok
+
+    async def _measure_rtt(self, replica: Replica) -> float | None:
+        return await measure_rtt(self.rt, self.rt.replicas[replica.id])
+
+    async def _warm_up(self, replica: Replica, model: str) -> bool:
+        return await warm_up(self.rt, self.rt.replicas[replica.id], model)
 
     async def _sweep(self) -> None:
         """Start disconnect watchers for requests still running after ``_WATCH_AFTER_S``."""
@@ -211,9 +244,11 @@ class GatewayApp(AsgiApp):
         for task in self.rt.tasks:
             task.cancel()
         self.driver.close()
+        if self.coalescing is not None:
+            self.coalescing.close()
         for r in self.rt.replicas.values():
-            if r.client is not None:
-                r.client.close()
+            for client in r.clients():
+                client.close()
 
     # ---- edge ------------------------------------------------------------------------------
     def _tenant(self, scope: Scope) -> TenantRt | None:
@@ -276,12 +311,18 @@ class GatewayApp(AsgiApp):
                             "stream", "invalid_value")
             return
         tier_header = header(scope, b"x-turbogate-tier")
+        try:
+            client_region, session = self.client_regions.region(scope), session_id(scope)
+        except BadHeader as exc:
+            await self._bad(send, tenant, 400, str(exc), exc.name, "invalid_value")
+            return
         tokens_field = "max_tokens" if obj.get("max_tokens") is not None else "max_completion_tokens"
         req = self.rt.flow.open(
             tenant=tenant.name, model=model, tier_body=obj.get("service_tier"),
             tier_header=None if tier_header is None else tier_header.decode("latin-1"),
             max_tokens=obj.get(tokens_field), max_tokens_field=tokens_field, prompt_bytes=len(body),
-            stream=stream, now=arrival)
+            stream=stream, now=arrival, lease=leases.lease_header(scope), client_region=client_region,
+            session=session)
         if isinstance(req, Respond):
             await self._bad(send, tenant, req.status, req.message, req.param, req.code)
             return
@@ -295,11 +336,18 @@ class GatewayApp(AsgiApp):
                 await self._bad(send, tenant, 400, f"request body nests deeper than {_MAX_DEPTH} levels", None,
                                 "invalid_json")
                 return
+        if self.coalescing is not None:  # an identical deterministic request may already be under way
+            decision = self.coalescing.decide(upstream_path, tenant, req, obj)
+            if decision is not None:
+                await self.coalescing.serve(self, decision, send, receive, tenant, req, body, upstream_path)
+                return
         await self._serve(receive, send, tenant, req, body, upstream_path)
 
     # ---- the request's life, as the flow directs it -----------------------------------------
     async def _serve(self, receive: Receive, send: Send, tenant: TenantRt, req: FlowRequest, body: bytes,
-                     upstream_path: str) -> None:
+                     upstream_path: str, count: bool = True) -> None:
+        """Serve ``req`` as the flow directs.  ``count``: False for a coalesced group's shared call,
+        whose members are counted one by one (gateway/coalesce.py)."""
         task = asyncio.current_task()
         assert task is not None
         handle = Handle(task)
@@ -312,7 +360,7 @@ class GatewayApp(AsgiApp):
                 watch.finished = True  # from here a disconnect is the normal end, not the client leaving
             await orig_send(message)
 
-        tier_headers = [_TIER_HEADERS[req.served]]
+        tier_headers = [_TIER_HEADERS[req.served], *self.pool_headers[req.pool]]
         if req.downgrade is not None:  # the client asked for more than it got: say why
             tier_headers.append((_DOWNGRADE, req.downgrade.encode()))
         word = self.tier_words[req.served]
@@ -356,10 +404,11 @@ class GatewayApp(AsgiApp):
                 watch.task.cancel()
             if not req.done:  # ended here without the flow knowing (a bug or shutdown): free its place
                 self.driver.run(self.rt.flow.client_gone(req, time.perf_counter()))
-            self.metrics.count(tenant.label, req.asked.value, req.served.value, status)
+            if count:
+                self.metrics.count(tenant.label, req.asked.value, req.served.value, status)
 
     async def _respond(self, send: Send, req: FlowRequest, respond: Respond) -> int:
-        headers = [_TIER_HEADERS[req.served]]
+        headers = [_TIER_HEADERS[req.served], *self.pool_headers[req.pool]]
         if req.downgrade is not None:
             headers.append((_DOWNGRADE, req.downgrade.encode()))
         if respond.retry_after_s is not None:
@@ -379,7 +428,10 @@ def app_from_env() -> GatewayApp:
     from turbogate.gateway.cli import configure_logging
 
     configure_logging(os.environ.get("TURBOGATE_LOG_LEVEL", "warning"))
-    return GatewayApp(load_config(os.environ["TURBOGATE_CONFIG"]))
+    from turbogate.gateway.cli import with_knee_from
+
+    knee_from = [x for x in os.environ.get("TURBOGATE_KNEE_FROM", "").split("\n") if x]
+    return GatewayApp(with_knee_from(load_config(os.environ["TURBOGATE_CONFIG"]), knee_from))
 
 
 __all__ = ["JSON_CT", "GatewayApp", "app_from_env", "create_app", "send_json"]

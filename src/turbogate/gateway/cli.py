@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from turbogate.config import hash_key, load_config
+from turbogate.config import GatewayConfig, hash_key, knee_source, load_config, parse_config
 from turbogate.errors import ConfigError
 
 
@@ -24,6 +24,33 @@ def configure_logging(level: str) -> None:
     logger.propagate = False
 
 
+def with_knee_from(cfg: GatewayConfig, specs: list[str]) -> GatewayConfig:
+    """``--knee-from``: ``SOURCE`` for every pool without a knee of its own, ``POOL=SOURCE`` for
+    one pool (replacing its own); SOURCE is a run folder, ``plan`` or ``online``.  Each knee is
+    then resolved once, so a bad folder or plan is a clear error before the server starts."""
+    if not specs:
+        return cfg
+    data = cfg.model_dump(mode="json")
+    pools = {p["name"]: p for p in data["pools"]}
+    for spec in specs:
+        name, sep, source = spec.partition("=")
+        if not sep:
+            for p in pools.values():
+                if p["knee_rps"] is None and p["knee_from"] is None:
+                    p["knee_from"] = spec
+        elif name not in pools:
+            raise ConfigError(f"--knee-from {spec}: no pool {name!r} (pools: {', '.join(pools)})")
+        else:
+            pools[name].update(knee_rps=None, knee_from=source)
+    return parse_config(data, "--knee-from")
+
+
+def check_knees(cfg: GatewayConfig) -> None:
+    """Resolve every pool's knee now (reads run folders, runs the planner): ``ConfigError`` if one fails."""
+    for p in cfg.pools:
+        knee_source(p, cfg.knee_guard.online)
+
+
 def serve(
     config: Path | None = typer.Option(None, "--config", "-c", help="Gateway YAML config (required to serve)."),
     host: str | None = typer.Option(None, "--host", help="Listen address (default: the config's listen.host)."),
@@ -36,6 +63,11 @@ def serve(
         "info", "--log-level",
         help="critical|error|warning|info|debug (info: the start-up lines, i.e. the listening address, pools and "
              "tiers, then warnings: replicas ejected or back, scrape failures)"),
+    knee_from: list[str] = typer.Option(
+        [], "--knee-from", metavar="[POOL=]SOURCE",
+        help="The knee guard's knee: a bench/sim run folder (its measured knee), 'plan' (the planner's, from the "
+             "pool's plan block) or 'online' (learnt from live signals). Without POOL= it applies to every pool "
+             "without knee_rps/knee_from in the config. Repeatable."),
     hash_key_value: str | None = typer.Option(
         None, "--hash-key", metavar="KEY",
         help="Print the sha256 to store for an API key or admin token, and exit ('-' reads it from stdin).",
@@ -50,7 +82,8 @@ def serve(
         typer.echo("error: --config PATH is required", err=True)
         raise typer.Exit(2)
     try:
-        cfg = load_config(config)
+        cfg = with_knee_from(load_config(config), knee_from)
+        check_knees(cfg)
     except ConfigError as exc:
         typer.echo(f"error: bad config: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -59,6 +92,14 @@ def serve(
     if missing:
         typer.echo(f"error: bad config: api_key_env names unset environment variables: {', '.join(missing)}", err=True)
         raise typer.Exit(2)
+    if cfg.regions is not None and cfg.regions.geoip_db:  # the optional extra and the file, before any worker
+        from turbogate.gateway.regions import open_geoip
+
+        try:
+            open_geoip(cfg.regions.geoip_db).close()
+        except ConfigError as exc:
+            typer.echo(f"error: bad config: {exc}", err=True)
+            raise typer.Exit(2) from None
 
     import uvicorn
 
@@ -85,4 +126,5 @@ def serve(
         uvicorn.run(GatewayApp(cfg), **common)  # type: ignore[arg-type]
         return
     os.environ["TURBOGATE_CONFIG"] = str(config.resolve())
+    os.environ["TURBOGATE_KNEE_FROM"] = "\n".join(knee_from)  # each worker applies it to the file it loads
     uvicorn.run("turbogate.gateway.app:app_from_env", factory=True, workers=workers, **common)  # type: ignore[arg-type]

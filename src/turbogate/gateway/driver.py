@@ -4,7 +4,9 @@ clock and carries out the actions, and decides nothing itself.
 * ``Dispatch`` / ``Respond`` for a request wake the coroutine serving it (``Handle``);
 * ``Cancel`` cancels that coroutine's upstream call (it then answers the ``Respond`` that follows);
 * ``Probe`` starts a health check whose result goes back as ``flow.probed``;
-* ``HealthChange`` is logged (a warning names the replica and the reason).
+* ``HealthChange`` is logged (a warning names the replica and the reason);
+* ``MeasureRtt`` / ``WarmUp`` start a round-trip probe / a warm-up request (gateway/regions.py)
+  whose result goes back as ``flow.rtt_measured`` / ``flow.warmed``.
 
 One timer per process: after every event the driver arms the loop at ``flow.wake_at()``.
 """
@@ -18,6 +20,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 
 from turbogate.sched import Cancel, Dispatch, Flow, HealthChange, Probe, Replica, Respond
+from turbogate.sched.regions import MeasureRtt
+from turbogate.sched.warmup import WarmUp
 
 log = logging.getLogger("turbogate.gateway")
 
@@ -53,9 +57,13 @@ class Handle:
 
 class FlowDriver:
     def __init__(self, flow: Flow, probe: Callable[[Replica], Awaitable[bool]],
-                 on_health: Callable[[HealthChange], None] | None = None) -> None:
+                 on_health: Callable[[HealthChange], None] | None = None, *,
+                 measure_rtt: Callable[[Replica], Awaitable[float | None]] | None = None,
+                 warm_up: Callable[[Replica, str], Awaitable[bool]] | None = None) -> None:
         self.flow = flow
         self._probe = probe
+        self._measure_rtt = measure_rtt
+        self._warm_up = warm_up
         self._on_health = on_health
         self._timer: asyncio.TimerHandle | None = None
         self._armed_at = math.inf
@@ -95,6 +103,10 @@ class FlowDriver:
                                 action.reason)
                 if self._on_health is not None:
                     self._on_health(action)
+            elif isinstance(action, MeasureRtt) and self._measure_rtt is not None:
+                self._spawn(self._run_rtt(action.replica, self._measure_rtt))
+            elif isinstance(action, WarmUp) and self._warm_up is not None:
+                self._spawn(self._run_warm_up(action.replica, action.model, self._warm_up))
         self._arm()
 
     def _arm(self) -> None:
@@ -118,6 +130,15 @@ class FlowDriver:
     async def _run_probe(self, replica: Replica) -> None:
         ok = await self._probe(replica)
         self.run(self.flow.probed(replica.id, ok, time.perf_counter()))
+
+    async def _run_rtt(self, replica: Replica, measure: Callable[[Replica], Awaitable[float | None]]) -> None:
+        rtt = await measure(replica)
+        self.run(self.flow.rtt_measured(replica.id, rtt, time.perf_counter()))
+
+    async def _run_warm_up(self, replica: Replica, model: str,
+                           warm: Callable[[Replica, str], Awaitable[bool]]) -> None:
+        ok = await warm(replica, model)
+        self.run(self.flow.warmed(replica.id, ok, time.perf_counter()))
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)

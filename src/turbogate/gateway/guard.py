@@ -120,6 +120,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._last = time.monotonic()
         super().data_received(data)
 
+    def handle_websocket_upgrade(self) -> None:
+        # The WebSocket protocol (lease heartbeats) owns the connection now; this protocol never sees its
+        # connection_lost, so stop watching it here or it would stay in the sweeper's set for good.
+        _SWEEPER.live.discard(self)
+        self._phase = _OTHER
+        super().handle_websocket_upgrade()
+
     def send_400_response(self, msg: str) -> None:
         self._refuse(400, "the request is not valid HTTP/1.1", "invalid_http")
 

@@ -58,12 +58,16 @@ class _StateCollector(Collector):
             limit.add_metric(labels, r.limit)
         guard = GaugeMetricFamily("turbogate_knee_guard_state", "Knee guard: 0 open, 1 capped, 2 closed",
                                   labels=["pool"])
+        knee = GaugeMetricFamily("turbogate_knee_guard_knee_rps", "Knee in force (req/s); absent while an "
+                                 "online estimate is still learning", labels=["pool", "source"])
         for name, g in flow.guards.items():
             guard.add_metric([name], {"open": 0.0, "capped": 1.0, "closed": 2.0}[g.current(now).value])
+            if (k := g.knee(now)) is not None:
+                knee.add_metric([name, g.source.kind], k)
         enabled = GaugeMetricFamily("turbogate_tier_enabled", "Hot switch state", labels=["tier"])
         for tier in TIERS:
             enabled.add_metric([tier.value], 1.0 if tier in flow.enabled else 0.0)
-        yield from (depth, in_flight, slots, scale, band, score, healthy, r_flight, limit, guard, enabled)
+        yield from (depth, in_flight, slots, scale, band, score, healthy, r_flight, limit, guard, knee, enabled)
 
 
 class _FastCounter:

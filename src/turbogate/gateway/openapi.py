@@ -69,6 +69,44 @@ def _admin_post(summary: str, op: str, param: str, body: dict[str, Any]) -> dict
         "responses": _answers("the switch as set", 400, 401, 404, 413)}}
 
 
+def _op(method: str, summary: str, op: str, ok: str, *errors: int, param: str | None = None,
+        body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One operation of the job and lease routes (bearer API key; ``param`` a path parameter)."""
+    out: dict[str, Any] = {"operationId": op, "summary": summary, "security": [{"apiKey": []}],
+                           "responses": {ok: {"description": summary, **_json({"type": "object"})},
+                                         **{str(c): {"description": "OpenAI error", **_json(_ERROR)} for c in errors}}}
+    if param is not None:
+        out["parameters"] = [{"name": param, "in": "path", "required": True, "schema": {"type": "string"}}]
+    if body is not None:
+        out["requestBody"] = {"required": True, **_json(body)}
+    return {method: out}
+
+
+def _jobs_and_leases(config: GatewayConfig) -> dict[str, Any]:
+    """L4 job graphs (gateway/jobs.py) and Turbo leases (gateway/leases.py)."""
+    models = [m for p in config.pools for m in p.models]
+    request = {"type": "object", "required": ["model", "messages"], "properties": {
+        "model": {"type": "string", "enum": models}, "max_tokens": {"type": "integer", "minimum": 1, "maximum": 64},
+        "messages": {"type": "array", "minItems": 1, "items": {"type": "object"}}}}
+    step = {"type": "object", "required": ["id", "request"], "properties": {
+        "id": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}, "request": request,
+        "depends_on": {"type": "array", "items": {"type": "string"}},
+        "inputs": {"type": "object", "additionalProperties": {"type": "string"}}}}
+    job = {"type": "object", "required": ["steps"], "properties": {
+        "service_tier": {"type": "string", "enum": _TIER_WORDS},
+        "steps": {"type": "array", "minItems": 1, "maxItems": config.jobs.max_steps, "items": step}}}
+    lease = "/v1/turbo/leases/{id}"
+    return {
+        "/v1/jobs": _op("post", "start a job graph (L4)", "job_create", "202", 400, 401, 413, 429, body=job),
+        "/v1/jobs/{id}": {**_op("get", "a job's status and each step's output", "job_get", "200", 401, 404,
+                                param="id"),
+                          **_op("delete", "cancel what has not run", "job_cancel", "200", 401, 404, param="id")},
+        "/v1/turbo/leases": _op("post", "grant a Turbo lease", "lease_grant", "201", 401, 403, 429),
+        lease: _op("get", "a lease's state", "lease_get", "200", 401, 404, param="id"),
+        lease + "/heartbeat": _op("post", "keep a lease alive", "lease_heartbeat", "200", 401, 404, 410, param="id"),
+    }
+
+
 def document(config: GatewayConfig) -> dict[str, Any]:
     message = {"type": "object", "required": ["role", "content"],
                "properties": {"role": {"type": "string", "enum": ["system", "user", "assistant"]},
@@ -93,6 +131,7 @@ def document(config: GatewayConfig) -> dict[str, Any]:
         "/admin/tenants/{name}": _admin_post("switch one tenant's Turbo", "admin_tenant", "name",
                                              {"turbo_enabled": {"type": "boolean"}}),
     }
+    paths.update(_jobs_and_leases(config))
     if config.metrics.port is None:
         paths["/metrics"] = _get("Prometheus metrics", "metrics", *((401,) if metrics_auth else ()),
                                  auth=metrics_auth, content="text/plain", schema={"type": "string"})

@@ -39,7 +39,7 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, send: Sen
     """Run one attempt; the HTTP status sent to the client, or ``None`` when the client got
     nothing yet and the flow has a next step for the request (a retry, or an error answer)."""
     io = app.rt.replicas[replica.id]
-    client = io.client
+    client = io.client_for(req.served)  # the tier's DSCP-marked pool, if it has one
     assert client is not None
     flow, driver = app.rt.flow, app.driver
     start = time.perf_counter()
@@ -69,13 +69,14 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, send: Sen
                 _timing(l1, l2, end - start)]})
             await send({"type": "http.response.body", "body": data})
             return status
+        headers_at = time.perf_counter()  # engines answer a stream's headers before prefill: an L3 round trip
         try:
             first = await resp.next_chunk()
         except UpstreamError as exc:  # nothing reached the client yet: as if it failed before any byte
             driver.run(flow.failed(req, time.perf_counter(), Failure.CONNECT if exc.connect_failed else Failure.RESET))
             return None
         now = time.perf_counter()
-        driver.run(flow.first_byte(req, now))
+        driver.run(flow.first_byte(req, now, headers_at))
         ttft = now - start
         app.metrics.observe_ttft(replica.pool, req.served.value, ttft)
         # Headers wait for the first chunk, so Server-Timing can carry ttft; total upstream

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from turbogate.config import GatewayConfig, flow_policy, replica_ids
 from turbogate.httpclient import UpstreamPool
-from turbogate.sched import Flow, Replica
+from turbogate.sched import Flow, Replica, Tier
 
 
 @dataclass(slots=True, frozen=True)
@@ -34,6 +34,19 @@ class ReplicaIO:
     health_path: str
     api_key_env: str | None = None
     client: UpstreamPool | None = None  # keep-alive pool, set at startup
+    tier_clients: dict[Tier, UpstreamPool] = field(default_factory=dict)  # DSCP-marked pools (gateway/marking.py)
+
+    def client_for(self, tier: Tier) -> UpstreamPool | None:
+        """The pool a request served at ``tier`` goes through: its tier's marked one, or the plain one."""
+        return self.tier_clients.get(tier, self.client)
+
+    def clients(self) -> list[UpstreamPool]:
+        """Every distinct pool of this replica (to wrap or close them all)."""
+        pools = [] if self.client is None else [self.client]
+        for pool in self.tier_clients.values():
+            if pool not in pools:
+                pools.append(pool)
+        return pools
 
 
 @dataclass(slots=True, eq=False)

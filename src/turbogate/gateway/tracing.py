@@ -100,11 +100,12 @@ class Tracing:
         return traced
 
     def wrap_serve(self, serve: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
-        async def traced(receive: Any, send: Any, tenant: Any, req: FlowRequest, body: bytes, path: str) -> None:
+        async def traced(receive: Any, send: Any, tenant: Any, req: FlowRequest, body: bytes, path: str,
+                         **options: Any) -> None:
             tr = _current.get()
             if tr is not None:
                 tr.req = req
-            await serve(receive, send, tenant, req, body, path)
+            await serve(receive, send, tenant, req, body, path, **options)
 
         return traced
 
@@ -112,8 +113,8 @@ class Tracing:
         async def traced() -> None:
             await startup()  # makes the replicas' clients
             for io in app.rt.replicas.values():
-                if io.client is not None:
-                    self._wrap_client(io.client, io.state.id)
+                for client in io.clients():  # the plain pool and any DSCP-marked ones
+                    self._wrap_client(client, io.state.id)
 
         return traced
 

@@ -45,7 +45,12 @@ class PerfFactors:
     """Efficiency factors of the roofline model (all overridable).
 
     mfu: fraction of dense tensor FLOP/s reached by large prefill GEMMs; 0.5 is typical of
-        vLLM/SGLang prefill on Hopper at bf16.
+        vLLM/SGLang prefill on Hopper at bf16, for GEMMs the size of Llama-3.1-8B's on one GPU.
+    mfu_size_exponent: larger GEMMs per GPU run closer to peak (fewer partial waves, and the
+        per-token elementwise work grows with the hidden size while GEMM work grows with its
+        square): the MFU grows as (hidden × intermediate ÷ tp ÷ 4096·14336) to this power, from 1
+        at 8B's size up (never below ``mfu``).  0.07 lifts Llama-3.3-70B on one GPU to 0.55, the
+        least its published TensorRT-LLM 128/128 throughput proves (docs/plan.md); 0 turns it off.
     bw_efficiency: fraction of datasheet HBM bandwidth a decode step achieves streaming
         weights and KV; None (the default) takes the GPU's own (``GPU.bw_efficiency``) or
         DEFAULT_BW_EFFICIENCY (0.8, what memcpy-like kernels reach on H100/A100).
@@ -58,27 +63,35 @@ class PerfFactors:
     link_efficiency: share of the GPU's one-way link bandwidth (``GPU.link_bandwidth``) an
         all-reduce achieves; a ring all-reduce sends 2(tp−1)/tp of the step's activations
         (tokens × hidden × 2 bytes) over it, twice per layer.
+    kv_bw_efficiency: share of datasheet HBM bandwidth the attention kernels reach reading the
+        KV cache, where an engine's differs from its weight streaming; None (the default) reads
+        the KV at ``bw_efficiency``, as TensorRT-LLM and vLLM do.  An engine property, not a
+        GPU's: see ``turbogate.perf.published.SGLANG_KV_BW_EFFICIENCY``.
     """
 
     mfu: float = 0.5
+    mfu_size_exponent: float = 0.07
     bw_efficiency: float | None = None
     step_overhead_s: float = 0.0008
     per_seq_overhead_s: float = 0.000004
     activation_reserve_bytes: float = 2.0 * GiB
     tp_allreduce_s: float = 0.000012
     link_efficiency: float = 0.8
+    kv_bw_efficiency: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("mfu", "bw_efficiency", "link_efficiency"):
+        for name in ("mfu", "bw_efficiency", "link_efficiency", "kv_bw_efficiency"):
             value = getattr(self, name)
             if value is not None and not 0.0 < value <= 1.0:
                 raise ValueError(f"{name} must be in (0, 1], got {value}")
-        for name in ("step_overhead_s", "per_seq_overhead_s", "activation_reserve_bytes", "tp_allreduce_s"):
+        for name in ("step_overhead_s", "per_seq_overhead_s", "activation_reserve_bytes", "tp_allreduce_s",
+                     "mfu_size_exponent"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
 
 
 DEFAULT_BW_EFFICIENCY = 0.8
+MFU_REFERENCE_GEMM = 4096 * 14336  # hidden × intermediate of Llama-3.1-8B, where ``mfu`` holds as given
 ACTIVATION_BYTES = 2.0  # activations all-reduced in bf16, whatever the weight dtype
 
 
@@ -157,8 +170,16 @@ class Deployment:
     # ---- time ---------------------------------------------------------------------------
 
     @property
+    def effective_mfu(self) -> float:
+        """``mfu`` grown for GEMMs larger per GPU than Llama-3.1-8B's (``mfu_size_exponent``), at most 1."""
+        f = self.factors
+        size = self.model.hidden_size * self.model.intermediate_size / self.tp / MFU_REFERENCE_GEMM
+        grown: float = f.mfu * max(1.0, size) ** f.mfu_size_exponent
+        return min(1.0, grown)
+
+    @property
     def _flops(self) -> float:
-        return self.gpu.flops_for(self.weight_dtype) * self.factors.mfu * self.tp
+        return self.gpu.flops_for(self.weight_dtype) * self.effective_mfu * self.tp
 
     @property
     def bw_efficiency(self) -> float:
@@ -166,6 +187,18 @@ class Deployment:
         if self.factors.bw_efficiency is not None:
             return self.factors.bw_efficiency
         return self.gpu.bw_efficiency or DEFAULT_BW_EFFICIENCY
+
+    @property
+    def kv_bw_efficiency(self) -> float:
+        """Achieved share of HBM bandwidth reading the KV cache: the factor if set, else ``bw_efficiency``."""
+        kv = self.factors.kv_bw_efficiency
+        return self.bw_efficiency if kv is None else kv
+
+    @property
+    def _kv_read_cost(self) -> float:
+        """KV bytes per token, weighted so that one bandwidth serves weights and KV alike: the KV is read
+        at ``kv_bw_efficiency``, the weights at ``bw_efficiency`` (exactly the bytes when they agree)."""
+        return self.kv_bytes_per_token * (self.bw_efficiency / self.kv_bw_efficiency)
 
     @property
     def link_bytes_per_s(self) -> float:
@@ -220,7 +253,7 @@ class Deployment:
         if not consts:
             m = self.model
             consts.extend((2.0 * m.n_active_params, 4.0 * m.n_layers * m.n_heads * m.head_dim, self._flops,
-                           float(self.kv_bytes_per_token), self._bandwidth, self.factors.step_overhead_s,
+                           self._kv_read_cost, self._bandwidth, self.factors.step_overhead_s,
                            self.factors.per_seq_overhead_s, 1.0 if self.model.is_moe or self.tp > 1 else 0.0,
                            self._weights_read_bytes(1)))
         per_param, attn, peak_flops, kv_token, bandwidth, step_over, seq_over, varies, weights = consts
@@ -253,7 +286,7 @@ class Deployment:
             ctx = batch * context_per_seq
             m = self.model
             flops = 2.0 * m.n_active_params * batch + self._attention_flops(batch, context_per_seq)
-            mem = self._weights_read_bytes(batch) + self.kv_bytes_per_token * (ctx + batch)
+            mem = self._weights_read_bytes(batch) + self._kv_read_cost * (ctx + batch)
             return flops / self._flops >= mem / self._bandwidth
 
         lo, hi = 1, 65536

@@ -284,7 +284,7 @@ def _input_values(sc: Scenario) -> dict[str, object]:
         "knee_factor": mi.knee_factor, "model": m.name, "n_layers": m.n_layers, "hidden": m.hidden_size,
         "n_heads": m.n_heads, "n_kv_heads": m.n_kv_heads, "head_dim": m.head_dim,
         "intermediate": m.intermediate_size, "vocab": m.vocab_size, "tie": m.tie_embeddings,
-        "n_experts": m.n_experts, "experts_per_token": m.experts_per_token, "mfu": f.mfu,
+        "n_experts": m.n_experts, "experts_per_token": m.experts_per_token, "mfu": d.effective_mfu,
         "bw_eff": d.bw_efficiency, "step_oh": f.step_overhead_s, "seq_oh": f.per_seq_overhead_s,
         "reserve": f.activation_reserve_bytes, "allreduce": f.tp_allreduce_s, "link_bw": d.link_bytes_per_s,
     }

@@ -44,6 +44,12 @@ from turbogate.sched.tiers import RANK, TIERS, Tier
 SHARE_ALPHA = 0.02
 #: Time constant (s) of the top tier's arrival rate and the pool's completion rate.
 RATE_TAU_S = 10.0
+#: The holdback ends when the top tier has been silent this many of its mean gaps (and at least
+#: ``QUIET_MIN_S``): a Poisson stream is that quiet by chance e^-5 ≈ 0.7 % of the time, while a
+#: stream that stopped would otherwise keep slots idle until its decaying rate estimate fell,
+#: some 40 s after a few requests a second.
+QUIET_GAPS = 5.0
+QUIET_MIN_S = 1.0
 
 
 class _Rate:
@@ -224,10 +230,21 @@ class Admission:
 
     def headroom(self, now: float, slots: int) -> int:
         """The slots the holdback keeps for Turbo's bursts right now (0 without holdback)."""
-        if not self.holdback:
+        top_rate = self._top_arrivals.read(now)
+        if not self._holding(now, top_rate):
             return 0
-        return headroom_slots(self._top_arrivals.read(now), self._replenish_rate(now, slots), self.headroom_risk,
-                              slots)
+        return headroom_slots(top_rate, self._replenish_rate(now, slots), self.headroom_risk, slots)
+
+    def _holding(self, now: float, top_rate: float) -> bool:
+        """Is Turbo being asked for?  Some recent rate (about one request in ``RATE_TAU_S`` /
+        2), and not silent for ``QUIET_GAPS`` of its own mean gaps: no headroom for a tier that
+        stopped (it would only idle)."""
+        if not self.holdback or top_rate * RATE_TAU_S < 0.5:
+            return False
+        # The gap is measured on the rate as it was at the last arrival: the estimate decays
+        # through the silence, and a window drawn on it would widen as the silence goes on.
+        arrivals = self._top_arrivals
+        return now - arrivals.at <= max(QUIET_MIN_S, QUIET_GAPS / arrivals.value)
 
     def _replenish_rate(self, now: float, slots: int) -> float:
         """How fast kept-free slots come back: the completions a full pool of ``slots`` makes
@@ -321,10 +338,9 @@ class Admission:
             return None
         base = slots if proven is None else min(proven, slots)
         # The most the lower tiers may hold: never more than leaves Turbo its needed headroom.
-        # No Turbo request for about RATE_TAU_S: no headroom to keep (it would only idle).
         ceiling = slots
         top_rate = self._top_arrivals.read(now)
-        held = self.holdback and top_rate * RATE_TAU_S >= 0.5
+        held = self._holding(now, top_rate)
         if held:
             ceiling = base - headroom_slots(top_rate, self._replenish_rate(now, base), self.headroom_risk, base)
         best: Ticket | None = None

@@ -7,11 +7,13 @@ or reads a clock, so a full gateway scenario runs in a unit test with a fake clo
     events (driver → flow)                      actions (flow → driver)
       open(...) → FlowRequest | Respond           Respond(req, status, code, msg, Retry-After)
       arrive(req)                                 Dispatch(req, replica, retry)
-      first_byte(req) / finished(req, status)     Cancel(req)    (abort its upstream call)
+      first_byte(req[, headers_at]) / finished    Cancel(req)    (abort its upstream call)
       failed(req, CONNECT | RESET | BROKEN)       Probe(replica) (health-check it now)
       client_gone(req)                            HealthChange(replica, healthy, reason)
       scraped(replica, load | ScrapeFailed)
-      probed(replica, ok)
+      probed(replica, ok)                         MeasureRtt(replica) (L3 round-trip probe)
+      rtt_measured(replica, seconds | None)       WarmUp(replica, model)
+      warmed(replica, ok)
       tick(now) at wake_at()
 
 Rules that live here and nowhere else: tier resolution (asked → entitled → switches → served,
@@ -21,7 +23,10 @@ or its deadline, whichever comes first), the deadline (arrival → first byte fo
 full answer otherwise: 504, and a strike against the replica), replica choice (sched/picker.py),
 the single retry on another replica before any byte, what each upstream failure means, and a
 first byte slower than ``slow_first_byte_s`` as a strike against its replica (a hung engine is
-ejected before the tier deadlines pass).
+ejected before the tier deadlines pass).  A Turbo lease's verdict (sched/leases.py) is part of
+tier resolution.  The choice among a model's pools (L3: regions, failover, sessions, Turbo's
+fallback to Standard pools) is sched/regions.py's, called from ``open``; warm-ups are
+sched/warmup.py's.
 """
 
 from __future__ import annotations
@@ -31,14 +36,18 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum, IntEnum
+from functools import partial
 from typing import NamedTuple
 
 from turbogate.sched.admission import Admission, Shed, TenantPolicy, Ticket, TierPolicy, clamp_retry
 from turbogate.sched.guard import KneeGuard
+from turbogate.sched.leases import LeaseBook
 from turbogate.sched.load import ReplicaLoad
 from turbogate.sched.picker import Health, HealthChange, Picker, Replica, ScrapeFailed
 from turbogate.sched.policy import FlowPolicy, PoolSpec, TenantSpec
+from turbogate.sched.regions import MeasureRtt, RegionPolicy, Regions, pool_view, rtt_probes, turbo_candidates
 from turbogate.sched.tiers import TIERS, Tier, parse_tier, resolve_tier
+from turbogate.sched.warmup import WarmUp, warm_result
 
 #: vLLM's ``priority`` field: lower is served first.
 PRIORITY: dict[Tier, int] = {Tier.TURBO: 0, Tier.STANDARD: 1, Tier.RELAX: 2}
@@ -65,7 +74,7 @@ class FlowRequest:
     pool: str
     model: str
     asked: Tier
-    served: Tier
+    served: Tier  # the tier it is served — and to be metered — at (a knee-guard downgrade lowers it)
     downgrade: str | None  # why served differs from asked
     stream: bool
     cost: float
@@ -79,6 +88,7 @@ class FlowRequest:
     dispatched_at: float | None = None
     first_byte_at: float | None = None
     status: int | None = None
+    client_region: str = ""  # L3's key for the client's region
 
     @property
     def done(self) -> bool:
@@ -111,7 +121,7 @@ class Probe(NamedTuple):
     replica: Replica
 
 
-Action = Dispatch | Respond | Cancel | Probe | HealthChange
+Action = Dispatch | Respond | Cancel | Probe | HealthChange | MeasureRtt | WarmUp
 
 _QUEUED, _UPSTREAM, _ANSWERING, _DONE = Phase.QUEUED, Phase.UPSTREAM, Phase.ANSWERING, Phase.DONE
 
@@ -140,7 +150,8 @@ class Flow:
         tenant_policies = {t.name: TenantPolicy(t.weight, t.max_in_flight) for t in policy.tenants}
         counts: dict[str, int] = {}  # shared: a tenant's max_in_flight spans every pool
         self.pools: dict[str, _Pool] = {}
-        self.pool_of_model: dict[str, str] = {}
+        self.pool_of_model: dict[str, str] = {}  # the first pool of each model
+        self.pools_of_model: dict[str, list[str]] = {}  # every pool of each model, for L3
         #: Knee guards of the pools that have a knee (sched/guard.py).
         self.guards: dict[str, KneeGuard] = {
             spec.name: KneeGuard(spec.knee, policy.guard) for spec in policy.pools if spec.knee is not None}
@@ -150,8 +161,10 @@ class Flow:
             admission = Admission(tier_policies, tenant_policies, tenant_counts=counts)
             self.pools[spec.name] = _Pool(spec, admission)
             for model in spec.models:
-                self.pool_of_model[model] = spec.name
+                self.pool_of_model.setdefault(model, spec.name)
+                self.pools_of_model.setdefault(model, []).append(spec.name)
         self._sync_holdback()
+        self.leases = LeaseBook(policy.leases)  # Turbo leases: a request naming one asks Turbo through it
         # Per tier, the queue-limit and deadline timers in arrival order (each limit is a constant
         # per tier, so arrival order is due order): O(1) per request instead of a heap.
         self._queue_timers: dict[Tier, deque[tuple[float, FlowRequest]]] = {t: deque() for t in TIERS}
@@ -162,6 +175,13 @@ class Flow:
         self._unscraped = any(not r.scraped for r in self.picker.replicas())
         self._health_at = 0.0 if self._unscraped else math.inf
         self._ids = 0
+        # L3 (sched/regions.py): probes run when pools carry regions or share a model.
+        self.regions = Regions(policy.regions or RegionPolicy(), {p.name: p.region for p in policy.pools})
+        self._turbo_capable = {p.name: p.turbo for p in policy.pools}
+        self.l3 = policy.regions is not None or any(len(p) > 1 for p in self.pools_of_model.values())
+        self._rtt_probe_at = 0.0 if self.l3 else math.inf
+        self._rtt_turn = 0
+        self._warm: list[Replica] = self.picker.replicas() if policy.warmup else []  # joined: warm them up
 
     # ---- switches ----------------------------------------------------------------------------
     def set_tier(self, tier: Tier, on: bool) -> None:
@@ -200,16 +220,20 @@ class Flow:
 
     def open(self, *, tenant: str, model: str, tier_body: object = None, tier_header: str | None = None,
              max_tokens: object = None, max_tokens_field: str = "max_tokens", prompt_bytes: int = 0,
-             stream: bool = False, now: float, handle: object = None) -> FlowRequest | Respond:
+             stream: bool = False, now: float, handle: object = None,
+             lease: str | None = None, client_region: str | None = None,
+             session: str | None = None) -> FlowRequest | Respond:
         """A parsed request from an authenticated ``tenant``: its pool, tier and cost, or the 4xx
-        that refuses it (unknown model, unknown tier word, ``max_tokens`` above the context)."""
+        that refuses it (unknown model, unknown tier word, ``max_tokens`` above the context).
+        With a ``lease`` id the lease decides: Turbo while it lives, else Standard and why.
+        ``client_region`` and ``session`` (``X-Session-Id``) feed L3's choice of pool."""
         spec = self.tenants[tenant]
         cap = self.policy.max_cost_tokens
         if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > cap:
             return Respond(None, 400, "invalid_value", f"{max_tokens_field} is {max_tokens}, above the context "
                            f"limit of {cap} tokens", param=max_tokens_field)
-        pool = self.pool_of_model.get(model)
-        if pool is None:
+        pools = self.pools_of_model.get(model)
+        if pools is None:
             return Respond(None, 404, "model_not_found", f"The model `{model}` does not exist or you do not have "
                            "access to it", param="model")
         if tier_body is not None:
@@ -224,7 +248,15 @@ class Flow:
                                param="X-Turbogate-Tier")
         else:
             asked = spec.default_tier
-        served, why = self.resolve(spec, asked)
+        lease_why = None
+        if lease is not None:  # the lease asks Turbo; once expired (or unknown) it gets Standard, and says why
+            asked = Tier.TURBO
+            lease_why = self.leases.check(lease, tenant, now)
+        served, why = self.resolve(spec, asked if lease_why is None else Tier.STANDARD)
+        why = lease_why or why
+        pool, client, fallback = self._choose_pool(pools, served, client_region, tenant, session, now)
+        if fallback is not None:  # every Turbo pool is down: served Standard by a Standard pool
+            served, why = Tier.STANDARD, fallback
         guard = self.guards.get(pool)
         if guard is not None:
             guard.observe(now)
@@ -238,7 +270,26 @@ class Flow:
         cost = float(min(tokens, cap)) + min(prompt_bytes / 4.0, float(cap))
         self._ids += 1
         priority = PRIORITY[served] if self.pools[pool].spec.priority_field else None
-        return FlowRequest(self._ids, tenant, pool, model, asked, served, why, stream, cost, now, handle, priority)
+        return FlowRequest(self._ids, tenant, pool, model, asked, served, why, stream, cost, now, handle, priority,
+                           client_region=client)
+
+    def _choose_pool(self, pools: list[str], served: Tier, client_region: str | None, tenant: str,
+                     session: str | None, now: float) -> tuple[str, str, str | None]:
+        """L3 (sched/regions.py): the pool, the client's region key, and why Turbo falls back."""
+        client = self.regions.client(client_region)
+        fallback = None
+        if served is Tier.TURBO:
+            healthy = {p: self.picker.slots(p, now) > 0 for p in pools} if len(pools) > 1 else {}
+            pools, fallback = turbo_candidates(pools, self._turbo_capable, healthy)
+        if len(pools) == 1:
+            return pools[0], client, fallback
+        tier = Tier.STANDARD if fallback is not None else served
+        tier_policy = self.policy.tiers.get(tier) or TierPolicy()
+        picker, regions = self.picker, self.regions
+        views = [regions.view(p, tier, now, partial(pool_view, p, picker, self.pools[p].admission, tier, tier_policy,
+                                                    now)) for p in pools]
+        choice = regions.choose(client, (tenant, session) if session else None, views, now)
+        return choice.pool, client, fallback
 
     # ---- admission -----------------------------------------------------------------------------
     def arrive(self, req: FlowRequest, now: float) -> list[Action]:
@@ -302,6 +353,8 @@ class Flow:
         req.phase = _UPSTREAM
         req.dispatched_at = now
         req.retried = req.retried or retry
+        if self.guards and not retry and req.pool in self.guards:  # signals for an online knee
+            self.guards[req.pool].dispatched(req.served is Tier.TURBO, now - req.arrival, now)
         if self.mode in ("turbogate", "fifo"):  # plain proxies let engines queue: a slow first byte is normal there
             self._first_byte_timers.append((now + self.policy.picker.slow_first_byte_s, req, replica))
         return Dispatch(req, replica, retry)
@@ -327,11 +380,17 @@ class Flow:
         return Respond(req, status, code, message, retry_after_s)
 
     # ---- upstream events -----------------------------------------------------------------------
-    def first_byte(self, req: FlowRequest, now: float) -> list[Action]:
+    def first_byte(self, req: FlowRequest, now: float, headers_at: float | None = None) -> list[Action]:
+        """The answer began.  ``headers_at``: when a stream's response headers came (engines send
+        them before prefill), so dispatch → headers is a round trip, an L3 latency sample."""
         if req.phase is _UPSTREAM:
             self._leave_upstream(req)
             req.phase = _ANSWERING
             req.first_byte_at = now
+            if self.guards and req.pool in self.guards:
+                self.guards[req.pool].first_byte(req.served is Tier.TURBO, now - req.arrival, now)
+            if self.l3 and headers_at is not None and req.dispatched_at is not None:
+                self.regions.observe(req.client_region, req.pool, headers_at - req.dispatched_at)
         return []
 
     def finished(self, req: FlowRequest, now: float, status: int = 200) -> list[Action]:
@@ -342,6 +401,8 @@ class Flow:
         if replica is not None:
             self.picker.on_response(replica, status, now - (req.dispatched_at or now), now)
         self._close(req, status, now, count_service=status < 500)
+        if self.guards and status < 500 and req.pool in self.guards:
+            self.guards[req.pool].completed(now)
         return self._after(req, now)
 
     def failed(self, req: FlowRequest, now: float, failure: Failure) -> list[Action]:
@@ -386,6 +447,7 @@ class Flow:
     def _health(self, out: list[Action]) -> list[Action]:
         changes = self.picker.take_health_changes()
         if changes:
+            self.regions.forget_views()  # L3 reads the pools afresh
             for change in changes:
                 if not change.healthy:
                     self._probe_at = min(self._probe_at, change.replica.next_probe_at)
@@ -395,7 +457,9 @@ class Flow:
     # ---- timers --------------------------------------------------------------------------------
     def wake_at(self) -> float:
         """When ``tick`` next has work (math.inf: nothing is due)."""
-        due = min(self._probe_at, self._health_at)
+        due = min(self._probe_at, self._health_at, self._rtt_probe_at)
+        if self._warm:
+            return 0.0  # replicas joined: their warm-ups are due now
         for timers in (self._queue_timers, self._deadline_timers):
             for q in timers.values():
                 while q and q[0][1].phase is _DONE:
@@ -448,6 +512,13 @@ class Flow:
         if now >= self._health_at:
             self._health_at = now + self.policy.health_interval_s
             out.extend(Probe(r) for r in self.picker.replicas() if not r.scraped and r.health is Health.HEALTHY)
+        if now >= self._rtt_probe_at:
+            self._rtt_probe_at = now + self.regions.policy.probe_interval_s
+            self._rtt_turn += 1
+            out.extend(rtt_probes(self.picker, list(self.pools), self._rtt_turn))
+        if self._warm:
+            out.extend(self._warm_ups(self._warm))
+            self._warm = []
         self._health(out)
         for name in touched:
             self._pump(self.pools[name], now, out)
@@ -457,12 +528,33 @@ class Flow:
     def scraped(self, replica_id: str, result: ReplicaLoad | ScrapeFailed, now: float) -> list[Action]:
         replica = self.picker.get(replica_id)
         self.picker.on_scrape(replica, result, now)
+        if isinstance(result, ReplicaLoad) and replica.pool in self.guards:
+            self.guards[replica.pool].scraped(replica_id, result.kv_usage, result.waiting)
         return self._pump_all(now, self._health([]))
 
     def probed(self, replica_id: str, ok: bool, now: float) -> list[Action]:
-        self.picker.on_probe(self.picker.get(replica_id), ok, now)
+        replica = self.picker.get(replica_id)
+        was = replica.health
+        self.picker.on_probe(replica, ok, now)
         self._probe_at = self.picker.next_probe_at()
+        out: list[Action] = []
+        if self.policy.warmup and was is Health.EJECTED and replica.health is Health.HEALTHY:
+            out.extend(self._warm_ups([replica]))  # it came back: warm it up
+        return self._pump_all(now, self._health(out))
+
+    def rtt_measured(self, replica_id: str, rtt_s: float | None, now: float) -> list[Action]:
+        """A ``MeasureRtt`` came back after ``rtt_s`` (None: it failed; health is the probes' job)."""
+        if rtt_s is not None:
+            self.regions.probed(self.picker.get(replica_id).pool, rtt_s)
+        return []
+
+    def warmed(self, replica_id: str, ok: bool, now: float) -> list[Action]:
+        """A ``WarmUp`` was answered (``ok``: a 2xx) or failed."""
+        warm_result(self.picker, self.picker.get(replica_id), ok, now)
         return self._pump_all(now, self._health([]))
+
+    def _warm_ups(self, replicas: Iterable[Replica]) -> list[Action]:
+        return [WarmUp(r, self.pools[r.pool].spec.models[0]) for r in replicas]
 
     def _pump_all(self, now: float, out: list[Action]) -> list[Action]:
         if self.mode not in ("round-robin", "least-outstanding"):

@@ -15,8 +15,10 @@ An admin override (``force``) pins the state either way.  Every change is kept a
 the signals that caused it, for ``GET /admin/events``.
 
 Knee sources, in the order a deployment usually has them: a run folder from ``bench`` or
-``sim`` (its measured knee), the planner's prediction for the pool's hardware and model, or a
-fixed value from the config.  ``KneeSource`` names the one in force.
+``sim`` (its measured knee), the planner's prediction for the pool's hardware and model, a
+fixed value from the config, or an estimate learnt online from live signals
+(sched/knee_online.py; the guard stays open until it first sees the pool saturate).
+``KneeSource`` names the one in force.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+from turbogate.sched.knee_online import OnlineKnee, OnlineKneePolicy
 
 
 class GuardState(StrEnum):
@@ -34,7 +38,8 @@ class GuardState(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class KneeSource:
-    """Where the knee comes from: ``run`` (a bench/sim run folder), ``planner`` or ``config``."""
+    """Where the knee comes from: ``run`` (a bench/sim run folder), ``planner``, ``config``, or
+    ``online`` (learnt from live signals: ``knee_rps`` is then unused)."""
 
     kind: str
     knee_rps: float
@@ -47,12 +52,15 @@ class GuardPolicy:
 
     enter_capped: float = 0.9
     leave_capped: float = 0.8
-    enter_closed: float = 1.3
-    leave_closed: float = 1.1
+    # Closed only far past the knee: capped already holds Turbo to a rate that keeps its SLO at
+    # 2× the knee (benchmarks/guard_abc.py); closing there would only move Turbo into Standard's queue.
+    enter_closed: float = 3.0
+    leave_closed: float = 2.5
     min_dwell_s: float = 10.0
     turbo_share: float = 0.3  # capped: Turbo grants per second at most this share of the knee
     burst_s: float = 2.0  # the bucket holds this many seconds of its rate
     rate_tau_s: float = 10.0  # time constant of the offered-load estimate
+    online: OnlineKneePolicy = field(default_factory=OnlineKneePolicy)  # knee source "online"
 
     def __post_init__(self) -> None:
         if not 0 < self.leave_capped < self.enter_capped <= self.leave_closed < self.enter_closed:
@@ -87,6 +95,17 @@ class KneeGuard:
     _rate_at: float = 0.0
     _tokens: float = 0.0
     _tokens_at: float = 0.0
+    online: OnlineKnee | None = None  # the estimator, for knee source "online"
+
+    def __post_init__(self) -> None:
+        if self.source.kind == "online" and self.online is None:
+            self.online = OnlineKnee(self.policy.online)
+
+    def knee(self, now: float) -> float | None:
+        """The knee in force (req/s, all tiers); ``None`` while an online estimate is still learning."""
+        if self.online is None:
+            return self.source.knee_rps
+        return self.online.knee(now, capped=self.state is not GuardState.OPEN)
 
     # ---- signals -------------------------------------------------------------------------
     def load_rps(self, now: float) -> float:
@@ -98,7 +117,26 @@ class KneeGuard:
         """A request of the pool arrived (any tier)."""
         self._rate = self.load_rps(now) + 1.0 / self.policy.rate_tau_s
         self._rate_at = now
+        if self.online is not None:
+            self.online.arrived(now)
         self._update(now)
+
+    # The flow's other events, for the online estimate (no-ops for a fixed knee).
+    def dispatched(self, turbo: bool, queue_s: float, now: float) -> None:
+        if self.online is not None:
+            self.online.dispatched(turbo, queue_s, now)
+
+    def first_byte(self, turbo: bool, ttft_s: float, now: float) -> None:
+        if self.online is not None:
+            self.online.first_byte(turbo, ttft_s, now)
+
+    def completed(self, now: float) -> None:
+        if self.online is not None:
+            self.online.completed(now)
+
+    def scraped(self, replica: str, kv_usage: float | None, waiting: float | None) -> None:
+        if self.online is not None:
+            self.online.scraped(replica, kv_usage, waiting)
 
     # ---- states ----------------------------------------------------------------------------
     def current(self, now: float) -> GuardState:
@@ -110,7 +148,10 @@ class KneeGuard:
             return
         p = self.policy
         load = self.load_rps(now)
-        x = load / self.source.knee_rps if self.source.knee_rps > 0 else math.inf
+        knee = self.knee(now)
+        if knee is None:  # an online estimate still learning: nothing to guard against yet
+            return
+        x = load / knee if knee > 0 else math.inf
         target = self.state
         if self.state is GuardState.OPEN:
             if x >= p.enter_closed:
@@ -127,16 +168,19 @@ class KneeGuard:
         elif x < p.leave_closed:
             target = GuardState.CAPPED
         if target is not self.state:
-            self._move(now, target, load, f"load {x:.2f}× the knee")
+            why = f"load {x:.2f}× the knee"
+            if self.online is not None:
+                why += f" (online: {'; '.join(self.online.reasons) or 'no saturation signal'})"
+            self._move(now, target, load, knee, why)
 
-    def _move(self, now: float, target: GuardState, load: float, why: str) -> None:
-        self.events.append(GuardEvent(now, self.state, target, load, self.source.knee_rps, why))
+    def _move(self, now: float, target: GuardState, load: float, knee: float, why: str) -> None:
+        self.events.append(GuardEvent(now, self.state, target, load, knee, why))
         if len(self.events) > 1000:
             del self.events[:500]
         self.state = target
         self.since = now
         if target is GuardState.CAPPED:  # a full bucket on entry: the cap, not a sudden stop
-            self._tokens = self.policy.turbo_share * self.source.knee_rps * self.policy.burst_s
+            self._tokens = self.policy.turbo_share * knee * self.policy.burst_s
             self._tokens_at = now
 
     def override(self, state: GuardState | None, now: float) -> None:
@@ -145,7 +189,7 @@ class KneeGuard:
         self.force = state
         after = state or self.state
         if after is not before:
-            self.events.append(GuardEvent(now, before, after, self.load_rps(now), self.source.knee_rps,
+            self.events.append(GuardEvent(now, before, after, self.load_rps(now), self.knee(now) or 0.0,
                                           "admin override" if state else "admin released the override"))
 
     # ---- decisions ---------------------------------------------------------------------------
@@ -157,7 +201,7 @@ class KneeGuard:
             return None
         if state is GuardState.CLOSED:
             return "knee_guard_closed"
-        rate = self.policy.turbo_share * self.source.knee_rps
+        rate = self.policy.turbo_share * (self.knee(now) or 0.0)
         cap = rate * self.policy.burst_s
         self._tokens = min(cap, self._tokens + (now - self._tokens_at) * rate)
         self._tokens_at = now
@@ -167,6 +211,11 @@ class KneeGuard:
         return "knee_guard_capped"
 
     def describe(self, now: float) -> dict[str, object]:
-        return {"state": self.current(now).value, "forced": self.force is not None,
-                "knee_rps": self.source.knee_rps, "knee_source": self.source.kind, "knee_detail": self.source.detail,
-                "load_rps": round(self.load_rps(now), 3), "since": self.since}
+        knee = self.knee(now)
+        out: dict[str, object] = {
+            "state": self.current(now).value, "forced": self.force is not None,
+            "knee_rps": None if knee is None else round(knee, 3), "knee_source": self.source.kind,
+            "knee_detail": self.source.detail, "load_rps": round(self.load_rps(now), 3), "since": self.since}
+        if self.online is not None:
+            out["online"] = self.online.describe(now)
+        return out

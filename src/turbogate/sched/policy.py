@@ -10,7 +10,9 @@ from typing import Literal
 
 from turbogate.sched.admission import TierPolicy
 from turbogate.sched.guard import GuardPolicy, KneeSource
+from turbogate.sched.leases import LeasePolicy
 from turbogate.sched.picker import PickerConfig
+from turbogate.sched.regions import RegionPolicy
 from turbogate.sched.tiers import Tier
 
 #: ``turbogate``: the full policy.  ``fifo``: the gateway queue ignores tiers (one FIFO, no
@@ -43,6 +45,8 @@ class PoolSpec:
     replicas: tuple[ReplicaSpec, ...]
     priority_field: bool = False  # engines run vLLM --scheduling-policy priority
     knee: KneeSource | None = None  # with a knee, the pool's Turbo grants pass a knee guard
+    region: str | None = None  # where the pool runs (L3, sched/regions.py)
+    turbo: bool = True  # Turbo-capable: False makes it a Standard pool, Turbo's fallback only
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +61,9 @@ class FlowPolicy:
     default_max_tokens: int = 256  # a request's cost when it names no max_tokens
     max_cost_tokens: int = 131072  # bound on one request's fair-queue cost (tokens)
     guard: GuardPolicy = field(default_factory=GuardPolicy)
+    leases: LeasePolicy = field(default_factory=LeasePolicy)  # Turbo leases (sched/leases.py)
+    regions: RegionPolicy | None = None  # L3 settings; None: defaults, and no probes unless pools share a model
+    warmup: bool = False  # warm a replica up when it joins or comes back (sched/warmup.py)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

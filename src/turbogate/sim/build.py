@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, cast
 
 from turbogate.bench.options import LoadOptions
-from turbogate.config import GatewayConfig, flow_policy, hash_key, knee_source
+from turbogate.config import GatewayConfig, flow_policy, hash_key, knee_source, region_policy
 from turbogate.engine import EngineConfig
 from turbogate.errors import CatalogError, ConfigError
 from turbogate.sched.flow import Flow
 from turbogate.sched.policy import MODES, Mode, PoolSpec, ReplicaSpec
+from turbogate.sched.regions import RegionPolicy
 from turbogate.sim.core import Simulation
 from turbogate.sim.fleet import Fleet
+from turbogate.sim.regions import sim_regions
 from turbogate.sim.replica import SimReplica, group_deployment
 from turbogate.sim.requests import RequestSource
 
@@ -97,7 +99,9 @@ def build_replicas(sc: SimConfig) -> tuple[list[SimReplica], list[PoolSpec]]:
                 mine.append(ReplicaSpec(id=rid, max_concurrency=g.max_concurrency or gp.replicas[0].max_concurrency,
                                         scraped=True))
         specs.append(PoolSpec(fp.name, models=tuple(gp.models), priority_field=gp.scheduling_policy == "priority",
-                              replicas=tuple(mine), knee=knee_source(gp)))  # the pool's knee guard, as served
+                              replicas=tuple(mine),
+                              knee=knee_source(gp, cfg.knee_guard.online, len(mine)),  # its knee guard, as served
+                              region=fp.region or gp.region, turbo=gp.turbo))
     return reps, specs
 
 
@@ -109,13 +113,18 @@ def build_simulation(sc: SimConfig, progress: Callable[[float], None] | None = N
     model = sc.resolved_model()
     if not any(model in s.models for s in specs):
         raise ConfigError(f"--model {model!r} is served by no pool of the fleet")
-    flow = Flow(flow_policy(sc.gateway, pools=specs, mode=cast(Mode, sc.policy)))
-    source = RequestSource(sc.load, chat=sc.chat, ignore_eos=sc.ignore_eos, min_tokens=sc.min_tokens)
+    policy = flow_policy(sc.gateway, pools=specs, mode=cast(Mode, sc.policy))
     fleet = sc.fleet
+    regions = sim_regions(fleet, {s.name: s.region for s in specs})
+    if regions is not None:  # L3 ranks pools with the fleet's RTT table (the gateway's config holds its own)
+        base = region_policy(sc.gateway.regions) or RegionPolicy()
+        policy = replace(policy, regions=replace(base, rtt_ms=fleet.region_rtt_ms))
+    flow = Flow(policy)
+    source = RequestSource(sc.load, chat=sc.chat, ignore_eos=sc.ignore_eos, min_tokens=sc.min_tokens)
     outages = [(o.down_at_s, o.replica, False) for o in fleet.failures]
     outages += [(o.up_at_s, o.replica, True) for o in fleet.failures if o.up_at_s is not None]
     sim = Simulation(flow, reps, source, model=model, tenants=_tenants(sc.gateway, sc.api_keys), stream=sc.stream,
                      c2g_s=fleet.network.client_gateway_ms / 1000,
                      scrape_interval_s=fleet.scrape.interval_s or sc.gateway.scrape.interval_s,
-                     staleness_s=fleet.scrape.staleness_s, outages=outages, progress=progress)
+                     staleness_s=fleet.scrape.staleness_s, outages=outages, progress=progress, regions=regions)
     return sim, source

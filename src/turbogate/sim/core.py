@@ -22,6 +22,8 @@ from turbogate.results import RequestRecord
 from turbogate.sched.flow import Cancel, Dispatch, Failure, Flow, FlowRequest, Probe, Respond
 from turbogate.sched.load import ReplicaLoad
 from turbogate.sched.picker import ScrapeFailed
+from turbogate.sched.regions import MeasureRtt
+from turbogate.sim.regions import SimRegions
 from turbogate.sim.replica import SimReplica
 from turbogate.sim.requests import SimRequest
 
@@ -33,7 +35,7 @@ _TIER_BODY = {"turbo": "priority", "standard": "default", "relax": "flex"}
 class Call:
     """One request's life in the simulation (the Flow's ``handle``)."""
 
-    __slots__ = ("attempt", "closed", "first_at", "flow", "rep", "rid", "sim", "t_sent")
+    __slots__ = ("attempt", "closed", "first_at", "flow", "leg", "rep", "rid", "sim", "t_sent")
 
     def __init__(self, sim: SimRequest, t_sent: float) -> None:
         self.sim = sim
@@ -44,6 +46,7 @@ class Call:
         self.attempt = 0  # bumped per dispatch and per failure: stale engine news is dropped
         self.first_at: float | None = None  # client saw the first byte
         self.closed = False  # its record is written
+        self.leg = 0.0  # client-leg round trip to its pool's region (L3, sim/regions.py)
 
 
 class Simulation:
@@ -52,8 +55,9 @@ class Simulation:
     def __init__(self, flow: Flow, replicas: list[SimReplica], requests: Iterable[SimRequest], *, model: str,
                  tenants: list[str], stream: bool = True, c2g_s: float = 0.0, scrape_interval_s: float = 1.0,
                  staleness_s: float = 0.0, outages: Iterable[tuple[float, str, bool]] = (),
-                 progress: Callable[[float], None] | None = None) -> None:
+                 progress: Callable[[float], None] | None = None, regions: SimRegions | None = None) -> None:
         self.flow = flow
+        self.regions = regions
         self.replicas = {r.id: r for r in replicas}
         self._scraped = [r for r in replicas if r.scraped]
         self._requests: Iterator[SimRequest] = iter(requests)
@@ -128,6 +132,9 @@ class Simulation:
             elif kind is Probe:
                 rep = self.replicas[a.replica.id]
                 self._push(now + 2 * rep.delay, self._probed, rep)
+            elif kind is MeasureRtt:  # L3's round-trip probe: back after the gateway↔pool round trip
+                rep = self.replicas[a.replica.id]
+                self._push(now + 2 * rep.delay, self._rtt_measured, rep)
 
     # ---- client and gateway ---------------------------------------------------------------
 
@@ -143,14 +150,18 @@ class Simulation:
         self._open += 1
         call = Call(req, req.t)
         tier = req.tier
+        regions = self.regions
+        region = regions.region_of(req.id) if regions is not None else None
         r = self.flow.open(tenant=self.tenants[req.api_key or 0], model=self.model,
                            tier_body=_TIER_BODY[tier] if tier else None, tier_header=tier,
                            max_tokens=req.max_tokens, prompt_bytes=4 * req.prompt_tokens, stream=self.stream,
-                           now=now, handle=call)
+                           now=now, handle=call, client_region=region)
         if isinstance(r, Respond):
             self._close(call, now + self.c2g, r.status, f"HTTP {r.status}: {r.message}")
             return
         call.flow = r
+        if regions is not None:
+            call.leg = regions.leg_s(region, r.pool)
         self._act(self.flow.arrive(r, now), now)
 
     def _respond(self, a: Respond, now: float) -> None:
@@ -236,8 +247,10 @@ class Simulation:
         fr = call.flow
         if attempt != call.attempt or fr is None or fr.done:
             return
-        call.first_at = now + self.c2g
-        self._act(self.flow.first_byte(fr, now), now)
+        call.first_at = now + self.c2g + call.leg
+        rep, sent = call.rep, fr.dispatched_at  # a stream's headers come back one round trip after dispatch
+        headers_at = sent + 2 * rep.delay if rep is not None and sent is not None else None
+        self._act(self.flow.first_byte(fr, now, headers_at), now)
 
     def _finished(self, now: float, arg: tuple[Call, int, int]) -> None:
         call, attempt, out = arg
@@ -245,12 +258,12 @@ class Simulation:
         if attempt != call.attempt or fr is None or fr.done:
             return
         if call.first_at is None:  # not streamed: the first byte is the whole answer
-            call.first_at = now + self.c2g
+            call.first_at = now + self.c2g + call.leg
             self._act(self.flow.first_byte(fr, now), now)
             if fr.done:
                 return
         actions = self.flow.finished(fr, now, status=200)
-        self._close(call, now + self.c2g, 200, None, out)
+        self._close(call, now + self.c2g + call.leg, 200, None, out)
         self._act(actions, now)
 
     def _rejected(self, now: float, arg: tuple[Call, int, int]) -> None:
@@ -288,6 +301,9 @@ class Simulation:
 
     def _up(self, now: float, rep: SimReplica) -> None:
         rep.down = False
+
+    def _rtt_measured(self, now: float, rep: SimReplica) -> None:
+        self._act(self.flow.rtt_measured(rep.id, None if rep.down else 2 * rep.delay, now), now)
 
     def _probed(self, now: float, rep: SimReplica) -> None:
         self._act(self.flow.probed(rep.id, not rep.down, now), now)

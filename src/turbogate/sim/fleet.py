@@ -44,7 +44,8 @@ class ReplicaGroup(_Model):
 class PoolFleet(_Model):
     name: str = Field(min_length=1, description="a pool of the gateway config, by name")
     replicas: list[ReplicaGroup] = Field(min_length=1)
-    region: str | None = Field(None, description="for region-aware routing (L3); recorded, not yet used")
+    region: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,32}$",
+                               description="the pool's region for L3 (default: the gateway config's)")
     rtt_ms: float = Field(0.0, ge=0, description="extra gateway↔pool round trip, added to every call")
 
 
@@ -75,6 +76,11 @@ class Fleet(_Model):
     scrape: ScrapeSim = ScrapeSim.model_validate({})  # frozen, so one shared default is safe
     network: Network = Network.model_validate({})  # frozen, so one shared default is safe
     failures: list[Outage] = Field(default_factory=list)
+    clients: dict[str, float] = Field(
+        default_factory=dict, description="client region → share of the requests (L3; none: no client regions)")
+    region_rtt_ms: dict[str, dict[str, float]] = Field(
+        default_factory=dict, description="client region → pool region → round trip in ms: what a client pays to "
+        "reach the pool's region, and the table L3 ranks pools with")
 
     @model_validator(mode="after")
     def _known_replicas(self) -> Fleet:
@@ -82,6 +88,13 @@ class Fleet(_Model):
         if len(set(names)) != len(names):
             raise ValueError("pools: names must be unique")
         sizes = {p.name: sum(g.count for g in p.replicas) for p in self.pools}
+        for region, share in self.clients.items():
+            if not share > 0:
+                raise ValueError(f"clients.{region}: the share must be > 0")
+        for client, table in self.region_rtt_ms.items():
+            for region, ms in table.items():
+                if ms < 0:
+                    raise ValueError(f"region_rtt_ms.{client}.{region}: must be >= 0")
         for i, f in enumerate(self.failures):
             pool, _, idx = f.replica.rpartition("/")
             if pool not in sizes or int(idx) >= sizes[pool]:

@@ -1,0 +1,225 @@
+"""L4 job graphs over HTTP: ``POST /v1/jobs``, ``GET /v1/jobs/{id}``, ``DELETE /v1/jobs/{id}``.
+
+The checks and the job's progress are the pure core's (sched/jobgraph.py, sched/jobrun.py); this
+module only moves bytes.  Each ready step runs as an ordinary chat completion through the
+gateway's own entry (``GatewayApp.handle_http`` with the job's headers): the same auth, tier
+resolution, L1 admission, replica choice, retry and deadline as any request — nothing is
+duplicated, and independent steps run at the same time as separate requests.  Jobs live in the
+worker process that accepted them (like the switches; see docs/gateway.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from turbogate.asgi import Message, Receive, Scope, Send, error_body, read_body, send_bytes, send_error, send_json
+from turbogate.sched.jobgraph import JobGraph, Problem, check_job
+from turbogate.sched.jobrun import JobRun, StartStep
+
+if TYPE_CHECKING:
+    from turbogate.gateway.app import GatewayApp
+
+log = logging.getLogger("turbogate.gateway")
+
+PREFIX = "/v1/jobs"
+CHAT_PATH = "/v1/chat/completions"
+# Headers of the job's own request that are not passed on to its steps (each step has its own body).
+_NOT_COPIED = frozenset({b"content-length", b"content-type", b"transfer-encoding", b"expect", b"connection"})
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    id: str
+    tenant: str
+    run: JobRun
+    headers: list[tuple[bytes, bytes]]  # what each step's request carries (auth, lease, tier header)
+    client: Any
+    created_wall: float
+    served: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)  # step → (tier, downgrade)
+    aborts: dict[str, asyncio.Event] = field(default_factory=dict)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+
+def problems_body(problems: list[Problem] | tuple[Problem, ...]) -> bytes:
+    """A 400 in the OpenAI error shape naming the first problem's field, with every problem listed."""
+    first = problems[0]
+    body = orjson.loads(error_body(400, "; ".join(map(str, problems)), param=first.field, code=first.kind))
+    body["error"]["problems"] = [{"kind": p.kind, "step": p.step, "field": p.field, "message": p.message}
+                                 for p in problems]
+    return orjson.dumps(body)
+
+
+class JobsApi:
+    def __init__(self, app: GatewayApp) -> None:
+        self.app = app
+        self.limits = app.config.jobs.limits()
+        self.keep_s = app.config.jobs.keep_s
+        self.max_jobs = app.config.jobs.max_jobs
+        self.jobs: dict[str, Job] = {}
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"].rstrip("/")
+        method: str = scope["method"]
+        tenant = self.app._tenant(scope)
+        if tenant is None:
+            await self.app._unauthorized(send)
+            return
+        if path == PREFIX:
+            if method != "POST":
+                await send_error(send, 405, f"{PREFIX} takes POST", code="method_not_allowed")
+                return
+            await self._create(scope, receive, send, tenant.name)
+            return
+        job_id = path[len(PREFIX) + 1:]
+        job = self.jobs.get(job_id)
+        if "/" in job_id or job is None or job.tenant != tenant.name:  # another tenant's job is not found either
+            await send_error(send, 404, f"no job {job_id!r}", param="id", code="job_not_found")
+        elif method == "GET":
+            await send_json(send, 200, self.view(job))
+        elif method == "DELETE":
+            for step in job.run.cancel(time.perf_counter()):
+                job.aborts[step].set()  # its request sees the client leave: the flow cancels it
+            if job.run.done:
+                job.headers = []
+            await send_json(send, 200, self.view(job))
+        else:
+            await send_error(send, 405, f"{PREFIX}/{{id}} takes GET or DELETE", code="method_not_allowed")
+
+    async def _create(self, scope: Scope, receive: Receive, send: Send, tenant: str) -> None:
+        body = await read_body(receive, self.app.max_body)  # BodyTooLarge → 413 by the caller
+        if body is None:
+            return
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            await send_error(send, 400, f"job body is not valid JSON: {exc}", code="invalid_json")
+            return
+        graph = check_job(data, self.limits)
+        problems = list(graph.problems) or self._unknown_models(graph)
+        if problems:
+            await send_bytes(send, 400, problems_body(problems))
+            return
+        now = time.perf_counter()
+        if not self._make_room(now):
+            await send_error(send, 429, f"this worker already holds {self.max_jobs} unfinished jobs (jobs.max_jobs)",
+                             code="too_many_jobs", headers=[(b"retry-after", b"5")])
+            return
+        job = Job("job_" + secrets.token_hex(12), tenant, JobRun(graph, now),
+                  [(k, v) for k, v in scope["headers"] if k not in _NOT_COPIED], scope.get("client"), time.time())
+        self.jobs[job.id] = job
+        self._start(job, job.run.start(now))
+        await send_json(send, 202, self.view(job))
+
+    def _unknown_models(self, graph: JobGraph) -> list[Problem]:
+        known = self.app.rt.flow.pool_of_model
+        return [Problem("unknown_model", s.id, f"steps[{i}].request.model", f"the model {s.request['model']!r} is "
+                        "not served here") for i, s in enumerate(graph.steps) if s.request.get("model") not in known]
+
+    def _make_room(self, now: float) -> bool:
+        """Forget finished jobs past ``keep_s``; at the cap, the oldest finished.  False if all run."""
+        for job in [j for j in self.jobs.values() if j.run.finished_at is not None
+                    and j.run.finished_at + self.keep_s <= now]:
+            del self.jobs[job.id]
+        if len(self.jobs) < self.max_jobs:
+            return True
+        done = [j for j in self.jobs.values() if j.run.done]
+        if not done:
+            return False
+        oldest = min(done, key=lambda j: j.run.finished_at or 0.0)
+        del self.jobs[oldest.id]
+        return True
+
+    # ---- running steps ----------------------------------------------------------------------------
+    def _start(self, job: Job, starts: list[StartStep]) -> None:
+        loop = asyncio.get_running_loop()
+        for start in starts:
+            job.aborts[start.step] = asyncio.Event()
+            task = loop.create_task(self._run_step(job, start))
+            job.tasks.add(task)
+            task.add_done_callback(job.tasks.discard)
+
+    async def _run_step(self, job: Job, start: StartStep) -> None:
+        try:
+            nexts = await self._call(job, start)
+        except Exception:  # a bug, not the step's fault: fail the step rather than leave the job running
+            log.exception("job %s step %s: internal error", job.id, start.step)
+            nexts = job.run.failed(start.step, "internal gateway error", time.perf_counter(), 500)
+        if job.run.done:
+            job.headers = []  # the key it carried is not kept longer than the job runs
+        self._start(job, nexts)
+
+    async def _call(self, job: Job, start: StartStep) -> list[StartStep]:
+        """Run one step as a chat request through the gateway's entry; report its answer to the run."""
+        body = orjson.dumps(start.request)
+        abort = job.aborts[start.step]
+        sent = False
+
+        async def receive() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await abort.wait()  # DELETE: the step's request sees its client leave
+            return {"type": "http.disconnect"}
+
+        status: int | None = None
+        headers: dict[bytes, bytes] = {}
+        chunks: list[bytes] = []
+
+        async def send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers.update((bytes(k).lower(), bytes(v)) for k, v in message.get("headers", []))
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+
+        scope: Scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                        "scheme": "http", "path": CHAT_PATH, "raw_path": CHAT_PATH.encode(), "query_string": b"",
+                        "root_path": "", "client": job.client, "server": None,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(body)).encode()), *job.headers]}
+        await self.app.handle_http(scope, receive, send)
+        now = time.perf_counter()
+        tier = headers.get(b"x-turbogate-tier")
+        downgrade = headers.get(b"x-turbogate-downgrade")
+        job.served[start.step] = (tier.decode() if tier else None, downgrade.decode() if downgrade else None)
+        raw = b"".join(chunks)
+        try:
+            output: Any = orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError:
+            output = raw.decode("utf-8", "replace")
+        if abort.is_set() and status in (None, 499):
+            return job.run.aborted(start.step, now)
+        if status == 200:
+            return job.run.succeeded(start.step, output, now)
+        error = output.get("error") if isinstance(output, dict) else None
+        message = error.get("message") if isinstance(error, dict) else None
+        return job.run.failed(start.step, f"HTTP {status}: {message or 'no answer'}", now, status, output)
+
+    # ---- the view ---------------------------------------------------------------------------------
+    def view(self, job: Job) -> dict[str, Any]:
+        run = job.run
+        t0 = run.created_at
+
+        def rel(t: float | None) -> float | None:
+            return None if t is None else round(t - t0, 6)
+
+        steps = []
+        for sid, r in run.steps.items():
+            tier, downgrade = job.served.get(sid, (None, None))
+            steps.append({"id": sid, "status": r.status.value, "depends_on": list(r.step.depends_on),
+                          "service_tier": tier, "downgrade": downgrade, "http_status": r.http_status,
+                          "started_s": rel(r.started_at), "finished_s": rel(r.finished_at), "error": r.error,
+                          "request": r.request, "output": r.output})
+        return {"id": job.id, "object": "job", "status": run.status.value, "service_tier": run.graph.tier,
+                "created_at": int(job.created_wall), "finished_s": rel(run.finished_at),
+                "order": list(run.graph.order), "depth": run.graph.depth, "fan_out": run.graph.fan_out,
+                "steps": steps}

@@ -1,0 +1,168 @@
+"""Turbo leases over HTTP and WebSocket; the rules are the pure core's (sched/leases.py).
+
+``POST /v1/turbo/leases`` — grant a lease (tenants entitled to Turbo only; else 403);
+``GET /v1/turbo/leases/{id}`` — its state;
+``POST /v1/turbo/leases/{id}/heartbeat`` — keep it alive (410 once expired);
+``WS /v1/turbo/leases/{id}/ws`` — every message from the client is a heartbeat, answered with the
+lease's state; the server also sends the state when it changes (warn), and closes with code
+4001 when the lease expires.
+
+A request with ``X-Turbogate-Lease: <id>`` is served Turbo while the lease lives and Standard
+after (``X-Turbogate-Downgrade: lease_expired``): that rule is the flow's (``Flow.open``).
+Leases live in the worker process that granted them (see docs/gateway.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import secrets
+import time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from turbogate.asgi import Message, Receive, Scope, Send, header, send_error, send_json
+from turbogate.sched.leases import Lease, LeaseExpired, LeaseState, TooManyLeases, UnknownLease
+from turbogate.sched.tiers import Tier
+
+if TYPE_CHECKING:
+    from turbogate.gateway.app import GatewayApp
+
+PREFIX = "/v1/turbo/leases"
+WS_EXPIRED = 4001  # close code sent when the lease expires (4000-4999: the application's own)
+
+
+def view(app: GatewayApp, lease: Lease, now: float, renewed: bool | None = None) -> dict[str, Any]:
+    p = app.rt.flow.leases.policy
+    # An expired lease has no time left; its expires_at is when it expired.
+    remaining = 0.0 if lease.expired_at is not None else lease.remaining(now)
+    ends = now + remaining if lease.expired_at is None else lease.expired_at
+    out: dict[str, Any] = {
+        "id": lease.id, "object": "turbo.lease", "state": lease.state.value, "reason": lease.reason,
+        "expires_in_s": round(remaining, 3), "expires_at": round(time.time() + ends - now, 3),
+        "silent_s": round(now - lease.last_heartbeat, 3), "renewals": lease.renewals,
+        "heartbeat": {"interval_s": p.ping_interval_s, "warn_after_s": p.warn_after_s,
+                      "expire_after_s": p.expire_after_s, "http": f"{PREFIX}/{lease.id}/heartbeat",
+                      "ws": f"{PREFIX}/{lease.id}/ws"},
+    }
+    if renewed is not None:
+        out["renewed"] = renewed
+    return out
+
+
+async def handle(app: GatewayApp, scope: Scope, receive: Receive, send: Send) -> None:
+    tenant = app._tenant(scope)
+    if tenant is None:
+        await app._unauthorized(send)
+        return
+    book = app.rt.flow.leases
+    method: str = scope["method"]
+    parts = scope["path"][len(PREFIX):].strip("/").split("/")
+    now = time.perf_counter()
+    if parts == [""]:
+        if method != "POST":
+            await send_error(send, 405, f"{PREFIX} takes POST", code="method_not_allowed")
+            return
+        if Tier.TURBO not in app.rt.flow.tenants[tenant.name].allowed:
+            await send_error(send, 403, f"tenant {tenant.name!r} is not entitled to Turbo, so it cannot hold a "
+                             "Turbo lease", code="not_entitled")
+            return
+        try:
+            lease = book.grant("lease_" + secrets.token_urlsafe(16), tenant.name, now)
+        except TooManyLeases as exc:
+            await send_error(send, 429, str(exc), code="too_many_leases", headers=[(b"retry-after", b"60")])
+            return
+        await send_json(send, 201, view(app, lease, now))
+        return
+    try:
+        if len(parts) == 1 and method == "GET":
+            await send_json(send, 200, view(app, book.get(parts[0], tenant.name, now), now))
+        elif len(parts) == 2 and parts[1] == "heartbeat" and method == "POST":
+            lease, renewed = book.heartbeat(parts[0], tenant.name, now)
+            await send_json(send, 200, view(app, lease, now, renewed))
+        else:
+            await send_error(send, 404 if len(parts) > 2 or (len(parts) == 2 and parts[1] != "heartbeat") else 405,
+                             f"{method} {scope['path']}: use GET {PREFIX}/{{id}} or POST {PREFIX}/{{id}}/heartbeat",
+                             code="not_found")
+    except UnknownLease as exc:
+        await send_error(send, 404, str(exc), param="id", code="lease_not_found")
+    except LeaseExpired as exc:
+        await send_error(send, 410, str(exc), param="id", code="lease_expired")
+
+
+async def handle_ws(app: GatewayApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """``/v1/turbo/leases/{id}/ws``: heartbeats by WebSocket (see the module docstring)."""
+    first = await receive()  # websocket.connect
+    if first["type"] != "websocket.connect":
+        return
+    parts = scope["path"][len(PREFIX):].strip("/").split("/")
+    tenant = app._tenant(scope)
+    if not scope["path"].startswith(PREFIX + "/") or len(parts) != 2 or parts[1] != "ws" or tenant is None:
+        await send({"type": "websocket.close", "code": 1008})  # before accept: the handshake gets 403
+        return
+    book = app.rt.flow.leases
+    try:
+        lease = book.get(parts[0], tenant.name, time.perf_counter())
+    except UnknownLease:
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    await send({"type": "websocket.accept"})
+    inbox: asyncio.Queue[Message] = asyncio.Queue()
+
+    async def read() -> None:
+        while True:
+            message = await receive()
+            await inbox.put(message)
+            if message["type"] == "websocket.disconnect":
+                return
+
+    reader = asyncio.get_running_loop().create_task(read())
+    try:
+        await _serve_ws(app, lease, tenant.name, inbox, send)
+    except OSError:  # the client vanished while we were telling it the state: nothing left to do
+        pass
+    finally:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+
+
+async def _serve_ws(app: GatewayApp, lease: Lease, tenant: str, inbox: asyncio.Queue[Message], send: Send) -> None:
+    book = app.rt.flow.leases
+
+    async def tell(renewed: bool | None = None) -> None:
+        await send({"type": "websocket.send", "text": orjson.dumps(
+            {"type": "lease", **view(app, lease, time.perf_counter(), renewed)}).decode()})
+
+    await tell()
+    state = lease.state
+    while True:
+        now = time.perf_counter()
+        book.advance(lease, now)
+        if lease.state is not state:
+            state = lease.state
+            await tell()
+        if state is LeaseState.EXPIRED:
+            await send({"type": "websocket.close", "code": WS_EXPIRED, "reason": f"lease expired: {lease.reason}"})
+            return
+        wait = book.next_change_at(lease) - now
+        try:
+            message = await asyncio.wait_for(inbox.get(), timeout=None if math.isinf(wait) else max(wait, 0.0))
+        except TimeoutError:
+            continue
+        if message["type"] == "websocket.disconnect":
+            return
+        try:  # any message is a heartbeat (the client pings every ping_interval_s)
+            _, renewed = book.heartbeat(lease.id, tenant, time.perf_counter())
+        except (LeaseExpired, UnknownLease):
+            continue  # the loop sees the expiry and closes
+        state = lease.state
+        await tell(renewed)
+
+
+def lease_header(scope: Scope) -> str | None:
+    """The ``X-Turbogate-Lease`` a request carries, if any."""
+    raw = header(scope, b"x-turbogate-lease")
+    return None if raw is None else raw.decode("latin-1").strip()
