@@ -79,7 +79,7 @@ case "$cmd" in
     bash "$0" install
     # required: a missing engine fails the tests instead of skipping them.
     TURBOGATE_ENGINES_DIR="$ENGINES_DIR" TURBOGATE_REAL_ENGINES=required \
-      .venv/bin/pytest -x -q -m real_engine tests/real "$@"
+      .venv/bin/pytest -x -q tests/real "$@"
     ;;
   *)
     echo "usage: $0 {install|test} [pytest args]" >&2
