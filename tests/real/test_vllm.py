@@ -41,11 +41,14 @@ def _replica(url: str, **extra: Any) -> dict[str, Any]:
     return {"url": url, "engine": "vllm", **extra}
 
 
-def _engine_queue_config(engine: RealEngine) -> dict[str, Any]:
+def _engine_queue_config(engine: RealEngine, *, never_saturated: bool = False) -> dict[str, Any]:
     """A gateway that forwards up to 32 requests and never cuts its limit for a queue: the queue, and with it
-    the order, is then the engine's own (its ``priority`` scheduling), not the gateway's."""
+    the order, is then the engine's own (its ``priority`` scheduling), not the gateway's.  ``never_saturated``
+    also keeps the replica out of the saturated band (which dispatches nothing new), whatever its queue."""
     config = gateway_yaml([_replica(engine.url, max_concurrency=32)], MODEL, scheduling_policy="priority")
     config["concurrency"] = {"initial": 32, "queue_tolerance": 1000}
+    if never_saturated:
+        config["bands"] = {"light_queue_ms": 3_600_000, "saturated_queue_ms": 3_600_000}
     return config
 
 
@@ -111,7 +114,7 @@ def test_l2_reads_the_real_metrics_and_the_band_moves_under_load(
 def test_turbo_overtakes_queued_standard_inside_the_engine(
     vllm_engine: RealEngine, gateway: Callable[[dict[str, Any]], Service]
 ) -> None:
-    gw = gateway(_engine_queue_config(vllm_engine))
+    gw = gateway(_engine_queue_config(vllm_engine, never_saturated=True))
     client = _client(gw)
     done: list[str] = []
     lock = threading.Lock()
