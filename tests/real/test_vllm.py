@@ -107,8 +107,8 @@ def test_l2_reads_the_real_metrics_and_the_band_moves_under_load(
     wait_for(loaded, 120, "the gateway to see the engine full, with a queue, and leave the light band")
     for t in threads:
         t.join(timeout=300)
-    wait_for(lambda: only_replica(gw.url)["band"] == "light", 60, "the band to come back to light")
-    assert only_replica(gw.url)["running"] == 0.0
+    wait_for(lambda: only_replica(gw.url)["band"] == "light" and only_replica(gw.url)["running"] == 0.0, 60,
+             "the band back to light and the engine idle, as scraped")
 
 
 def test_turbo_overtakes_queued_standard_inside_the_engine(
