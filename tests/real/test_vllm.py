@@ -93,8 +93,10 @@ def test_l2_reads_the_real_metrics_and_the_band_moves_under_load(
     assert only_replica(gw.url)["band"] == "light"
     client = _client(gw)
     n = VLLM_MAX_NUM_SEQS * 4
-    threads = [threading.Thread(target=lambda: client.chat.completions.create(
-        model=MODEL, messages=MSG, max_tokens=256, extra_body=NO_EOS)) for _ in range(n)]
+    # Streamed: a tiny model answers a plain request of a thousand tokens in well under a second on an idle
+    # machine, too fast for a scrape to see the queue; streamed, it takes seconds.
+    threads = [threading.Thread(target=lambda: list(client.chat.completions.create(
+        model=MODEL, messages=MSG, max_tokens=1000, stream=True, extra_body=NO_EOS))) for _ in range(n)]
     for t in threads:
         t.start()
     seen: list[dict[str, Any]] = []
