@@ -31,6 +31,8 @@ from turbogate.sched.regions import RegionPolicy
 from turbogate.sched.tiers import Tier
 
 EngineKind = Literal["vllm", "sglang", "tgi", "llamacpp", "openai", "emulator"]
+# Kinds whose server has no load metrics by default (docs/engines.md): L2 counts its own in-flight requests.
+UNSCRAPED_KINDS: frozenset[str] = frozenset({"openai", "llamacpp"})
 TierName = Literal["turbo", "standard", "relax"]
 #: The pure core's defaults: the config's defaults are read from here, never written twice.
 _PICK = PickerConfig()
@@ -143,8 +145,13 @@ class Replica(_Model):
     max_concurrency: int | None = Field(
         None, ge=1, description="optional cap on the requests in flight to this replica; the working limit is "
         "learned from the engine's running/waiting metrics (adaptive concurrency)")
-    metrics_path: str = "/metrics"
-    health_path: str = "/health"
+    metrics_path: str | None = Field(
+        None, description="Prometheus endpoint of the engine's load metrics; default /metrics, except for "
+        "engine 'openai' and 'llamacpp' (llama_cpp.server has none; llama-server's needs --metrics): those are "
+        "not scraped and L2 uses the gateway's own in-flight counts. Set it to scrape a llama-server --metrics")
+    health_path: str | None = Field(
+        None, description="health endpoint probed while ejected (and for unscraped replicas); default /health, "
+        "/v1/models for engine 'llamacpp' (llama_cpp.server has no /health)")
     name: str | None = None
     api_key_env: str | None = Field(
         None, description="name of an environment variable holding the engine's API key (sent as a bearer token)"
@@ -155,6 +162,24 @@ class Replica(_Model):
     def _strip(cls, v: str) -> str:
         v = v.rstrip("/")
         return v[:-3] if v.endswith("/v1") else v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_paths(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        engine = data.get("engine", "vllm")
+        data = dict(data)
+        if data.get("metrics_path") is None and engine not in UNSCRAPED_KINDS:
+            data["metrics_path"] = "/metrics"
+        if data.get("health_path") is None:
+            data["health_path"] = "/v1/models" if engine == "llamacpp" else "/health"
+        return data
+
+    @property
+    def scraped(self) -> bool:
+        """Whether L2 reads this replica's load from its metrics (else from own in-flight counts)."""
+        return self.metrics_path is not None and self.engine != "openai"
 
 
 class PlanKnee(_Model):
@@ -544,7 +569,7 @@ def flow_policy(config: GatewayConfig, pools: Sequence[PoolSpec] | None = None, 
     if pools is None:
         pools = [
             PoolSpec(p.name, tuple(p.models),
-                     tuple(ReplicaSpec(rid, r.max_concurrency, r.engine != "openai") for rid, r in replica_ids(p)),
+                     tuple(ReplicaSpec(rid, r.max_concurrency, r.scraped) for rid, r in replica_ids(p)),
                      p.scheduling_policy == "priority", knee_source(p, config.knee_guard.online), region=p.region,
                      turbo=p.turbo)
             for p in config.pools

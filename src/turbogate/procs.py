@@ -76,15 +76,16 @@ class Service:
         self.stop()
 
 
-def wait_healthy(url: str, process: subprocess.Popen[bytes] | None = None, timeout: float = 30.0) -> None:
-    """Poll ``url + /health`` until it answers 200, the process dies, or ``timeout`` passes."""
+def wait_healthy(url: str, process: subprocess.Popen[bytes] | None = None, timeout: float = 30.0,
+                 path: str = "/health") -> None:
+    """Poll ``url + path`` until it answers 200, the process dies, or ``timeout`` passes."""
     deadline = time.monotonic() + timeout
     last_error = ""
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"process exited with code {process.returncode} before {url} was healthy")
         try:
-            with urllib.request.urlopen(url + "/health", timeout=1.0) as resp:
+            with urllib.request.urlopen(url + path, timeout=1.0) as resp:
                 if resp.status == 200:
                     return
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:

@@ -128,3 +128,19 @@ def test_coalesce_is_off_by_default_and_validated() -> None:
         with pytest.raises(ConfigError) as info:
             parse_config(minimal(coalesce=bad))
         assert field in str(info.value)
+
+
+@pytest.mark.parametrize(("replica", "scraped", "metrics", "health"), [
+    ({"engine": "vllm"}, True, "/metrics", "/health"),
+    # llama_cpp.server has neither /metrics nor /health: own in-flight counts, health on /v1/models.
+    ({"engine": "llamacpp"}, False, None, "/v1/models"),
+    # llama-server --metrics: scraped when its metrics path is given.
+    ({"engine": "llamacpp", "metrics_path": "/metrics", "health_path": "/health"}, True, "/metrics", "/health"),
+    ({"engine": "openai"}, False, None, "/health"),
+])
+def test_engine_kind_sets_what_is_scraped_and_probed(
+    replica: dict[str, Any], scraped: bool, metrics: str | None, health: str
+) -> None:
+    cfg = parse_config(minimal(pools=[{"name": "p", "models": ["m"], "replicas": [{"url": "http://h:1", **replica}]}]))
+    r = cfg.pools[0].replicas[0]
+    assert (r.scraped, r.metrics_path, r.health_path) == (scraped, metrics, health)

@@ -43,3 +43,25 @@ def test_unwanted_lines_are_skipped_but_wanted_ones_kept() -> None:
 def test_sglang_text() -> None:
     load = load_from_samples("sglang", samples_from_text(SGLANG))
     assert (load.running, load.waiting, load.kv_usage) == (7.0, 1.0, 0.9)
+
+
+def test_cache_usage_of_data_parallel_engines_is_the_fullest_not_the_sum() -> None:
+    text = VLLM + 'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.7\n'
+    # Summed, 0.42 + 0.7 = 1.12 would read as a percentage (1.12 %): a full replica seen as light.
+    assert load_from_samples("vllm", samples_from_text(text)).kv_usage == 0.7
+
+
+VLLM_BY_REASON = VLLM + """# TYPE vllm:num_requests_waiting_by_reason gauge
+vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="capacity"} 1.0
+vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="deferred"} 3.0
+"""
+
+
+def test_waiting_by_reason_counts_only_what_waits_for_capacity() -> None:
+    # vLLM's total (4) includes requests deferred for a KV transfer or a LoRA budget: not a full replica.
+    samples = samples_from_text(VLLM_BY_REASON)
+    assert samples["vllm:num_requests_waiting"] == 4.0
+    assert samples['vllm:num_requests_waiting_by_reason{reason="deferred"}'] == 3.0
+    assert load_from_samples("vllm", samples).waiting == 1.0
+    # An older vLLM without the split: the total.
+    assert load_from_samples("vllm", samples_from_text(VLLM)).waiting == 4.0

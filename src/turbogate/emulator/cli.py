@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from enum import StrEnum
+from pathlib import Path
 
 import typer
 
@@ -62,13 +64,24 @@ def emulate(
     metrics_delay: float = typer.Option(0.0, "--metrics-delay", min=0.0,
                                         help="Seconds /metrics waits before answering (a slow metrics endpoint)."),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level."),
+    calibrate_from: Path | None = typer.Option(
+        None, "--calibrate-from", exists=True, file_okay=False, dir_okay=True,
+        help="A bench run folder of a real engine (streamed): fit the step time (per step, per sequence, per "
+             "prompt token) to its inter-token gaps and emulate that engine; give it the engine's --max-num-seqs. "
+             "The fit is printed as one JSON line on stderr (docs/engines.md)."),
 ) -> None:
     """Run an OpenAI-compatible engine emulator (vLLM-shaped scheduler, roofline timing)."""
     from turbogate.emulator.server import build_app, run_server
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        app = build_app(
+        fit = None
+        if calibrate_from is not None:
+            from turbogate.emulator.calibrate import fit_from_run
+
+            fit = fit_from_run(calibrate_from)
+            typer.echo(json.dumps({"calibrated_from": str(calibrate_from), **fit.to_dict()}), err=True)
+        app = build_app(step_fit=fit,
             gpu=gpu, model=model, tp=tp, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             policy=scheduling_policy.value, num_gpu_blocks=num_gpu_blocks, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
             gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
@@ -76,7 +89,7 @@ def emulate(
             error_rate=error_rate, hang_rate=hang_rate, crash_after=crash_after, startup_delay=startup_delay,
             crash_mid_stream=crash_mid_stream, metrics_delay=metrics_delay,
         )
-    except (TurbogateError, ValueError, RuntimeError) as exc:
+    except (TurbogateError, ValueError, RuntimeError, FileNotFoundError) as exc:
         typer.echo(f"turbogate emulate: {exc}", err=True)
         raise typer.Exit(code=2) from None
     run_server(app, host, port, log_level)

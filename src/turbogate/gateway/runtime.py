@@ -77,7 +77,8 @@ def build_runtime(config: GatewayConfig) -> Runtime:
     replicas: dict[str, ReplicaIO] = {}
     for p in config.pools:
         for rid, r in replica_ids(p):
-            replicas[rid] = ReplicaIO(flow.picker.get(rid), r.url, r.engine, r.metrics_path, r.health_path,
+            replicas[rid] = ReplicaIO(flow.picker.get(rid), r.url, r.engine, r.metrics_path or "/metrics",
+                                      r.health_path or "/health",
                                       r.api_key_env)
     return Runtime(config=config, flow=flow, tenants_by_hash=by_hash, replicas=replicas,
                    admin_hash=config.admin.token_sha256)

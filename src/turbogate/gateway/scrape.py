@@ -15,7 +15,7 @@ from turbogate.gateway.driver import FlowDriver
 from turbogate.gateway.runtime import ReplicaIO, Runtime
 from turbogate.httpclient import UpstreamError
 from turbogate.sched import Health, ReplicaLoad, ScrapeFailed, load_from_samples
-from turbogate.sched.load import METRIC_NAMES
+from turbogate.sched.load import FRACTION_NAMES, METRIC_NAMES, sample_key
 
 log = logging.getLogger("turbogate.gateway")
 
@@ -23,7 +23,8 @@ _WANTED = tuple(sorted(METRIC_NAMES))
 
 
 def samples_from_text(text: str, wanted: tuple[str, ...] = _WANTED) -> dict[str, float]:
-    """Sample name → value summed over label sets, from Prometheus text exposition.  Only
+    """Sample name → value summed over label sets (a cache-usage share: the largest; a few samples are kept
+    apart by one label, ``sched.load.SPLIT_BY_LABEL``), from Prometheus text.  Only
     lines that start with a ``wanted`` name reach the parser: engines expose hundreds of
     histogram lines L2 never reads, and parsing them cost milliseconds per scrape."""
     if wanted:
@@ -31,7 +32,12 @@ def samples_from_text(text: str, wanted: tuple[str, ...] = _WANTED) -> dict[str,
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            out[sample.name] = out.get(sample.name, 0.0) + float(sample.value)
+            value = float(sample.value)
+            key = sample_key(sample.name, sample.labels)
+            if key in FRACTION_NAMES:
+                out[key] = max(out.get(key, value), value)
+            else:
+                out[key] = out.get(key, 0.0) + value
     return out
 
 

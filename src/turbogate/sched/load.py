@@ -13,6 +13,20 @@ from dataclasses import dataclass
 ENGINE_KINDS: tuple[str, ...] = ("vllm", "sglang", "tgi", "llamacpp", "openai", "emulator")
 
 
+#: Samples kept apart by one label instead of summed: sample name → that label.  Their key in the samples
+#: mapping is ``name{label="value"}`` (see :func:`sample_key`).
+SPLIT_BY_LABEL: dict[str, str] = {"vllm:num_requests_waiting_by_reason": "reason"}
+WAITING_FOR_CAPACITY = 'vllm:num_requests_waiting_by_reason{reason="capacity"}'
+
+
+def sample_key(name: str, labels: Mapping[str, str]) -> str:
+    """The key a sample is summed under: its name, or ``name{label="value"}`` for :data:`SPLIT_BY_LABEL`."""
+    label = SPLIT_BY_LABEL.get(name)
+    if label is None or label not in labels:
+        return name
+    return f'{name}{{{label}="{labels[label]}"}}'
+
+
 @dataclass(frozen=True, slots=True)
 class ReplicaLoad:
     """What an engine says about itself.  ``None`` where its metrics do not say."""
@@ -26,7 +40,10 @@ class ReplicaLoad:
 _NAMES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "vllm": (
         ("vllm:num_requests_running",),
-        ("vllm:num_requests_waiting",),
+        # Newer vLLM splits the waiting count by reason: "capacity" (no room in the batch or the KV cache)
+        # and "deferred" (a LoRA budget, a KV transfer from a prefill node): only the first says the replica
+        # is full, so L2 reads it where it exists; older versions export the total only.
+        (WAITING_FOR_CAPACITY, "vllm:num_requests_waiting"),
         ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
     ),
     "sglang": (("sglang:num_running_reqs",), ("sglang:num_queue_reqs",), ("sglang:token_usage",)),
@@ -40,7 +57,13 @@ _NAMES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
 _NAMES["emulator"] = _NAMES["vllm"]
 
 #: Every sample name any kind is read from (lets the shell skip the rest of a scrape cheaply).
-METRIC_NAMES: frozenset[str] = frozenset(n for triple in _NAMES.values() for group in triple for n in group)
+METRIC_NAMES: frozenset[str] = frozenset(n.split("{", 1)[0] for triple in _NAMES.values() for group in triple
+                                         for n in group)
+
+#: Names that are a share of one engine's cache: across label sets (data-parallel engines behind one
+#: endpoint, ``engine="0"``, ``engine="1"``) they are not summed — 0.6 + 0.7 would read as 1.3 %, light —
+#: but the fullest one is taken, since a request can land on it.
+FRACTION_NAMES: frozenset[str] = frozenset(n for _, _, kv in _NAMES.values() for n in kv)
 
 
 def _first(samples: Mapping[str, float], names: tuple[str, ...]) -> float | None:

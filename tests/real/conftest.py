@@ -1,0 +1,172 @@
+"""Real engines for the tests in this folder: vLLM on CPU and llama.cpp, each from its own virtual
+environment (``scripts/real_engines.sh install``), serving a tiny random model written at test time.
+
+Without the environments these tests skip, unless ``TURBOGATE_REAL_ENGINES=required`` (set by
+``.ci/run`` and ``scripts/real_engines.sh test``): then a missing engine fails them.  Each engine starts
+once per session (vLLM takes a minute or more to be ready on 2 busy cores) and is torn down at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import yaml
+
+from turbogate.config import hash_key
+from turbogate.procs import Service, start_gateway
+from turbogate.realengines import engine_env, make_tiny_model, start_llamacpp, start_vllm, stop_group
+
+KEY = "sk-real-test"
+ADMIN = "admin-real-token"
+# One engine serves every vLLM test: 4 sequences at once, so a queue forms inside it with a few requests.
+VLLM_MAX_NUM_SEQS = 4
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.real_engine)
+            item.add_marker(pytest.mark.timeout(900))
+
+
+def _require(name: str) -> None:
+    env = engine_env(name)
+    if env.installed:
+        return
+    why = f"{name} is not installed in {env.venv} (run: bash scripts/real_engines.sh install)"
+    if os.environ.get("TURBOGATE_REAL_ENGINES") == "required":
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def real_scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("real-engines")
+
+
+class _Attached:
+    """Stands in for the Popen of an engine this session did not start (TURBOGATE_REAL_VLLM_PID=pid:port)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def poll(self) -> None:
+        return None
+
+    def wait(self, timeout: float | None = None) -> int:
+        return 0
+
+
+@dataclass
+class RealEngine:
+    """A real engine the tests may kill and start again on the same port."""
+
+    start: Callable[[int | None], Service]
+    service: Service
+    port: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.port = self.service.port
+
+    @property
+    def url(self) -> str:
+        return self.service.url
+
+    def kill(self) -> None:
+        stop_group(self.service, hard=True)
+
+    def restart(self) -> None:
+        self.service = self.start(self.port)
+
+
+@pytest.fixture(scope="session")
+def vllm_engine(real_scratch: Path) -> Iterator[RealEngine]:
+    attach = os.environ.get("TURBOGATE_REAL_VLLM_PID")
+    if attach:  # development: reuse a running engine (its pid; started by realengines.start_vllm on port …)
+        pid, port = attach.split(":")
+        yield RealEngine(lambda _port: pytest.skip("attached engine: not restarted"),
+                         Service("vllm", f"http://127.0.0.1:{port}", _Attached(int(pid))))  # type: ignore[arg-type]
+        return
+    _require("vllm")
+    model = make_tiny_model(engine_env("vllm"), real_scratch)
+
+    def start(port: int | None) -> Service:
+        return start_vllm(model, real_scratch, port=port, max_num_seqs=VLLM_MAX_NUM_SEQS)
+
+    engine = RealEngine(start, start(None))
+    yield engine
+    stop_group(engine.service)
+
+
+@pytest.fixture(scope="session")
+def llamacpp_engine(real_scratch: Path) -> Iterator[Service]:
+    _require("llamacpp")
+    model = make_tiny_model(engine_env("llamacpp"), real_scratch)
+    service = start_llamacpp(model, real_scratch)
+    yield service
+    stop_group(service)
+
+
+def gateway_yaml(replicas: list[dict[str, Any]], model: str, **pool: Any) -> dict[str, Any]:
+    return {
+        "admin": {"token_sha256": hash_key(ADMIN)},
+        "tenants": [{"name": "acme", "key_sha256": hash_key(KEY), "tiers": ["turbo", "standard", "relax"]}],
+        "pools": [{"name": "real", "models": [model], "replicas": replicas, **pool}],
+        "scrape": {"interval_s": 0.2, "stale_after_s": 3.0, "timeout_s": 2.0},
+        "health": {"interval_s": 0.2, "eject_after_failures": 2, "probe_backoff_s": 0.2, "probe_backoff_max_s": 1.0},
+        "service_tier_names": "openai",  # answers say the tier in the words the client asked it (priority, …)
+    }
+
+
+@pytest.fixture
+def gateway(tmp_path: Path) -> Iterator[Callable[[dict[str, Any]], Service]]:
+    started: list[Service] = []
+
+    def make(config: dict[str, Any]) -> Service:
+        path = tmp_path / f"gateway-{len(started)}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        svc = start_gateway(path, "--log-level", "info", log_dir=tmp_path / "logs")
+        started.append(svc)
+        return svc
+
+    yield make
+    for svc in started:
+        svc.stop()
+
+
+def admin_state(url: str) -> dict[str, Any]:
+    req = urllib.request.Request(url + "/admin/state", headers={"Authorization": f"Bearer {ADMIN}"})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        state: dict[str, Any] = orjson.loads(resp.read())
+    return state
+
+
+def only_replica(url: str) -> dict[str, Any]:
+    replicas = admin_state(url)["replicas"]
+    assert len(replicas) == 1
+    replica: dict[str, Any] = replicas[0]
+    return replica
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll until ``predicate()`` holds (a correctness wait with a deadline, not a speed assertion)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def metrics_text(engine_url: str) -> str:
+    with urllib.request.urlopen(engine_url + "/metrics", timeout=5) as resp:
+        return str(resp.read().decode())
