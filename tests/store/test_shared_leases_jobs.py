@@ -10,6 +10,7 @@ chat's record id names its process, and the SQLite file names the process runnin
 
 from __future__ import annotations
 
+import socket
 import sqlite3
 import threading
 import time
@@ -248,3 +249,23 @@ def test_jobs_shared_by_two_workers_on_sqlite(workers: tuple[Service, Path]) -> 
         return {r[0] for r in rows}
 
     check_shared_jobs([gw.url], owners, 2)
+
+
+def test_store_unreachable_keeps_leases_and_jobs_in_the_process(emu: Service, tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"redis://127.0.0.1:{s.getsockname()[1]}/0"  # nothing listens there once closed
+    path = tmp_path / "gw.yaml"
+    path.write_text(yaml.safe_dump(config(emu, {"kind": "redis", "url": dead, "timeout_s": 0.2,
+                                                "buffer_dir": str(tmp_path / "buf")})))
+    with start_gateway(path, log_dir=tmp_path / "logs") as gw:
+        assert httpx.get(gw.url + "/ready", timeout=30).json().get("store") == "unreachable"
+        resp = httpx.post(gw.url + "/v1/turbo/leases", headers=AUTH, timeout=30)
+        assert resp.status_code == 201, resp.text
+        lease_id = resp.json()["id"]
+        assert httpx.post(f"{gw.url}/v1/turbo/leases/{lease_id}/heartbeat", headers=AUTH, timeout=30).status_code == 200
+        assert chat(gw.url, lease_id)[:2] == ("turbo", None)
+        job_id = create_jobs([gw.url], CHAIN, 1)[0]
+        wait_for(lambda: get_job(gw.url, job_id)["status"] == "succeeded", timeout=60, what="the local job")
+        resp = httpx.get(f"{gw.url}/v1/jobs/job_elsewhere", headers=AUTH, timeout=30)
+        assert resp.status_code == 503 and resp.json()["error"]["code"] == "store_unavailable"

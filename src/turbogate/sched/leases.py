@@ -183,7 +183,8 @@ class LeaseBook:
         if lease.state is LeaseState.EXPIRED:
             raise LeaseExpired(f"lease {lease_id!r} expired ({lease.reason}); ask for a new one")
         self._apply(lease, LeaseEvent.HEARTBEAT, now)
-        lease.last_heartbeat = now
+        # Never back in time: processes sharing a lease may report heartbeats out of order.
+        lease.last_heartbeat = max(lease.last_heartbeat, now)
         renewed = lease.remaining(now) < self.policy.renew_below_s
         if renewed:
             lease.term_ends_at += self.policy.renew_by_s
