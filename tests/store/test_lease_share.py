@@ -15,6 +15,7 @@ import pytest
 from turbogate.gateway.lease_share import SharedLeases
 from turbogate.sched.leases import LeaseBook, LeaseExpired, LeasePolicy, LeaseState, TooManyLeases, UnknownLease
 from turbogate.store import MemoryStore
+from turbogate.store.base import StoreUnavailable
 from turbogate.store.redis_store import RedisStore
 from turbogate.store.resilient import ResilientStore
 from turbogate.store.sqlite import SqliteStore
@@ -98,3 +99,44 @@ async def test_store_down_keeps_leases_locally(tmp_path: Path) -> None:
     assert shared.book.check("l1", "acme", t + 23) == "lease_expired"
     assert not renewed
     await shared.store.close()
+
+
+class Switchable(MemoryStore):
+    """A memory store that can be made unreachable (every call fails) and back."""
+
+    def __init__(self, shared: MemoryStore) -> None:
+        super().__init__()
+        self.shared, self.down = shared, False
+
+    def __getattribute__(self, name: str) -> Any:
+        if name.startswith("_") or name in ("shared", "down"):
+            return super().__getattribute__(name)
+        attr = getattr(self.shared, name)
+        if not asyncio.iscoroutinefunction(attr):
+            return attr
+
+        async def call(*args: Any) -> Any:
+            if self.down:
+                raise StoreUnavailable("down")
+            return await attr(*args)
+        return call
+
+
+async def test_heartbeats_taken_while_the_store_was_down_are_written_back(tmp_path: Path) -> None:
+    shared = MemoryStore()
+    flaky = Switchable(shared)
+    a, b = process(shared, tmp_path / "a"), process(flaky, tmp_path / "b")
+    t = time.perf_counter()
+    await a.grant("l1", "acme", t)
+    await b.refresh("l1", t + 1)
+    flaky.down = True  # b's clients keep heartbeating b, which cannot reach the store
+    await b.heartbeat("l1", "acme", t + 8)
+    await b.heartbeat("l1", "acme", t + 16)
+    assert b.store.degraded and b.book.check("l1", "acme", t + 20) is None
+    await a.refresh("l1", t + 20)
+    assert a.book.check("l1", "acme", t + 20) == "lease_expired"  # a saw no heartbeat since t
+    flaky.down = False
+    assert await b.store.recover()
+    await b.heartbeat("l1", "acme", t + 24)  # b's times are newer than the store's: they are written
+    await a.refresh("l1", t + 25)
+    assert a.book.check("l1", "acme", t + 25) is None

@@ -10,6 +10,7 @@ chat's record id names its process, and the SQLite file names the process runnin
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import sqlite3
 import threading
@@ -21,8 +22,11 @@ from typing import Any
 
 import httpx
 import openai
+import orjson
 import pytest
 import yaml
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
 from tests.gateway.conftest import KEY, MODEL, gateway_config, pool, wait_for
 from turbogate.procs import Service, start_gateway
@@ -194,7 +198,10 @@ def emu(emulator_factory: Callable[..., Service]) -> Service:
 
 @pytest.fixture
 def two_gateways(emu: Service, redis_server: RedisServer, tmp_path: Path) -> Iterator[list[Service]]:
-    store = {"kind": "redis", "url": redis_server.url, "prefix": f"share-{tmp_path.name}", "sync_interval_s": 0.1}
+    # A long store timeout: on a starved machine a 1 s stall would mark the store down, and each
+    # gateway would then (rightly) keep its leases to itself.
+    store = {"kind": "redis", "url": redis_server.url, "prefix": f"share-{tmp_path.name}", "sync_interval_s": 0.1,
+             "timeout_s": 10.0}
     gws = []
     try:
         for i in range(2):
@@ -229,7 +236,8 @@ def test_jobs_shared_by_two_gateways_on_redis(two_gateways: list[Service], redis
 def workers(emu: Service, tmp_path: Path) -> Iterator[tuple[Service, Path]]:
     db = tmp_path / "state.db"
     path = tmp_path / "gw.yaml"
-    path.write_text(yaml.safe_dump(config(emu, {"kind": "sqlite", "path": str(db), "sync_interval_s": 0.1})))
+    path.write_text(yaml.safe_dump(config(emu, {"kind": "sqlite", "path": str(db), "sync_interval_s": 0.1,
+                                                "timeout_s": 10.0})))
     with start_gateway(path, "--workers", "2", log_dir=tmp_path / "logs") as gw:
         yield gw, db
 
@@ -269,3 +277,24 @@ def test_store_unreachable_keeps_leases_and_jobs_in_the_process(emu: Service, tm
         wait_for(lambda: get_job(gw.url, job_id)["status"] == "succeeded", timeout=60, what="the local job")
         resp = httpx.get(f"{gw.url}/v1/jobs/job_elsewhere", headers=AUTH, timeout=30)
         assert resp.status_code == 503 and resp.json()["error"]["code"] == "store_unavailable"
+
+
+def test_websocket_on_one_gateway_follows_heartbeats_sent_to_the_other(two_gateways: list[Service]) -> None:
+    a, b = (g.url for g in two_gateways)
+    lease_id = httpx.post(a + "/v1/turbo/leases", headers=AUTH, timeout=30).json()["id"]
+    with connect(a.replace("http://", "ws://") + f"/v1/turbo/leases/{lease_id}/ws", additional_headers=AUTH,
+                 open_timeout=10) as ws:
+        assert orjson.loads(ws.recv(timeout=15))["state"] == "active"
+        start = time.monotonic()
+        with Heartbeats([b], lease_id) as beats:
+            told: list[str] = []
+            while time.monotonic() - start < 2 * EXPIRE_S:  # a's own book would warn, then expire, meanwhile
+                with contextlib.suppress(TimeoutError):
+                    told.append(orjson.loads(ws.recv(timeout=0.5))["state"])
+        assert told == [] and beats.failures == [], (told, beats.failures)  # no state change: still active
+        # Silence: a tells warn, then expired, and closes with 4001.
+        assert orjson.loads(ws.recv(timeout=30))["state"] == "warn"
+        assert orjson.loads(ws.recv(timeout=30))["state"] == "expired"
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=30)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 4001

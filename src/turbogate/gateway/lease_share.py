@@ -81,7 +81,7 @@ class SharedLeases:
 
     async def heartbeat(self, lease_id: str, tenant: str, now: float) -> tuple[Lease, bool]:
         """``LeaseBook.heartbeat`` on the store's record (``UnknownLease``, ``LeaseExpired``)."""
-        for _ in range(_CAS_TRIES):
+        for attempt in range(_CAS_TRIES):
             try:
                 rec = await self.store.turbo_lease(lease_id)
             except StoreUnavailable:
@@ -94,7 +94,9 @@ class SharedLeases:
             else:
                 if rec.tenant != tenant:
                     raise UnknownLease(f"no lease {lease_id!r} for this tenant")
-                self._restore(rec, now, force=True)  # the store's times, even after a lost race here
+                # This process's times when newer (heartbeats it took while the store was down: the
+                # lease lived), else the store's; after a lost race, the winner's.
+                self._restore(rec, now, force=attempt > 0)
                 lease, renewed = self.book.heartbeat(lease_id, tenant, now)
                 expect = rec.version
             try:
