@@ -55,13 +55,14 @@ class SqliteStore:
         self._fast: sqlite3.Connection | None = None  # the event loop's: never waits (busy → the thread)
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="turbogate-sqlite")
 
-    def _connect(self, timeout: float) -> sqlite3.Connection:
+    def _connect(self, timeout: float, schema: bool = True) -> sqlite3.Connection:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            db.executescript(_SCHEMA)
+            if schema:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.executescript(_SCHEMA)
         except (sqlite3.Error, OSError) as exc:
             raise StoreUnavailable(f"SQLite store {self.path}: {exc}") from exc
         return db
@@ -73,7 +74,9 @@ class SqliteStore:
 
     async def open(self) -> None:
         await asyncio.get_running_loop().run_in_executor(self._thread, self._conn)
-        self._fast = self._connect(0.0)
+        # The thread's connection made the schema (waiting for a sibling worker doing the same);
+        # the loop's, which never waits, would find the file locked by that sibling.
+        self._fast = self._connect(0.0, schema=False)
 
     async def close(self) -> None:
         def shut() -> None:
