@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from turbogate.sched.leases import Lease, LeaseBook, UnknownLease
@@ -29,9 +30,11 @@ _CAS_TRIES = 8  # heartbeats racing on one lease: each retry reads the winner's 
 
 
 class SharedLeases:
-    def __init__(self, book: LeaseBook, store: ResilientStore) -> None:
+    def __init__(self, book: LeaseBook, store: ResilientStore,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.book = book
         self.store = store
+        self.clock = clock
         # The book runs on this process's perf_counter (the flow's clock); the store on wall time.
         self._wall = time.time() - time.perf_counter()
 
@@ -86,6 +89,9 @@ class SharedLeases:
                 rec = await self.store.turbo_lease(lease_id)
             except StoreUnavailable:
                 return self.book.heartbeat(lease_id, tenant, now)
+            # The client was alive when the heartbeat came, and still is once the store answered:
+            # a slow store must not make a heartbeat count from before it waited.
+            now = max(now, self.clock())
             if rec is None:
                 if self.book.known(lease_id) is None:
                     raise UnknownLease(f"no lease {lease_id!r} for this tenant")

@@ -43,7 +43,7 @@ def view(app: GatewayApp, lease: Lease, now: float, renewed: bool | None = None)
     out: dict[str, Any] = {
         "id": lease.id, "object": "turbo.lease", "state": lease.state.value, "reason": lease.reason,
         "expires_in_s": round(remaining, 3), "expires_at": round(time.time() + ends - now, 3),
-        "silent_s": round(now - lease.last_heartbeat, 3), "renewals": lease.renewals,
+        "silent_s": round(max(0.0, now - lease.last_heartbeat), 3), "renewals": lease.renewals,
         "heartbeat": {"interval_s": p.ping_interval_s, "warn_after_s": p.warn_after_s,
                       "expire_after_s": p.expire_after_s, "http": f"{PREFIX}/{lease.id}/heartbeat",
                       "ws": f"{PREFIX}/{lease.id}/ws"},
