@@ -35,6 +35,7 @@ from turbogate.gateway import admin, leases, usage_api
 from turbogate.gateway.coalesce import Coalescing
 from turbogate.gateway.driver import FlowDriver, Handle
 from turbogate.gateway.jobs import JobsApi
+from turbogate.gateway.lease_share import SharedLeases
 from turbogate.gateway.marking import marked_pools, tier_tos
 from turbogate.gateway.metering import Metering
 from turbogate.gateway.metrics import GatewayMetrics
@@ -122,6 +123,7 @@ class GatewayApp(AsgiApp):
         self.metrics_port = config.metrics.port
         self._metrics_server: MetricsServer | None = None
         self.meter = Metering(self)  # usage records, budgets, shared switches and limits (docs/metering.md)
+        self.lease_share = SharedLeases(self.rt.flow.leases, self.meter.store)  # Turbo leases via the store
         # Identical deterministic requests share one upstream call on the routes config names (gateway/coalesce.py).
         self.coalescing = Coalescing(config.coalesce, self.metrics.registry) if config.coalesce.routes else None
         self.jobs = JobsApi(self)  # L4 job graphs (gateway/jobs.py)
@@ -328,11 +330,14 @@ class GatewayApp(AsgiApp):
             await self._bad(send, tenant, 400, str(exc), exc.name, "invalid_value")
             return
         tokens_field = "max_tokens" if obj.get("max_tokens") is not None else "max_completion_tokens"
+        lease_id = leases.lease_header(scope)
+        if lease_id is not None:  # the lease may have been granted or kept alive through another process
+            await self.lease_share.refresh(lease_id, arrival)
         req = self.rt.flow.open(
             tenant=tenant.name, model=model, tier_body=obj.get("service_tier"),
             tier_header=None if tier_header is None else tier_header.decode("latin-1"),
             max_tokens=obj.get(tokens_field), max_tokens_field=tokens_field, prompt_bytes=len(body),
-            stream=stream, now=arrival, lease=leases.lease_header(scope), client_region=client_region,
+            stream=stream, now=arrival, lease=lease_id, client_region=client_region,
             session=session)
         if isinstance(req, Respond):
             await self._bad(send, tenant, req.status, req.message, req.param, req.code)

@@ -4,8 +4,13 @@ The checks and the job's progress are the pure core's (sched/jobgraph.py, sched/
 module only moves bytes.  Each ready step runs as an ordinary chat completion through the
 gateway's own entry (``GatewayApp.handle_http`` with the job's headers): the same auth, tier
 resolution, L1 admission, replica choice, retry and deadline as any request — nothing is
-duplicated, and independent steps run at the same time as separate requests.  Jobs live in the
-worker process that accepted them (like the switches; see docs/gateway.md).
+duplicated, and independent steps run at the same time as separate requests.
+
+A job runs in the worker process that accepted it, which writes its view (status, steps and
+their outputs) to the store as steps finish, so ``GET`` answers from any worker or gateway
+sharing the store.  A ``DELETE`` reaching another one asks for the cancel in the store; the
+running worker applies it at its next sync (``store.sync_interval_s``), and the ``DELETE``
+answers once it has (or says ``cancel_requested`` if that takes longer than a few syncs).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import orjson
 from turbogate.asgi import Message, Receive, Scope, Send, error_body, read_body, send_bytes, send_error, send_json
 from turbogate.sched.jobgraph import JobGraph, Problem, check_job
 from turbogate.sched.jobrun import JobRun, StartStep
+from turbogate.store.base import JobRecord, StoreUnavailable
 
 if TYPE_CHECKING:
     from turbogate.gateway.app import GatewayApp
@@ -32,6 +38,8 @@ PREFIX = "/v1/jobs"
 CHAT_PATH = "/v1/chat/completions"
 # Headers of the job's own request that are not passed on to its steps (each step has its own body).
 _NOT_COPIED = frozenset({b"content-length", b"content-type", b"transfer-encoding", b"expect", b"connection"})
+#: The store drops an unfinished job's record this long after its last write (its worker died).
+_RUNNING_KEEP_S = 86400.0
 
 
 @dataclass(slots=True, eq=False)
@@ -45,6 +53,9 @@ class Job:
     served: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)  # step → (tier, downgrade)
     aborts: dict[str, asyncio.Event] = field(default_factory=dict)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    dirty: bool = False  # the view changed since it was last written to the store
+    stale: bool = False  # the last write failed (store down): written again at the next sync
+    publisher: asyncio.Task[None] | None = None
 
 
 def problems_body(problems: list[Problem] | tuple[Problem, ...]) -> bytes:
@@ -63,6 +74,7 @@ class JobsApi:
         self.keep_s = app.config.jobs.keep_s
         self.max_jobs = app.config.jobs.max_jobs
         self.jobs: dict[str, Job] = {}
+        app.meter.sync_hooks.append(self.sync)  # cancels asked on other workers; views the store missed
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"].rstrip("/")
@@ -78,19 +90,97 @@ class JobsApi:
             await self._create(scope, receive, send, tenant.name)
             return
         job_id = path[len(PREFIX) + 1:]
-        job = self.jobs.get(job_id)
-        if "/" in job_id or job is None or job.tenant != tenant.name:  # another tenant's job is not found either
-            await send_error(send, 404, f"no job {job_id!r}", param="id", code="job_not_found")
-        elif method == "GET":
-            await send_json(send, 200, self.view(job))
-        elif method == "DELETE":
-            for step in job.run.cancel(time.perf_counter()):
-                job.aborts[step].set()  # its request sees the client leave: the flow cancels it
-            if job.run.done:
-                job.headers = []
-            await send_json(send, 200, self.view(job))
-        else:
+        if method not in ("GET", "DELETE"):
             await send_error(send, 405, f"{PREFIX}/{{id}} takes GET or DELETE", code="method_not_allowed")
+            return
+        job = self.jobs.get(job_id)
+        if job is None and "/" not in job_id:  # run by another worker or gateway: the store has its view
+            await self._elsewhere(send, job_id, tenant.name, method)
+        elif "/" in job_id or job is None or job.tenant != tenant.name:  # another tenant's job is not found either
+            await send_error(send, 404, f"no job {job_id!r}", param="id", code="job_not_found")
+        else:
+            if method == "DELETE":
+                self._cancel(job)
+            await send_json(send, 200, self.view(job))
+
+    def _cancel(self, job: Job) -> None:
+        for step in job.run.cancel(time.perf_counter()):
+            job.aborts[step].set()  # its request sees the client leave: the flow cancels it
+        if job.run.done:
+            job.headers = []
+        self._publish(job)
+
+    async def _elsewhere(self, send: Send, job_id: str, tenant: str, method: str) -> None:
+        """GET / DELETE of a job this worker does not run, through the store."""
+        store = self.app.meter.store
+        try:
+            rec = await store.job(job_id)
+            if rec is None or rec.tenant != tenant:
+                await send_error(send, 404, f"no job {job_id!r}", param="id", code="job_not_found")
+                return
+            if method == "DELETE":
+                rec = await self._cancel_elsewhere(rec)
+        except StoreUnavailable:
+            await send_error(send, 503, f"job {job_id!r} is not run by this worker and the store that shares jobs "
+                             "is unreachable; retry, or ask the gateway that accepted it",
+                             code="store_unavailable", headers=[(b"retry-after", b"1")])
+            return
+        await send_bytes(send, 200, rec.view)
+
+    async def _cancel_elsewhere(self, rec: JobRecord) -> JobRecord:
+        """Ask the running worker to cancel the job; its view once it has (a few syncs at most)."""
+        store = self.app.meter.store
+        await store.request_job_cancel(rec.id)
+        deadline = time.monotonic() + max(2.0, 4 * self.app.meter.sync_interval_s)
+        while True:
+            view = orjson.loads(rec.view)
+            if view.get("cancel_requested") or view.get("status") != "running" or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(min(0.05, self.app.meter.sync_interval_s / 4))
+            rec = await store.job(rec.id) or rec
+        view["cancel_requested"] = True  # asked, and kept in the store: the worker applies it at its next sync
+        return JobRecord(rec.id, rec.tenant, rec.owner, orjson.dumps(view), True)
+
+    # ---- the store ------------------------------------------------------------------------------
+    def _publish(self, job: Job) -> asyncio.Task[None]:
+        """Write the job's view to the store (soon; one write at a time, the latest view)."""
+        job.dirty = True
+        if job.publisher is None:
+            job.publisher = asyncio.get_running_loop().create_task(self._publisher(job))
+        return job.publisher
+
+    async def _publisher(self, job: Job) -> None:
+        meter = self.app.meter
+        try:
+            while job.dirty:
+                job.dirty = False
+                run = job.run
+                wall = job.created_wall - run.created_at
+                forget = (run.finished_at + wall + self.keep_s if run.finished_at is not None
+                          else time.time() + self.keep_s + _RUNNING_KEEP_S)
+                rec = JobRecord(job.id, job.tenant, meter.instance, orjson.dumps(self.view(job)))
+                try:
+                    await meter.store.put_job(rec, forget, time.time())
+                    job.stale = False
+                except StoreUnavailable:
+                    job.stale = True  # the next sync after the store returns writes it
+                    return
+        except Exception:  # a store bug must not stop the job: its own worker still answers for it
+            job.stale = True
+            log.exception("job %s: view not written to the store", job.id)
+        finally:
+            job.publisher = None
+
+    async def sync(self) -> None:
+        """Apply cancels asked on other workers; write the views the store missed while down."""
+        running = [j.id for j in self.jobs.values() if not j.run.done]
+        for job_id in await self.app.meter.store.job_cancels(running):
+            job = self.jobs.get(job_id)
+            if job is not None and not job.run.cancelled:
+                self._cancel(job)
+        for job in list(self.jobs.values()):
+            if job.stale:
+                self._publish(job)
 
     async def _create(self, scope: Scope, receive: Receive, send: Send, tenant: str) -> None:
         body = await read_body(receive, self.app.max_body)  # BodyTooLarge → 413 by the caller
@@ -115,6 +205,7 @@ class JobsApi:
                   [(k, v) for k, v in scope["headers"] if k not in _NOT_COPIED], scope.get("client"), time.time())
         self.jobs[job.id] = job
         self._start(job, job.run.start(now))
+        await asyncio.shield(self._publish(job))  # in the store before the client has the id
         await send_json(send, 202, self.view(job))
 
     def _unknown_models(self, graph: JobGraph) -> list[Problem]:
@@ -154,6 +245,7 @@ class JobsApi:
         if job.run.done:
             job.headers = []  # the key it carried is not kept longer than the job runs
         self._start(job, nexts)
+        self._publish(job)
 
     async def _call(self, job: Job, start: StartStep) -> list[StartStep]:
         """Run one step as a chat request through the gateway's entry; report its answer to the run."""
@@ -219,7 +311,8 @@ class JobsApi:
                           "service_tier": tier, "downgrade": downgrade, "http_status": r.http_status,
                           "started_s": rel(r.started_at), "finished_s": rel(r.finished_at), "error": r.error,
                           "request": r.request, "output": r.output})
-        return {"id": job.id, "object": "job", "status": run.status.value, "service_tier": run.graph.tier,
+        return {"id": job.id, "object": "job", "status": run.status.value, "cancel_requested": run.cancelled,
+                "service_tier": run.graph.tier,
                 "created_at": int(job.created_wall), "finished_s": rel(run.finished_at),
                 "order": list(run.graph.order), "depth": run.graph.depth, "fan_out": run.graph.fan_out,
                 "steps": steps}

@@ -9,7 +9,8 @@ lease's state; the server also sends the state when it changes (warn), and close
 
 A request with ``X-Turbogate-Lease: <id>`` is served Turbo while the lease lives and Standard
 after (``X-Turbogate-Downgrade: lease_expired``): that rule is the flow's (``Flow.open``).
-Leases live in the worker process that granted them (see docs/gateway.md).
+Leases are shared by every worker and gateway through the store (gateway/lease_share.py):
+a heartbeat or a request with the lease may reach any of them.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def view(app: GatewayApp, lease: Lease, now: float, renewed: bool | None = None)
     out: dict[str, Any] = {
         "id": lease.id, "object": "turbo.lease", "state": lease.state.value, "reason": lease.reason,
         "expires_in_s": round(remaining, 3), "expires_at": round(time.time() + ends - now, 3),
-        "silent_s": round(now - lease.last_heartbeat, 3), "renewals": lease.renewals,
+        "silent_s": round(max(0.0, now - lease.last_heartbeat), 3), "renewals": lease.renewals,
         "heartbeat": {"interval_s": p.ping_interval_s, "warn_after_s": p.warn_after_s,
                       "expire_after_s": p.expire_after_s, "http": f"{PREFIX}/{lease.id}/heartbeat",
                       "ws": f"{PREFIX}/{lease.id}/ws"},
@@ -57,7 +58,7 @@ async def handle(app: GatewayApp, scope: Scope, receive: Receive, send: Send) ->
     if tenant is None:
         await app._unauthorized(send)
         return
-    book = app.rt.flow.leases
+    shared = app.lease_share
     method: str = scope["method"]
     parts = scope["path"][len(PREFIX):].strip("/").split("/")
     now = time.perf_counter()
@@ -70,7 +71,7 @@ async def handle(app: GatewayApp, scope: Scope, receive: Receive, send: Send) ->
                              "Turbo lease", code="not_entitled")
             return
         try:
-            lease = book.grant("lease_" + secrets.token_urlsafe(16), tenant.name, now)
+            lease = await shared.grant("lease_" + secrets.token_urlsafe(16), tenant.name, now)
         except TooManyLeases as exc:
             await send_error(send, 429, str(exc), code="too_many_leases", headers=[(b"retry-after", b"60")])
             return
@@ -78,9 +79,9 @@ async def handle(app: GatewayApp, scope: Scope, receive: Receive, send: Send) ->
         return
     try:
         if len(parts) == 1 and method == "GET":
-            await send_json(send, 200, view(app, book.get(parts[0], tenant.name, now), now))
+            await send_json(send, 200, view(app, await shared.get(parts[0], tenant.name, now), now))
         elif len(parts) == 2 and parts[1] == "heartbeat" and method == "POST":
-            lease, renewed = book.heartbeat(parts[0], tenant.name, now)
+            lease, renewed = await shared.heartbeat(parts[0], tenant.name, now)
             await send_json(send, 200, view(app, lease, now, renewed))
         else:
             await send_error(send, 404 if len(parts) > 2 or (len(parts) == 2 and parts[1] != "heartbeat") else 405,
@@ -102,9 +103,8 @@ async def handle_ws(app: GatewayApp, scope: Scope, receive: Receive, send: Send)
     if not scope["path"].startswith(PREFIX + "/") or len(parts) != 2 or parts[1] != "ws" or tenant is None:
         await send({"type": "websocket.close", "code": 1008})  # before accept: the handshake gets 403
         return
-    book = app.rt.flow.leases
     try:
-        lease = book.get(parts[0], tenant.name, time.perf_counter())
+        lease = await app.lease_share.get(parts[0], tenant.name, time.perf_counter())
     except UnknownLease:
         await send({"type": "websocket.close", "code": 1008})
         return
@@ -130,7 +130,8 @@ async def handle_ws(app: GatewayApp, scope: Scope, receive: Receive, send: Send)
 
 
 async def _serve_ws(app: GatewayApp, lease: Lease, tenant: str, inbox: asyncio.Queue[Message], send: Send) -> None:
-    book = app.rt.flow.leases
+    shared = app.lease_share
+    book = shared.book
 
     async def tell(renewed: bool | None = None) -> None:
         await send({"type": "websocket.send", "text": orjson.dumps(
@@ -140,6 +141,9 @@ async def _serve_ws(app: GatewayApp, lease: Lease, tenant: str, inbox: asyncio.Q
     state = lease.state
     while True:
         now = time.perf_counter()
+        # Heartbeats may reach other processes: the store's times decide (the copy may be new).
+        with contextlib.suppress(UnknownLease):
+            lease = await shared.get(lease.id, tenant, now)
         book.advance(lease, now)
         if lease.state is not state:
             state = lease.state
@@ -155,7 +159,7 @@ async def _serve_ws(app: GatewayApp, lease: Lease, tenant: str, inbox: asyncio.Q
         if message["type"] == "websocket.disconnect":
             return
         try:  # any message is a heartbeat (the client pings every ping_interval_s)
-            _, renewed = book.heartbeat(lease.id, tenant, time.perf_counter())
+            lease, renewed = await shared.heartbeat(lease.id, tenant, time.perf_counter())
         except (LeaseExpired, UnknownLease):
             continue  # the loop sees the expiry and closes
         state = lease.state

@@ -13,6 +13,7 @@ import secrets
 import socket
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -88,6 +89,8 @@ class Metering:
         self._wall = time.time() - time.perf_counter()
         self._seq = 0
         self._task: asyncio.Task[None] | None = None
+        #: called after each sync with the store (the jobs API: cancels asked on other workers)
+        self.sync_hooks: list[Callable[[], Awaitable[None]]] = []
 
     # ---- records ---------------------------------------------------------------------------
     def record_id(self, req: FlowRequest) -> str:
@@ -218,6 +221,8 @@ class Metering:
             key = period_key(now, b.period)
             book.roll(tenant, key)  # a new period starts from zero
             book.observe(tenant, key, await store.spent(tenant, key))
+        for hook in self.sync_hooks:
+            await hook()
 
     async def _loop(self) -> None:
         while True:

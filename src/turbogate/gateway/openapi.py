@@ -98,9 +98,11 @@ def _jobs_and_leases(config: GatewayConfig) -> dict[str, Any]:
     lease = "/v1/turbo/leases/{id}"
     return {
         "/v1/jobs": _op("post", "start a job graph (L4)", "job_create", "202", 400, 401, 413, 429, body=job),
-        "/v1/jobs/{id}": {**_op("get", "a job's status and each step's output", "job_get", "200", 401, 404,
+        # 503: a job run by another worker while the store that shares jobs is unreachable.
+        "/v1/jobs/{id}": {**_op("get", "a job's status and each step's output", "job_get", "200", 401, 404, 503,
                                 param="id"),
-                          **_op("delete", "cancel what has not run", "job_cancel", "200", 401, 404, param="id")},
+                          **_op("delete", "cancel what has not run", "job_cancel", "200", 401, 404, 503,
+                                param="id")},
         "/v1/turbo/leases": _op("post", "grant a Turbo lease", "lease_grant", "201", 401, 403, 429),
         lease: _op("get", "a lease's state", "lease_get", "200", 401, 404, param="id"),
         lease + "/heartbeat": _op("post", "keep a lease alive", "lease_heartbeat", "200", 401, 404, 410, param="id"),

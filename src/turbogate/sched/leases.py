@@ -14,6 +14,12 @@ is needed; ``next_change_at`` says when the state would next change (the WebSock
 tell the client at once).  The flow asks ``LeaseBook.check`` in its tier resolution: a request
 carrying an active lease is served Turbo, one carrying an expired or unknown lease Standard,
 and the answer's ``X-Turbogate-Downgrade`` says which.
+
+A lease's state is a function of its times alone (granted, term end, last heartbeat, renewals):
+a heartbeat is only accepted on a live lease and leaves it active, so replaying the timed
+events from the last heartbeat through the same table (``restore``) gives the state the book
+that saw every event has.  That is what lets gateway processes share leases through a store
+that holds only those times (gateway/lease_share.py).
 """
 
 from __future__ import annotations
@@ -177,7 +183,8 @@ class LeaseBook:
         if lease.state is LeaseState.EXPIRED:
             raise LeaseExpired(f"lease {lease_id!r} expired ({lease.reason}); ask for a new one")
         self._apply(lease, LeaseEvent.HEARTBEAT, now)
-        lease.last_heartbeat = now
+        # Never back in time: processes sharing a lease may report heartbeats out of order.
+        lease.last_heartbeat = max(lease.last_heartbeat, now)
         renewed = lease.remaining(now) < self.policy.renew_below_s
         if renewed:
             lease.term_ends_at += self.policy.renew_by_s
@@ -193,11 +200,37 @@ class LeaseBook:
             return "lease_unknown"
         return "lease_expired" if lease.state is LeaseState.EXPIRED else None
 
+    def restore(self, lease_id: str, tenant: str, granted_at: float, term_ends_at: float, last_heartbeat: float,
+                renewals: int, now: float) -> Lease:
+        """The lease with these times (kept elsewhere, e.g. by another process), its state
+        derived by the table up to ``now``; it replaces this book's copy."""
+        lease = Lease(lease_id, tenant, granted_at, term_ends_at, last_heartbeat, renewals=renewals)
+        self._leases[lease_id] = lease
+        return self.advance(lease, now)
+
+    def known(self, lease_id: str) -> Lease | None:
+        """This book's copy, as last seen (not advanced)."""
+        return self._leases.get(lease_id)
+
+    def live_count(self, tenant: str, now: float) -> int:
+        """Live leases ``tenant`` holds in this book at ``now``."""
+        return sum(1 for x in self._leases.values()
+                   if x.tenant == tenant and self.advance(x, now).state is not LeaseState.EXPIRED)
+
+    def forget_at(self, lease: Lease) -> float:
+        """When a record of ``lease`` may be dropped if no heartbeat comes: ``keep_expired_s``
+        after it expires (or would expire)."""
+        ends = lease.expired_at if lease.expired_at is not None else min(
+            lease.term_ends_at, lease.last_heartbeat + self.policy.expire_after_s)
+        return ends + self.policy.keep_expired_s
+
     def _forget(self, now: float) -> None:
         keep = self.policy.keep_expired_s
         q = self._expired
         while q and q[0].expired_at is not None and q[0].expired_at + keep <= now:
-            self._leases.pop(q.popleft().id, None)
+            gone = q.popleft()
+            if self._leases.get(gone.id) is gone:  # not a copy restored since (restore replaces)
+                del self._leases[gone.id]
 
     def __len__(self) -> int:
         return len(self._leases)

@@ -1,5 +1,6 @@
 """Shared state behind one protocol (docs/metering.md): usage records, Turbo budgets and spend,
-the Turbo switches, and global per-tenant limits.
+the Turbo switches, global per-tenant limits, Turbo leases (their times) and L4 jobs (their
+views and cancel requests).
 
 ``MemoryStore`` (one process; tests), ``SqliteStore`` (WAL; one host, shared by ``--workers``),
 ``RedisStore`` (several hosts; limits atomic in Lua).  ``ResilientStore`` wraps any of them:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
@@ -20,6 +21,42 @@ class StoreUnavailable(TurbogateError):
 Budgets = dict[str, tuple[float | None, str]]
 #: Spend as add_usage reports it: (tenant, period key) → units.
 Spent = dict[tuple[str, str], float]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """A Turbo lease as the store keeps it: its times (wall seconds), never its state, which
+    sched/leases.py derives from them.  ``version`` counts writes (compare-and-set)."""
+
+    id: str
+    tenant: str
+    granted_at: float
+    term_ends_at: float
+    last_heartbeat: float
+    renewals: int
+    forget_at: float  # the store may drop the record after this (wall seconds)
+    version: int = 0
+
+    def to_json(self) -> bytes:
+        return orjson.dumps([self.tenant, self.granted_at, self.term_ends_at, self.last_heartbeat, self.renewals,
+                             self.forget_at])
+
+    @classmethod
+    def from_json(cls, lease_id: str, raw: bytes | str, version: int) -> LeaseRecord:
+        tenant, granted, ends, hb, renewals, forget = orjson.loads(raw)
+        return cls(lease_id, tenant, granted, ends, hb, renewals, forget, version)
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """An L4 job as the store keeps it: the view its worker last wrote (JSON: status, steps and
+    their outputs), which worker runs it, and whether a cancel was asked for elsewhere."""
+
+    id: str
+    tenant: str
+    owner: str
+    view: bytes
+    cancel_requested: bool = False
 
 
 class Store(Protocol):
@@ -51,6 +88,35 @@ class Store(Protocol):
 
     async def release(self, tenant: str, lease: str, tokens: int, ts: float) -> None:
         """Give the place back and add the request's tokens to this minute's count."""
+        ...
+
+    # ---- Turbo leases (times only; the rules are sched/leases.py's) ----
+    async def turbo_lease(self, lease_id: str) -> LeaseRecord | None: ...
+
+    async def turbo_leases(self, tenant: str, ts: float) -> list[LeaseRecord]:
+        """``tenant``'s leases not yet past their ``forget_at``."""
+        ...
+
+    async def put_turbo_lease(self, rec: LeaseRecord, expect_version: int | None, ts: float) -> bool:
+        """Write ``rec`` as version ``expect_version + 1`` if the stored one is ``expect_version``
+        (``None``: only if there is none).  False, and nothing written, otherwise.  Records past
+        their ``forget_at`` at ``ts`` may be dropped."""
+        ...
+
+    # ---- L4 jobs (the view its worker writes; a cancel asked on another) ----
+    async def job(self, job_id: str) -> JobRecord | None: ...
+
+    async def put_job(self, rec: JobRecord, forget_at: float, ts: float) -> None:
+        """Write the job's view (a cancel already asked for stays asked); jobs past their
+        ``forget_at`` at ``ts`` may be dropped."""
+        ...
+
+    async def request_job_cancel(self, job_id: str) -> bool:
+        """Mark the job to be cancelled by the worker running it; False if there is no such job."""
+        ...
+
+    async def job_cancels(self, job_ids: Sequence[str]) -> set[str]:
+        """Which of ``job_ids`` have a cancel asked for."""
         ...
 
 

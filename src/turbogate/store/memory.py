@@ -3,10 +3,11 @@ gateway falls back on while its shared store is unreachable."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord, limit_refusal, minute_of, spend_keys
-from turbogate.store.base import Budgets, Spent
+from turbogate.store.base import Budgets, JobRecord, LeaseRecord, Spent
 
 
 class MemoryStore:
@@ -17,6 +18,8 @@ class MemoryStore:
         self._switches: dict[str, bool] = {}
         self._leases: dict[str, dict[str, float]] = {}  # tenant → lease → expiry (wall seconds)
         self._minute: dict[str, tuple[int, int, int]] = {}  # tenant → (minute, requests, tokens)
+        self._turbo_leases: dict[str, LeaseRecord] = {}
+        self._jobs: dict[str, tuple[JobRecord, float]] = {}  # id → (record, forget_at)
 
     async def open(self) -> None:
         return None
@@ -79,3 +82,39 @@ class MemoryStore:
         if m != minute:
             requests, used = 0, 0
         self._minute[tenant] = (minute, requests, used + tokens)
+
+    async def turbo_lease(self, lease_id: str) -> LeaseRecord | None:
+        return self._turbo_leases.get(lease_id)
+
+    async def turbo_leases(self, tenant: str, ts: float) -> list[LeaseRecord]:
+        return [r for r in self._turbo_leases.values() if r.tenant == tenant and r.forget_at > ts]
+
+    async def put_turbo_lease(self, rec: LeaseRecord, expect_version: int | None, ts: float) -> bool:
+        for k in [k for k, r in self._turbo_leases.items() if r.forget_at <= ts]:
+            del self._turbo_leases[k]
+        cur = self._turbo_leases.get(rec.id)
+        if (cur.version if cur is not None else None) != expect_version:
+            return False
+        self._turbo_leases[rec.id] = dataclasses.replace(rec, version=(expect_version or 0) + 1)
+        return True
+
+    async def job(self, job_id: str) -> JobRecord | None:
+        got = self._jobs.get(job_id)
+        return None if got is None else got[0]
+
+    async def put_job(self, rec: JobRecord, forget_at: float, ts: float) -> None:
+        for k in [k for k, (_, f) in self._jobs.items() if f <= ts]:
+            del self._jobs[k]
+        cur = self._jobs.get(rec.id)
+        cancel = rec.cancel_requested or (cur is not None and cur[0].cancel_requested)
+        self._jobs[rec.id] = (dataclasses.replace(rec, cancel_requested=cancel), forget_at)
+
+    async def request_job_cancel(self, job_id: str) -> bool:
+        cur = self._jobs.get(job_id)
+        if cur is None:
+            return False
+        self._jobs[job_id] = (dataclasses.replace(cur[0], cancel_requested=True), cur[1])
+        return True
+
+    async def job_cancels(self, job_ids: Sequence[str]) -> set[str]:
+        return {i for i in job_ids if (cur := self._jobs.get(i)) is not None and cur[0].cancel_requested}

@@ -11,7 +11,15 @@ from typing import Any
 import orjson
 
 from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord, limit_refusal, minute_of, spend_keys
-from turbogate.store.base import Budgets, Spent, StoreUnavailable, record_from_json, record_to_json
+from turbogate.store.base import (
+    Budgets,
+    JobRecord,
+    LeaseRecord,
+    Spent,
+    StoreUnavailable,
+    record_from_json,
+    record_to_json,
+)
 
 _ADD_USAGE = """
 local p = ARGV[1]
@@ -63,6 +71,40 @@ redis.call('EXPIRE', mk, 180)
 return 0
 """
 
+# A Turbo lease: hash {v: version, r: the record's JSON}, gone by itself at its forget_at; a
+# per-tenant sorted set (score: forget_at) lists a tenant's leases.  Compare-and-set on v.
+_PUT_LEASE = """
+local p, id, tenant, expect, json, forget, ts = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local k = p .. ':turbo-lease:' .. id
+local cur = redis.call('HGET', k, 'v')
+if (expect == '' and cur) or (expect ~= '' and cur ~= expect) then
+  return 0
+end
+local v = (tonumber(expect) or 0) + 1
+redis.call('HSET', k, 'v', v, 'r', json)
+redis.call('EXPIREAT', k, math.ceil(tonumber(forget)))
+local tk = p .. ':turbo-leases:' .. tenant
+redis.call('ZREMRANGEBYSCORE', tk, '-inf', ts)
+redis.call('ZADD', tk, forget, id)
+redis.call('EXPIREAT', tk, math.ceil(tonumber(redis.call('ZREVRANGE', tk, 0, 0, 'WITHSCORES')[2])))
+return 1
+"""
+
+# A job: hash {tenant, owner, view, cancel}; writing the view keeps a cancel already asked for.
+_PUT_JOB = """
+local k, tenant, owner, view, cancel, forget = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+redis.call('HSET', k, 'tenant', tenant, 'owner', owner, 'view', view)
+if cancel == '1' then redis.call('HSET', k, 'cancel', '1') end
+redis.call('EXPIREAT', k, math.ceil(tonumber(forget)))
+return 0
+"""
+
+_CANCEL_JOB = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'cancel', '1')
+return 1
+"""
+
 
 def _opt(v: int | None) -> int:
     return -1 if v is None else v
@@ -88,7 +130,8 @@ class RedisStore:
             self._r = aioredis.from_url(self.url, socket_timeout=self.timeout_s,
                                         socket_connect_timeout=self.timeout_s, health_check_interval=0,
                                         retry=Retry(NoBackoff(), 1), retry_on_error=[RedisConnectionError])
-            for name, text in (("add", _ADD_USAGE), ("acquire", _ACQUIRE), ("release", _RELEASE)):
+            for name, text in (("add", _ADD_USAGE), ("acquire", _ACQUIRE), ("release", _RELEASE),
+                               ("put_lease", _PUT_LEASE), ("put_job", _PUT_JOB), ("cancel_job", _CANCEL_JOB)):
                 self._scripts[name] = self._r.register_script(text)
         return self._r
 
@@ -170,3 +213,55 @@ class RedisStore:
         self._client()
         await self._call("release", self._scripts["release"](args=[self.prefix, tenant, lease, tokens,
                                                                    minute_of(ts)]))
+
+    # ---- Turbo leases and jobs ----------------------------------------------------------------
+    async def turbo_lease(self, lease_id: str) -> LeaseRecord | None:
+        v, raw = await self._call("turbo lease", self._client().hmget(f"{self.prefix}:turbo-lease:{lease_id}",
+                                                                       "v", "r"))
+        return None if v is None or raw is None else LeaseRecord.from_json(lease_id, raw, int(v))
+
+    async def turbo_leases(self, tenant: str, ts: float) -> list[LeaseRecord]:
+        ids = await self._call("turbo leases", self._client().zrangebyscore(
+            f"{self.prefix}:turbo-leases:{tenant}", f"({ts!r}", "+inf"))
+        out = []
+        for raw_id in ids:
+            rec = await self.turbo_lease(raw_id.decode())
+            if rec is not None:
+                out.append(rec)
+        return out
+
+    async def put_turbo_lease(self, rec: LeaseRecord, expect_version: int | None, ts: float) -> bool:
+        self._client()
+        done = await self._call("put turbo lease", self._scripts["put_lease"](args=[
+            self.prefix, rec.id, rec.tenant, "" if expect_version is None else str(expect_version), rec.to_json(),
+            repr(rec.forget_at), repr(ts)]))
+        return bool(done)
+
+    def _job_key(self, job_id: str) -> str:
+        return f"{self.prefix}:job:{job_id}"
+
+    async def job(self, job_id: str) -> JobRecord | None:
+        tenant, owner, view, cancel = await self._call("job", self._client().hmget(
+            self._job_key(job_id), "tenant", "owner", "view", "cancel"))
+        if tenant is None or view is None:
+            return None
+        return JobRecord(job_id, tenant.decode(), (owner or b"").decode(), bytes(view), cancel == b"1")
+
+    async def put_job(self, rec: JobRecord, forget_at: float, ts: float) -> None:
+        self._client()
+        await self._call("put job", self._scripts["put_job"](keys=[self._job_key(rec.id)], args=[
+            rec.tenant, rec.owner, rec.view, "1" if rec.cancel_requested else "0", repr(forget_at)]))
+
+    async def request_job_cancel(self, job_id: str) -> bool:
+        self._client()
+        return bool(await self._call("cancel job", self._scripts["cancel_job"](keys=[self._job_key(job_id)])))
+
+    async def job_cancels(self, job_ids: Sequence[str]) -> set[str]:
+        if not job_ids:
+            return set()
+        r = self._client()
+        pipe = r.pipeline(transaction=False)
+        for i in job_ids:
+            pipe.hget(self._job_key(i), "cancel")
+        flags = await self._call("job cancels", pipe.execute())
+        return {i for i, f in zip(job_ids, flags, strict=True) if f == b"1"}

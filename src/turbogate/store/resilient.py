@@ -15,14 +15,23 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 import orjson
 
 from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord
-from turbogate.store.base import Budgets, Spent, Store, StoreUnavailable, record_from_json, record_to_json
+from turbogate.store.base import (
+    Budgets,
+    JobRecord,
+    LeaseRecord,
+    Spent,
+    Store,
+    StoreUnavailable,
+    record_from_json,
+    record_to_json,
+)
 from turbogate.store.memory import MemoryStore
 
 log = logging.getLogger("turbogate.store")
@@ -176,6 +185,35 @@ class ResilientStore:
 
     async def set_switch(self, name: str, on: bool) -> None:
         await self._try("set switch", self.primary.set_switch(name, on))
+
+    # ---- Turbo leases and jobs: while the store is down, the caller keeps them locally ----------
+    async def _shared(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """On the request path: with the store known down, fail at once rather than wait for a
+        timeout on every request (``recover`` finds out when it is back)."""
+        if self.degraded:
+            raise StoreUnavailable(f"{self.name}: {what}: unreachable")
+        return await self._try(what, call())
+
+    async def turbo_lease(self, lease_id: str) -> LeaseRecord | None:
+        return await self._shared("turbo lease", lambda: self.primary.turbo_lease(lease_id))
+
+    async def turbo_leases(self, tenant: str, ts: float) -> list[LeaseRecord]:
+        return await self._shared("turbo leases", lambda: self.primary.turbo_leases(tenant, ts))
+
+    async def put_turbo_lease(self, rec: LeaseRecord, expect_version: int | None, ts: float) -> bool:
+        return await self._shared("put turbo lease", lambda: self.primary.put_turbo_lease(rec, expect_version, ts))
+
+    async def job(self, job_id: str) -> JobRecord | None:
+        return await self._shared("job", lambda: self.primary.job(job_id))
+
+    async def put_job(self, rec: JobRecord, forget_at: float, ts: float) -> None:
+        await self._shared("put job", lambda: self.primary.put_job(rec, forget_at, ts))
+
+    async def request_job_cancel(self, job_id: str) -> bool:
+        return await self._shared("cancel job", lambda: self.primary.request_job_cancel(job_id))
+
+    async def job_cancels(self, job_ids: Sequence[str]) -> set[str]:
+        return await self._shared("job cancels", lambda: self.primary.job_cancels(job_ids))
 
     async def recover(self) -> bool:
         """Ping a down store; once it answers, replay the buffer and use it again."""

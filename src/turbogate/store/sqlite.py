@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord, limit_refusal, minute_of, spend_keys
-from turbogate.store.base import Budgets, Spent, StoreUnavailable
+from turbogate.store.base import Budgets, JobRecord, LeaseRecord, Spent, StoreUnavailable
 
 T = TypeVar("T")
 
@@ -37,7 +37,14 @@ CREATE TABLE IF NOT EXISTS leases (tenant TEXT NOT NULL, lease TEXT NOT NULL, ex
   PRIMARY KEY (tenant, lease));
 CREATE TABLE IF NOT EXISTS minutes (tenant TEXT PRIMARY KEY, minute INTEGER NOT NULL, requests INTEGER NOT NULL,
   tokens INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS turbo_leases (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, granted_at REAL NOT NULL,
+  term_ends_at REAL NOT NULL, last_heartbeat REAL NOT NULL, renewals INTEGER NOT NULL, forget_at REAL NOT NULL,
+  version INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS turbo_leases_by_tenant ON turbo_leases (tenant);
+CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, owner TEXT NOT NULL, view BLOB NOT NULL,
+  cancel INTEGER NOT NULL, forget_at REAL NOT NULL);
 """
+_LEASE_COLUMNS = "id, tenant, granted_at, term_ends_at, last_heartbeat, renewals, forget_at, version"
 
 
 class SqliteStore:
@@ -48,13 +55,14 @@ class SqliteStore:
         self._fast: sqlite3.Connection | None = None  # the event loop's: never waits (busy → the thread)
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="turbogate-sqlite")
 
-    def _connect(self, timeout: float) -> sqlite3.Connection:
+    def _connect(self, timeout: float, schema: bool = True) -> sqlite3.Connection:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            db.executescript(_SCHEMA)
+            if schema:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.executescript(_SCHEMA)
         except (sqlite3.Error, OSError) as exc:
             raise StoreUnavailable(f"SQLite store {self.path}: {exc}") from exc
         return db
@@ -66,7 +74,9 @@ class SqliteStore:
 
     async def open(self) -> None:
         await asyncio.get_running_loop().run_in_executor(self._thread, self._conn)
-        self._fast = self._connect(0.0)
+        # The thread's connection made the schema (waiting for a sibling worker doing the same);
+        # the loop's, which never waits, would find the file locked by that sibling.
+        self._fast = self._connect(0.0, schema=False)
 
     async def close(self) -> None:
         def shut() -> None:
@@ -188,3 +198,53 @@ class SqliteStore:
             requests, used = (row[1], row[2]) if row and row[0] == minute else (0, 0)
             db.execute("INSERT OR REPLACE INTO minutes VALUES (?,?,?,?)", (tenant, minute, requests, used + tokens))
         await self._run(go, write=True)
+
+    async def turbo_lease(self, lease_id: str) -> LeaseRecord | None:
+        row = await self._run(lambda db: db.execute(f"SELECT {_LEASE_COLUMNS} FROM turbo_leases WHERE id=?",
+                                                    (lease_id,)).fetchone())
+        return None if row is None else LeaseRecord(*row)
+
+    async def turbo_leases(self, tenant: str, ts: float) -> list[LeaseRecord]:
+        rows = await self._run(lambda db: db.execute(
+            f"SELECT {_LEASE_COLUMNS} FROM turbo_leases WHERE tenant=? AND forget_at>?", (tenant, ts)).fetchall())
+        return [LeaseRecord(*row) for row in rows]
+
+    async def put_turbo_lease(self, rec: LeaseRecord, expect_version: int | None, ts: float) -> bool:
+        row = (rec.id, rec.tenant, rec.granted_at, rec.term_ends_at, rec.last_heartbeat, rec.renewals, rec.forget_at,
+               (expect_version or 0) + 1)
+
+        def go(db: sqlite3.Connection) -> bool:
+            db.execute("DELETE FROM turbo_leases WHERE forget_at<=?", (ts,))
+            if expect_version is None:
+                return db.execute("INSERT OR IGNORE INTO turbo_leases VALUES (?,?,?,?,?,?,?,?)", row).rowcount == 1
+            return db.execute("UPDATE turbo_leases SET tenant=?, granted_at=?, term_ends_at=?, last_heartbeat=?, "
+                              "renewals=?, forget_at=?, version=? WHERE id=? AND version=?",
+                              (*row[1:], rec.id, expect_version)).rowcount == 1
+        done: bool = await self._run(go, write=True)
+        return done
+
+    async def job(self, job_id: str) -> JobRecord | None:
+        row = await self._run(lambda db: db.execute("SELECT id, tenant, owner, view, cancel FROM jobs WHERE id=?",
+                                                    (job_id,)).fetchone())
+        return None if row is None else JobRecord(row[0], row[1], row[2], bytes(row[3]), bool(row[4]))
+
+    async def put_job(self, rec: JobRecord, forget_at: float, ts: float) -> None:
+        def go(db: sqlite3.Connection) -> None:
+            db.execute("DELETE FROM jobs WHERE forget_at<=?", (ts,))
+            db.execute("INSERT INTO jobs VALUES (?,?,?,?,?,?) ON CONFLICT (id) DO UPDATE SET view=excluded.view, "
+                       "forget_at=excluded.forget_at, cancel=max(cancel, excluded.cancel)",
+                       (rec.id, rec.tenant, rec.owner, rec.view, int(rec.cancel_requested), forget_at))
+        await self._run(go, write=True)
+
+    async def request_job_cancel(self, job_id: str) -> bool:
+        found: bool = await self._run(lambda db: db.execute("UPDATE jobs SET cancel=1 WHERE id=?",
+                                                            (job_id,)).rowcount == 1, write=True)
+        return found
+
+    async def job_cancels(self, job_ids: Sequence[str]) -> set[str]:
+        if not job_ids:
+            return set()
+        ids = list(job_ids)
+        rows = await self._run(lambda db: db.execute(
+            f"SELECT id FROM jobs WHERE cancel=1 AND id IN ({','.join('?' * len(ids))})", ids).fetchall())
+        return {r[0] for r in rows}
