@@ -92,10 +92,13 @@ class SqliteStore:
         await self._run(lambda db: db.execute("SELECT 1").fetchone())
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T], write: bool = False) -> T:
-        """Run ``fn`` at once on the event loop's connection, which never waits; when the file is
-        locked (another worker is writing), on the store's thread, which waits for the lock
-        without stalling the event loop.  (A thread hop for every write doubled its CPU cost.)"""
-        if self._fast is not None:
+        """A read runs at once on the event loop's connection, which never waits; a write, or a
+        read of a locked file (another worker is writing), runs on the store's thread, which waits
+        for the lock without stalling the event loop.  Writes stay off the loop although a thread
+        hop doubles their CPU cost: a commit, and now and then a WAL checkpoint with its fsync,
+        stalled every request in flight (Turbo's p95 TTFT at 2× overload went from 64 to 285 ms
+        in benchmarks/turbo_isolation.py)."""
+        if self._fast is not None and not write:
             try:
                 return self._execute(self._fast, fn, write)
             except _Busy:
