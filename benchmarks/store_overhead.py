@@ -24,11 +24,12 @@ import time
 import urllib.request
 from pathlib import Path
 
-import aiohttp
-
 from turbogate.config import hash_key
 from turbogate.procs import Service, start_emulator, start_gateway
 from turbogate.store.redisproc import RedisServer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gateway_overhead import pct, unary_latency
 
 KEY = "sk-bench"
 COUNT_KEY = "sk-bench-counted"  # the tenant whose tokens turbogate bench counts
@@ -36,28 +37,6 @@ ADMIN = "bench-admin"
 MODEL = "llama-3.1-8b"
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 4}
 STORES = ("memory", "sqlite", "redis")
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
-
-
-async def latency(targets: dict[str, str], n: int) -> dict[str, list[float]]:
-    """Sequential requests, the stores interleaved so that drift hits all of them alike."""
-    out: dict[str, list[float]] = {name: [] for name in targets}
-    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
-    payload = json.dumps(BODY).encode()
-    async with aiohttp.ClientSession() as session:
-        for i in range(n + 50):
-            for name, url in targets.items():
-                t0 = time.perf_counter()
-                async with session.post(url + "/v1/chat/completions", data=payload, headers=headers) as resp:
-                    await resp.read()
-                    assert resp.status == 200, resp.status
-                if i >= 50:  # warm-up
-                    out[name].append((time.perf_counter() - t0) * 1000)
-    return out
 
 
 def _load_worker(url: str, concurrency: int, seconds: float, queue: mp.Queue) -> None:  # type: ignore[type-arg]
@@ -178,7 +157,7 @@ def main() -> None:
             gateways[name] = start_gateway(cfg, log_dir=tmp)
             services.append(gateways[name])
         urls = {name: g.url for name, g in gateways.items()}
-        lat = asyncio.run(latency(urls, args.requests))
+        lat = asyncio.run(unary_latency(urls, args.requests))
         rps: dict[str, list[float]] = {name: [] for name in STORES}
         cpu: dict[str, list[float]] = {name: [] for name in STORES}
         errors = dict.fromkeys(STORES, 0)
