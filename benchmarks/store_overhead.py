@@ -29,7 +29,7 @@ from turbogate.procs import Service, start_emulator, start_gateway
 from turbogate.store.redisproc import RedisServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gateway_overhead import pct, unary_latency
+from gateway_overhead import _load_worker, cpu_seconds, pct, unary_latency  # the same clients, one copy
 
 KEY = "sk-bench"
 COUNT_KEY = "sk-bench-counted"  # the tenant whose tokens turbogate bench counts
@@ -37,45 +37,6 @@ ADMIN = "bench-admin"
 MODEL = "llama-3.1-8b"
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 4}
 STORES = ("memory", "sqlite", "redis")
-
-
-def _load_worker(url: str, concurrency: int, seconds: float, queue: mp.Queue) -> None:  # type: ignore[type-arg]
-    from turbogate.httpclient import UpstreamError, UpstreamPool
-
-    async def run() -> tuple[int, int]:
-        client = UpstreamPool(url, headers={"Authorization": f"Bearer {KEY}"})
-        payload = json.dumps(BODY).encode()
-        ok = errors = 0
-        stop = time.perf_counter() + seconds
-
-        async def loop() -> None:
-            nonlocal ok, errors
-            while time.perf_counter() < stop:
-                try:
-                    resp = await client.request(b"POST", "/v1/chat/completions", payload)
-                    await resp.read()
-                    resp.release()
-                    ok, errors = (ok + 1, errors) if resp.status == 200 else (ok, errors + 1)
-                except UpstreamError:
-                    errors += 1
-
-        await asyncio.gather(*(loop() for _ in range(concurrency)))
-        client.close()
-        return ok, errors
-
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
-    queue.put(asyncio.run(run()))
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc), all its threads."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def throughput(url: str, concurrency: int, seconds: float, pids: list[int]) -> tuple[float, int, float]:
