@@ -319,3 +319,24 @@ def test_nothing_is_lost_and_counts_stay_consistent(ops: list[tuple[str, Tier, s
             assert adm.queue_length(t) == sum(x.state is State.QUEUED and x.tier is t for x in admitted)
         assert adm.queued == sum(x.state is State.QUEUED for x in admitted)
     assert submitted == shed + len(admitted)  # every request was either taken or refused with a reason
+
+
+def test_a_burst_of_turbo_dispatches_does_not_make_standard_owed() -> None:
+    """Standard had half the dispatches; then Turbo takes 60 in a row (a burst at 2× overload).
+    Its minimum share is a guarantee over a long window: a burst this short must not let queued
+    Standard requests pass a queued Turbo one."""
+    policies = {**POLICIES, Tier.STANDARD: TierPolicy(max_utilization=0.8, min_share=0.2)}
+    adm = Admission(policies)
+    slots = 1
+    for i in range(400):  # alternate: Standard's recent share is about 0.5
+        for tier in (Tier.TURBO, Tier.STANDARD):
+            t = submit(adm, tier, float(i), slots)
+            assert adm.next_dispatch(float(i), slots) is t
+            adm.on_complete(t, float(i))
+    for i in range(400, 460):
+        t = submit(adm, Tier.TURBO, float(i), slots)
+        assert adm.next_dispatch(float(i), slots) is t
+        adm.on_complete(t, float(i))
+    submit(adm, Tier.STANDARD, 460.0, slots)
+    turbo = submit(adm, Tier.TURBO, 460.0, slots)
+    assert adm.next_dispatch(460.0, slots) is turbo

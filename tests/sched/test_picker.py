@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -245,3 +246,39 @@ def test_probes_of_an_engine_edge_become_rare() -> None:
         above += r.limit > 16
     assert r.limit <= 17 and r.probe_backoff > 1
     assert above <= 20, above
+
+
+def test_a_cut_never_sets_the_limit_above_what_the_engine_runs() -> None:
+    """vLLM's waiting gauge lags: a request that arrived during a step counts only after the next
+    schedule.  After a burst of sends the gauge shows 2 of the 7 waiting; the limit must still
+    fall to the 16 the engine runs, not to in-flight − 2 = 21 (a 5-slot overshoot that kept lower
+    tiers' requests in the engine's own FIFO for minutes in the simulated 2× overload)."""
+    from turbogate.sched.concurrency import adapt_limit
+    from turbogate.sched.replica import PickerConfig
+
+    r = Replica(id="r", pool="p")
+    r.limit, r.in_flight = 27.0, 23
+    adapt_limit(r, ReplicaLoad(running=16.0, waiting=2.0, kv_usage=0.3), PickerConfig())  # slow start: counts at once
+    assert r.limit == 16 and r.ssthresh == 16
+
+
+def test_slow_start_grows_at_most_half_again_what_the_engine_ran() -> None:
+    from turbogate.sched.concurrency import adapt_limit
+    from turbogate.sched.replica import PickerConfig
+
+    r = Replica(id="r", pool="p")
+    r.limit, r.in_flight = 18.0, 18
+    adapt_limit(r, ReplicaLoad(running=15.0, waiting=0.0, kv_usage=0.3), PickerConfig())
+    assert r.limit == pytest.approx(22.5)  # not 27: the engine showed 15
+
+
+def test_a_queue_without_full_kv_leaves_the_slots_to_the_limit() -> None:
+    """Slots shrink to the in-flight count only while the KV cache is full.  On a queue, the limit
+    is cut instead: shrinking to in-flight on a scrape's queue shrinks again with every completion
+    until the next scrape, down to one slot."""
+    picker, (a, _) = fleet(cap=16)
+    a.limit, a.in_flight = 16.0, 20
+    picker.on_metrics(a, ReplicaLoad(running=16, waiting=10, kv_usage=0.3), 0.0)
+    assert picker.band(a, 0.0) is Band.SATURATED and a.limit == 10  # cut: 20 in flight, 10 waiting
+    a.in_flight = 4  # completions since the scrape
+    assert picker.replica_slots(a, 0.1) == 10

@@ -42,5 +42,5 @@ def test_a_warm_gateway_has_learned_each_replicas_limit_before_measuring() -> No
         return max(r.ttft_s or 0.0 for r in out.records if r.scheduled_s < 5 and r.tier_asked == "standard")
 
     cold, warm = early_standard_ttft_max(0.0), early_standard_ttft_max(30.0)
-    assert cold > 0.5  # the slow start shows ...
-    assert warm < 0.2  # ... and is gone after the warm-up (an unloaded TTFT is ~0.1 s)
+    assert warm < 0.2  # warm: no wait beyond an unloaded TTFT (~0.1 s) ...
+    assert cold > 2 * warm  # ... where the cold slow start shows

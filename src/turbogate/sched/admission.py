@@ -40,8 +40,10 @@ from enum import Enum
 
 from turbogate.sched.tiers import RANK, TIERS, Tier
 
-#: Weight of one dispatch in each tier's recent-share EWMA (about the last 50 dispatches).
-SHARE_ALPHA = 0.02
+#: Weight of one dispatch in each tier's recent-share EWMA (about the last 200 dispatches): long
+#: enough that a burst of Turbo, which takes most dispatches for a few seconds, does not make a
+#: lower tier owed and let it pass queued Turbo requests (at 50, Turbo's p95 at 2× rose tenfold).
+SHARE_ALPHA = 0.005
 #: Time constant (s) of the top tier's arrival rate and the pool's completion rate.
 RATE_TAU_S = 10.0
 #: The holdback ends when the top tier has been silent this many of its mean gaps (and at least

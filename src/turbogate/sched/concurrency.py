@@ -61,8 +61,13 @@ def adapt_limit(replica: Replica, load: ReplicaLoad, cfg: PickerConfig) -> None:
     limit = replica.limit
     if excess > cfg.queue_tolerance:
         # What the engine runs of ours now: measured against our in-flight count at scrape
-        # time, not the limit, which our in-flight may still exceed after a previous cut.
-        limit = max(float(cfg.min_limit), min(limit, replica.in_flight - (excess - cfg.queue_tolerance)))
+        # time, not the limit, which our in-flight may still exceed after a previous cut.  Never
+        # above what it runs at all: the waiting gauge lags (vLLM counts an arrival only after
+        # the next schedule), so after a burst of sends in-flight − waiting overstates the room.
+        ours = replica.in_flight - (excess - cfg.queue_tolerance)
+        if running >= 1.0:
+            ours = min(ours, running)
+        limit = max(float(cfg.min_limit), min(limit, ours))
         # Slow start may climb back to what the engine showed it runs (others' load may go).
         replica.ssthresh = max(limit, load.running or 0.0)
         if replica.probed_to and limit < replica.probed_to:
@@ -78,7 +83,9 @@ def adapt_limit(replica: Replica, load: ReplicaLoad, cfg: PickerConfig) -> None:
         if limit < replica.ssthresh:
             # 0.8: below the holdback line (0.85 of the limit) lower tiers alone can prove it
             if replica.proven >= 0.8 * limit:
-                limit = min(limit * 1.5, replica.ssthresh)  # slow start (×1.5: a smaller overshoot)
+                # slow start: ×1.5 (a smaller overshoot than TCP's ×2), and at most half again
+                # what the engine has shown it runs, so one step never overshoots by more
+                limit = min(limit * 1.5, replica.proven * 1.5, replica.ssthresh)
         elif replica.proven < int(limit):
             pass  # it has not run the whole limit at once since the last cut: no reason to probe
         elif replica.hold <= 1:  # past the threshold, probe one more now and then

@@ -129,14 +129,18 @@ class Picker:
         return ratio * 2.0 if band is Band.BUSY else ratio
 
     def replica_slots(self, replica: Replica, now: float) -> int:
-        """Dispatch slots this replica offers L1: its learned limit; a saturated replica only
-        keeps what it has (at least one); a stale one half; an ejected one none."""
+        """Dispatch slots this replica offers L1: its learned limit; one whose KV cache is
+        full only keeps what it has (at least one); a stale one half; an ejected one none.  A
+        queue in the engine is the limit's business (``sched/concurrency.py`` cuts it): shrinking
+        slots to the in-flight count on a queue seen at the last scrape would shrink them further
+        with every completion until the next scrape."""
         if replica.health is not Health.HEALTHY:
             return 0
         cap = max(1, int(replica.limit))
         if replica.scraped and (replica.load is None or now - replica.load_at > self.config.stale_after_s):
             return max(1, cap // 2)
-        if self.band(replica, now) is Band.SATURATED:
+        load = replica.load
+        if replica.scraped and load is not None and (load.kv_usage or 0.0) > self.config.saturated_kv:
             cap = min(cap, max(1, replica.in_flight))
         return cap
 

@@ -32,6 +32,9 @@ _NO_TIMING: dict[str, float] = {}  # shared by every record (never mutated; a ma
 TIMER_RESOLUTION_S = 0.001  # the gateway's one timer is no finer either
 _TIER_BODY = {"turbo": "priority", "standard": "default", "relax": "flex"}
 
+#: Events between two progress callbacks.
+PROGRESS_EVERY = 4096
+
 
 class Call:
     """One request's life in the simulation (the Flow's ``handle``)."""
@@ -95,7 +98,7 @@ class Simulation:
         if self._scraped:
             self._push(0.0, self._scrape, None)
         heap, pop, flow = self._heap, heapq.heappop, self.flow
-        progress, every, n = self._progress, 4096, 0
+        progress, every, n = self._progress, PROGRESS_EVERY, 0
         while heap and (self._open or self._more):
             t, _, fn, arg = pop(heap)
             fn(t, arg)
