@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from turbogate.bench.options import LoadOptions, build_load
-from turbogate.config import hash_key, knee_source, parse_config
+from turbogate.config import hash_key, parse_config
+from turbogate.configpolicy import knee_source
 from turbogate.results import RequestRecord, write_run
 from turbogate.sim.build import SimConfig
 from turbogate.sim.fleet import parse_fleet

@@ -10,7 +10,8 @@ import pytest
 
 from tests.gateway.conftest import gateway_config, pool
 from tests.plan.test_cli import _fake_run
-from turbogate.config import flow_policy, knee_source, parse_config
+from turbogate.config import parse_config
+from turbogate.configpolicy import flow_policy, knee_source
 from turbogate.errors import ConfigError
 from turbogate.gateway.cli import with_knee_from
 from turbogate.perf import deployment, get_gpu, get_model

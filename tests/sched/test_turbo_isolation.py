@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from turbogate.config import flow_policy, parse_config
+from turbogate.config import parse_config
+from turbogate.configpolicy import flow_policy
 from turbogate.sched import Dispatch, Flow, FlowRequest, PoolSpec, ReplicaLoad, ReplicaSpec, Respond, Tier
 
 PREFILL_S = 0.02

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import typer
 
-from turbogate.config import GatewayConfig, hash_key, knee_source, load_config, parse_config
+from turbogate.config import GatewayConfig, hash_key, load_config, parse_config
+from turbogate.configpolicy import knee_source
 from turbogate.errors import ConfigError
 
 

@@ -12,7 +12,8 @@ import hashlib
 import hmac
 from dataclasses import dataclass, field
 
-from turbogate.config import GatewayConfig, flow_policy, replica_ids
+from turbogate.config import GatewayConfig
+from turbogate.configpolicy import flow_policy, replica_ids
 from turbogate.httpclient import UpstreamPool
 from turbogate.sched import Flow, Replica, Tier
 

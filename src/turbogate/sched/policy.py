@@ -1,5 +1,5 @@
 """The flow's policy as plain values: what the config file says, minus everything that is I/O
-(URLs, keys, paths).  ``turbogate.config.flow_policy`` builds it from a gateway config; the
+(URLs, keys, paths).  ``turbogate.configpolicy.flow_policy`` builds it from a gateway config; the
 simulator builds it from the same config plus a fleet file."""
 
 from __future__ import annotations

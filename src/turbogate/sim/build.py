@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, cast
 
 from turbogate.bench.options import LoadOptions
-from turbogate.config import GatewayConfig, flow_policy, hash_key, knee_source, region_policy
+from turbogate.config import GatewayConfig, hash_key
+from turbogate.configpolicy import flow_policy, knee_source, region_policy
 from turbogate.engine import EngineConfig
 from turbogate.errors import CatalogError, ConfigError
 from turbogate.sched.flow import Flow
