@@ -251,7 +251,13 @@ def test_turbo_prefers_a_replica_below_what_its_engine_was_seen_running() -> Non
     a.in_flight, b.in_flight = 4, 4  # b is at what its engine has shown it runs; a has room
     assert flow.picker.pick("p", 0.1, proven_only=True) is a
     a.in_flight = 8
-    assert flow.picker.pick("p", 0.1, proven_only=True) in (a, b)  # none proven: any with room
+    # Both at what their engines ran, both in slow start: with lower tiers queued to push the
+    # limits (grow=False) Turbo waits in the gateway, not in an engine's queue past what it ran;
+    # alone (grow=True) it takes one slot more, so Turbo-only traffic still grows the limits.
+    assert flow.picker.pick("p", 0.1, proven_only=True) is None
+    assert flow.picker.pick("p", 0.1, proven_only=True, grow=True) in (a, b)
+    a.in_flight, b.in_flight = 9, 5
+    assert flow.picker.pick("p", 0.1, proven_only=True, grow=True) is None
 
 
 @pytest.mark.parametrize("mode", ["round-robin", "least-outstanding"])

@@ -136,3 +136,12 @@ def test_turbo_keeps_its_unloaded_latency_at_twice_capacity(mix: dict[Tier, floa
     if Tier.RELAX in mix:
         assert heavy.done[Tier.RELAX] > 0
     assert heavy.shed[Tier.STANDARD] > 0  # Standard's excess is what gets shed
+
+
+def test_turbo_alone_still_grows_the_limits_to_what_the_engines_run() -> None:
+    """Turbo takes only slots an engine has been seen running (a slow-start limit may overshoot
+    the engine); with no lower tier queued to push the limits, it must grow them itself, so a
+    Turbo-only overload from a cold start still gets the fleet's capacity."""
+    seconds = 60.0
+    out = run(1.5 * CAPACITY, {Tier.TURBO: 1.0}, seconds=seconds)
+    assert out.done[Tier.TURBO] >= 0.85 * CAPACITY * seconds, (out.done[Tier.TURBO], CAPACITY * seconds)

@@ -260,8 +260,9 @@ class Flow:
             ticket = admission.next_dispatch(now, slots, proven)
             if ticket is None:
                 return actions
-            replica = picker.pick(name, now, proven_only=ticket.tier is Tier.TURBO,
-                                  engine_priority=pool.spec.priority_field)
+            turbo = ticket.tier is Tier.TURBO
+            replica = picker.pick(name, now, proven_only=turbo, engine_priority=pool.spec.priority_field,
+                                  grow=turbo and admission.queued == admission.queue_length(Tier.TURBO))
             if replica is None:  # L1's slot total says yes, but no single replica has room
                 admission.requeue(ticket)
                 return actions
