@@ -255,9 +255,9 @@ def test_turbo_prefers_a_replica_below_what_its_engine_was_seen_running() -> Non
     # limits (grow=False) Turbo waits in the gateway, not in an engine's queue past what it ran;
     # alone (grow=True) it takes one slot more, so Turbo-only traffic still grows the limits.
     assert flow.picker.pick("p", 0.1, proven_only=True) is None
-    assert flow.picker.pick("p", 0.1, proven_only=True, grow=True) in (a, b)
+    assert flow.picker.pick("p", 0.1, proven_only=True, beyond=1) in (a, b)
     a.in_flight, b.in_flight = 9, 5
-    assert flow.picker.pick("p", 0.1, proven_only=True, grow=True) is None
+    assert flow.picker.pick("p", 0.1, proven_only=True, beyond=1) is None
 
 
 @pytest.mark.parametrize("mode", ["round-robin", "least-outstanding"])

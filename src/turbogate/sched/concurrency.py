@@ -86,6 +86,9 @@ def adapt_limit(replica: Replica, load: ReplicaLoad, cfg: PickerConfig) -> None:
                 # slow start: ×1.5 (a smaller overshoot than TCP's ×2), and at most half again
                 # what the engine has shown it runs, so one step never overshoots by more
                 limit = min(limit * 1.5, replica.proven * 1.5, replica.ssthresh)
+                replica.slow_start_idle = 0
+            else:
+                replica.slow_start_idle += 1
         elif replica.proven < int(limit):
             pass  # it has not run the whole limit at once since the last cut: no reason to probe
         elif replica.hold <= 1:  # past the threshold, probe one more now and then

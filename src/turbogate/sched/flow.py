@@ -61,6 +61,10 @@ from turbogate.sched.warmup import WarmUp, warm_result
 
 _QUEUED, _UPSTREAM, _ANSWERING, _DONE = Phase.QUEUED, Phase.UPSTREAM, Phase.ANSWERING, Phase.DONE
 
+#: How long a queued Turbo request waits for a slot its engine has shown it runs before it may
+#: take any slot of a replica still in slow start (``Picker._turbo_room``).
+TURBO_SLOW_START_PATIENCE_S = 0.5
+
 
 class _Pool:
     __slots__ = ("admission", "spec")
@@ -261,8 +265,14 @@ class Flow:
             if ticket is None:
                 return actions
             turbo = ticket.tier is Tier.TURBO
+            beyond = 0  # slots past what a slow-start engine ran that Turbo may take (Picker._turbo_room)
+            if turbo:
+                if now - ticket.arrival >= TURBO_SLOW_START_PATIENCE_S:
+                    beyond = 1 << 30
+                elif admission.queued == admission.queue_length(Tier.TURBO):
+                    beyond = 1
             replica = picker.pick(name, now, proven_only=turbo, engine_priority=pool.spec.priority_field,
-                                  grow=turbo and admission.queued == admission.queue_length(Tier.TURBO))
+                                  beyond=beyond)
             if replica is None:  # L1's slot total says yes, but no single replica has room
                 admission.requeue(ticket)
                 return actions

@@ -71,6 +71,7 @@ class Replica:
     hold: int = 0  # scrapes to wait before the next additive probe
     probe_backoff: int = 1  # × grow_every_scrapes between probes; doubles each time a probe fails
     probed_to: float = 0.0  # the limit the last probe set (0: none outstanding)
+    slow_start_idle: int = 0  # scrapes since slow start last grew the limit
     last_waiting: float = 0.0  # the engine's waiting count at the previous scrape
     proven: float = 0.0  # most requests the engine was seen running at once since the last cut
     awaiting_first: int = 0  # ours dispatched and not yet answering (prefilling, for streams)
