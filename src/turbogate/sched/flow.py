@@ -63,7 +63,7 @@ _QUEUED, _UPSTREAM, _ANSWERING, _DONE = Phase.QUEUED, Phase.UPSTREAM, Phase.ANSW
 
 #: How long a queued Turbo request waits for a slot its engine has shown it runs before it may
 #: take any slot of a replica still in slow start (``Picker._turbo_room``).
-TURBO_SLOW_START_PATIENCE_S = 0.5
+TURBO_SLOW_START_PATIENCE_S = 0.25
 
 
 class _Pool:
