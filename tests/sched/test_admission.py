@@ -340,16 +340,3 @@ def test_a_burst_of_turbo_dispatches_does_not_make_standard_owed() -> None:
     submit(adm, Tier.STANDARD, 460.0, slots)
     turbo = submit(adm, Tier.TURBO, 460.0, slots)
     assert adm.next_dispatch(460.0, slots) is turbo
-
-
-def test_headroom_covers_turbos_own_swing_over_a_service_time() -> None:
-    """Turbo at 6.6 req/s on a 32-slot pool completing 18.3 req/s (service 1.75 s): the
-    birth–death bound alone keeps 4 slots, but Turbo's in-flight count (mean 11.6, Poisson)
-    swings by more than that within one service time, while the lower tiers' requests free
-    nothing; square-root staffing keeps β√11.6 ≈ 8 (β ≈ 2.1 for a 2 % delay probability)."""
-    from turbogate.sched.admission import _staffing_beta, headroom_slots
-
-    assert _staffing_beta(0.02) == pytest.approx(2.1, abs=0.05)
-    assert headroom_slots(6.6, 18.3, 0.02, 32) == 8
-    assert headroom_slots(6.6, 18.3, 0.001, 32) > 8  # a smaller risk keeps more
-    assert headroom_slots(0.0, 18.3, 0.02, 32) == 0 and headroom_slots(20.0, 18.3, 0.02, 32) == 32
