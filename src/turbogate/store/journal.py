@@ -12,6 +12,7 @@ gateway that starts, like its store buffer (``UsageBuffer.claim`` in store/resil
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -30,10 +31,14 @@ class UsageJournal:
     def append(self, rec: UsageRecord) -> None:
         """Write ``rec`` now (raises OSError when the folder cannot be written)."""
         if self._fd is None:
-            self.folder.mkdir(parents=True, exist_ok=True)
             self._gen += 1
-            self._path = self.folder / f"usage-{self._pid}-j{self._gen}.jsonl"
-            self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            path = self.folder / f"usage-{self._pid}-j{self._gen}.jsonl"
+            try:
+                self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            except FileNotFoundError:  # the first file (or the folder was removed): make the folder
+                self.folder.mkdir(parents=True, exist_ok=True)
+                self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            self._path = path
         os.write(self._fd, record_to_json(rec) + b"\n")
 
     def rotate(self) -> Path | None:
@@ -48,4 +53,5 @@ class UsageJournal:
     @staticmethod
     def remove(path: Path) -> None:
         """The store holds ``path``'s records: the file is no longer needed."""
-        path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # left behind, it is replayed (idempotently) after this process
+            path.unlink(missing_ok=True)

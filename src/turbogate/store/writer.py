@@ -80,14 +80,16 @@ class UsageWriter:
                         if fut is not None and not fut.done():
                             fut.set_exception(exc)
                     continue
-                # Stored, or in the store's own buffer while it is down: the journal file can go.
-                if done_with is not None:
-                    UsageJournal.remove(done_with)
-                if spent:
-                    self.on_spent(spent)
-                for _, fut in batch:
-                    if fut is not None and not fut.done():
-                        fut.set_result(None)
+                try:
+                    # Stored, or in the store's own buffer while it is down: the journal file can go.
+                    if done_with is not None:
+                        UsageJournal.remove(done_with)
+                    if spent:
+                        self.on_spent(spent)
+                finally:  # nobody waiting for these records may be left waiting
+                    for _, fut in batch:
+                        if fut is not None and not fut.done():
+                            fut.set_result(None)
                 if not any(f is not None for _, f in self._pending) and len(self._pending) < self.max_batch:
                     break  # the rest waits for its own timer
         finally:
