@@ -21,8 +21,11 @@ Issue 15's two figures, in the same object:
 - ``workers``: the highest non-streamed rate (steps of ``--workers-step``) that one worker
   process, then ``--workers 2`` (bench/workers.py: two processes, one seeded schedule), sends
   with p99 dispatch lag ≤ 5 ms in every worker, and their ratio.  Each worker needs a core of
-  its own and the emulator another: on a machine with fewer cores the ratio measures the
-  machine, not the bench (``cpus`` says which).
+  its own: the block sends to nginx answering a fixed completion where nginx is installed
+  (``--workers-upstream``), the cheapest upstream there is, so that the workers get most of the
+  cores; each trial reports every worker's share of a core and CPU per request, the parent's and
+  the upstream's.  On a machine with fewer free cores than workers the ratio measures the
+  machine, not the bench (``cpus`` and ``load_average_1m`` say which).
 
     python benchmarks/bench_capacity.py [--trial-s 4] [--max-rate 6000] [--only streaming,workers]
 """
@@ -51,7 +54,7 @@ from turbogate.bench.workload import TruncNormal, Workload
 from turbogate.procs import Service, start_emulator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from openai_stub import start_stub  # benchmarks/ is not a package: import it from beside this file
+from openai_stub import start_nginx_stub, start_stub  # benchmarks/ is not a package: import it from beside this file
 
 LAG_LIMIT_S = 0.005
 MODEL = "llama-3.2-1b"
@@ -149,14 +152,52 @@ async def streaming_on_one_core(url: str, args: argparse.Namespace) -> dict[str,
     return {**t, "tokens": args.stream_tokens, "realtime_priority": rt}
 
 
-async def workers_trial(url: str, workers: int, rate: float, seconds: float) -> dict[str, object]:
-    """One non-streamed trial at ``rate`` sent by ``workers`` processes (bench --workers)."""
+def cpu_of(pid: int) -> float | None:
+    """User + system CPU seconds of a process so far (Linux /proc); None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_of_tree(pids: list[int]) -> float:
+    """CPU seconds of ``pids`` and their children (an nginx master and its workers)."""
+    total = 0.0
+    for pid in pids:
+        kids = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+        for p in [pid, *(int(k) for k in kids)]:
+            total += cpu_of(p) or 0.0
+    return total
+
+
+async def workers_trial(url: str, workers: int, rate: float, seconds: float,
+                        upstream_pids: list[int]) -> dict[str, object]:
+    """One non-streamed trial at ``rate`` sent by ``workers`` processes (bench --workers), and the
+    share of a core each process used over it: every worker, this parent, the upstream."""
     schedule = make_schedule(rate, seconds, int(rate), 1)
     target = make_target(url, stream=False)
     pool = WorkerPool([WorkerJob(k, target, items, 5.0, 10.0) for k, items in enumerate(split(schedule, workers))])
+    last: dict[int, float] = {}
+
+    async def sample() -> None:  # a worker exits once its records are sent: keep its last reading
+        while True:
+            for pid in pool.pids:
+                if (c := cpu_of(pid)) is not None:
+                    last[pid] = c
+            await asyncio.sleep(0.1)
+
     try:
         await pool.start()
-        per_worker = await pool.results(seconds + 60)
+        t0, parent0, up0 = time.perf_counter(), cpu_self_s(), cpu_of_tree(upstream_pids)
+        first = {pid: last.get(pid, cpu_of(pid) or 0.0) for pid in pool.pids}
+        sampler = asyncio.get_running_loop().create_task(sample())
+        try:
+            per_worker = await pool.results(seconds + 60)
+        finally:
+            sampler.cancel()
+        wall = time.perf_counter() - t0
+        parent, up = cpu_self_s() - parent0, cpu_of_tree(upstream_pids) - up0
     finally:
         pool.close()
     recs = merge(per_worker)
@@ -164,16 +205,21 @@ async def workers_trial(url: str, workers: int, rate: float, seconds: float) -> 
     lags = [p99_lag_ms(w) for w in per_worker]
     end = max((r.end_s or 0.0) for r in recs) if recs else seconds
     return {"rate": rate, "requests": len(recs), "ok": ok, "achieved_rps": round(ok / max(end, seconds), 1),
-            "worker_lag_p99_ms": [None if x is None else round(x, 3) for x in lags]}
+            "worker_lag_p99_ms": [None if x is None else round(x, 3) for x in lags],
+            "worker_cpu_share": [round((last.get(pid, 0.0) - first[pid]) / wall, 2) for pid in pool.pids],
+            "worker_cpu_us_per_request": [round((last.get(pid, 0.0) - first[pid]) * 1e6 / max(1, len(w)), 1)
+                                          for pid, w in zip(pool.pids, per_worker, strict=True)],
+            "parent_cpu_share": round(parent / wall, 2), "upstream_cpu_share": round(up / wall, 2)}
 
 
-async def workers_max(url: str, workers: int, args: argparse.Namespace) -> tuple[float, list[dict[str, object]]]:
+async def workers_max(url: str, workers: int, args: argparse.Namespace,
+                      upstream_pids: list[int]) -> tuple[float, list[dict[str, object]]]:
     """The highest rate (steps of ``--workers-step``) every worker sends with p99 lag ≤ the limit."""
     trials: list[dict[str, object]] = []
     best = 0.0
     rate = args.workers_step
     while rate <= args.max_rate * workers:
-        t = await workers_trial(url, workers, rate, args.trial_s)
+        t = await workers_trial(url, workers, rate, args.trial_s, upstream_pids)
         t["workers"] = workers
         trials.append(t)
         lags = [x for x in t["worker_lag_p99_ms"] if x is not None]  # type: ignore[union-attr]
@@ -216,10 +262,25 @@ async def main_async(args: argparse.Namespace, url: str, upstream_pid: int) -> d
                                "acceptance_lag_p99_ms": 1.0,
                                "holds": float(streaming["lag_p99_ms"]) <= 1.0}  # type: ignore[arg-type]
     if "workers" in parts:
-        one, t1 = await workers_max(url, 1, args)
-        two, t2 = await workers_max(url, 2, args)
+        # The workers' upstream should cost the machine as little as possible, so the two workers
+        # get most of the cores: nginx with a fixed answer when it is installed.
+        nginx = None
+        if args.workers_upstream in ("auto", "nginx"):
+            nginx = start_nginx_stub(Path(tempfile.mkdtemp(prefix="tg-nginx-")))
+            if nginx is None and args.workers_upstream == "nginx":
+                raise SystemExit("--workers-upstream nginx: nginx is not installed or did not start")
+        w_url, w_pids = (nginx[1], [nginx[0].pid]) if nginx else (url, [upstream_pid])
+        try:
+            await workers_trial(w_url, 1, 100, 1.0, w_pids)  # warm-up
+            one, t1 = await workers_max(w_url, 1, args, w_pids)
+            two, t2 = await workers_max(w_url, 2, args, w_pids)
+        finally:
+            if nginx is not None:
+                nginx[0].terminate()
+                nginx[0].wait(timeout=10)
         result["workers"] = {"max_rps_1_worker": one, "max_rps_2_workers": two,
                              "ratio": round(two / one, 2) if one else None, "acceptance_ratio": 1.8,
+                             "upstream": "nginx (fixed answer)" if nginx else args.upstream,
                              "step_rps": args.workers_step, "trials": [*t1, *t2]}
     result.update({"upstream": args.upstream, "lag_limit_ms": LAG_LIMIT_S * 1000, "trial_s": args.trial_s,
                    "cpus": os.cpu_count(),
@@ -241,6 +302,10 @@ def main() -> int:
     ap.add_argument("--upstream", choices=("stub", "emulator"), default="stub",
                     help="What the bench sends to: benchmarks/openai_stub.py (neutral, the cheapest answers, so the "
                          "bench is what is measured) or the emulator at --time-scale 0.")
+    ap.add_argument("--workers-upstream", choices=("auto", "nginx", "same"), default="auto",
+                    help="What the workers block sends to: nginx answering a fixed completion (the cheapest "
+                         "upstream, so two workers get most of two cores; auto: when nginx is installed) or the "
+                         "same upstream as the other blocks.")
     ap.add_argument("--only", default=",".join(PARTS), help=f"Comma-separated parts to run: {', '.join(PARTS)}.")
     args = ap.parse_args()
     unknown = set(args.only.split(",")) - set(PARTS)

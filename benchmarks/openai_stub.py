@@ -131,6 +131,74 @@ def start_stub(cpus: set[int] | None = None) -> tuple[subprocess.Popen[bytes], s
     return proc, line.removeprefix("listening on ")
 
 
+_FIXED_COMPLETION = ('{"id":"nginx","object":"text_completion","created":0,"model":"stub","choices":[{"index":0,'
+                     '"text":"hi ","finish_reason":"length"}],"usage":{"prompt_tokens":8,"completion_tokens":1,'
+                     '"total_tokens":9}}')
+_FIXED_CHAT = ('{"id":"nginx","object":"chat.completion","created":0,"model":"stub","choices":[{"index":0,'
+               '"message":{"role":"assistant","content":"hi "},"finish_reason":"length"}],"usage":{"prompt_tokens":8,'
+               '"completion_tokens":1,"total_tokens":9}}')
+
+
+def nginx_binary() -> str | None:
+    import shutil
+
+    return shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+
+
+def start_nginx_stub(folder: Path, workers: int = 1) -> tuple[subprocess.Popen[bytes], str] | None:
+    """nginx answering every non-streamed completion with one fixed OpenAI JSON body (``return 200``):
+    an upstream that costs far less CPU per request than any Python server, for measurements
+    where the client, not the server, must be what fills the cores.  Streams are not served (the
+    same JSON comes back).  None when nginx is not installed or does not start."""
+    import socket
+    import urllib.request
+
+    binary = nginx_binary()
+    if binary is None:
+        return None
+    with socket.socket() as probe:  # a free port (nginx cannot report one it chose)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    folder.mkdir(parents=True, exist_ok=True)
+    conf = folder / "nginx.conf"
+    conf.write_text(f"""worker_processes {workers};
+daemon off;
+pid {folder}/nginx.pid;
+error_log {folder}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {folder}/body; proxy_temp_path {folder}/proxy; fastcgi_temp_path {folder}/fcgi;
+  uwsgi_temp_path {folder}/uwsgi; scgi_temp_path {folder}/scgi;
+  keepalive_requests 1000000;
+  default_type application/json;
+  server {{
+    listen 127.0.0.1:{port};
+    location = /v1/completions {{ return 200 '{_FIXED_COMPLETION}'; }}
+    location = /v1/chat/completions {{ return 200 '{_FIXED_CHAT}'; }}
+    location = /health {{ return 200 '{{"status":"ok"}}'; }}
+    location / {{ return 404 '{{}}'; }}
+  }}
+}}
+""")
+    proc = subprocess.Popen([binary, "-c", str(conf), "-p", str(folder), "-e", str(folder / "error.log")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return None
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1) as resp:
+                if resp.status == 200:
+                    return proc, url
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description="A neutral fast OpenAI-compatible stub (raw asyncio + httptools).")
     ap.add_argument("--host", default="127.0.0.1")

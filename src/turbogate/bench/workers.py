@@ -133,6 +133,11 @@ class WorkerPool:
             self._conns.append(parent)
             self._procs.append(proc)
 
+    @property
+    def pids(self) -> list[int]:
+        """The worker processes' ids, in worker order (for measuring their CPU time)."""
+        return [int(p.pid) for p in self._procs]
+
     async def _recv(self, conn: Connection, timeout: float) -> tuple[str, Any]:
         loop = asyncio.get_running_loop()
         ready = await loop.run_in_executor(None, conn.poll, timeout)

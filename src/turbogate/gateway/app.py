@@ -74,9 +74,14 @@ _SWEEP_S = 0.05
 class _Watch:
     """Notices a client that leaves.  Queued requests are watched at once; running ones only
     after ``_WATCH_AFTER_S`` (by the sweeper): a watcher task per request was a large share of
-    the gateway's CPU per request, and a quick request is over before it matters."""
+    the gateway's CPU per request, and a quick request is over before it matters.  Under
+    uvicorn a watched request needs no task either: the sweeper reads the connection's
+    ``disconnected`` flag (set when it is lost) every ``_SWEEP_S``; when a busy machine held the
+    loop back, the sweeper found many requests past the age and their watcher tasks cost more
+    CPU than the rest of their path.  Other servers (and a coalesced group's shared call) get a
+    task waiting on ``receive()``."""
 
-    __slots__ = ("born", "finished", "gone", "handle", "receive", "req", "task")
+    __slots__ = ("born", "cycle", "finished", "gone", "handle", "receive", "req", "task")
 
     def __init__(self, receive: Receive, req: FlowRequest, handle: Handle, born: float) -> None:
         self.receive = receive
@@ -86,18 +91,34 @@ class _Watch:
         self.finished = False
         self.gone = False
         self.task: asyncio.Task[None] | None = None
+        self.cycle: object | None = None  # uvicorn's request cycle, when its flag is polled
 
     def start(self, app: GatewayApp) -> None:
-        if self.task is None:
+        if self.task is not None or self.cycle is not None:
+            return
+        cycle = getattr(self.receive, "__self__", None)
+        if cycle is not None and hasattr(cycle, "disconnected"):
+            self.cycle = cycle
+            self.poll(app)
+        else:
             self.task = asyncio.get_running_loop().create_task(self._watch(app))
+
+    def poll(self, app: GatewayApp) -> None:
+        if getattr(self.cycle, "disconnected", False):
+            self._left(app)
 
     async def _watch(self, app: GatewayApp) -> None:
         message = await self.receive()
-        if message["type"] == "http.disconnect" and not self.finished:
-            self.gone = True
-            app.driver.run(app.rt.flow.client_gone(self.req, time.perf_counter()))
-            if not self.handle.cancelled:
-                self.handle.task.cancel()
+        if message["type"] == "http.disconnect":
+            self._left(app)
+
+    def _left(self, app: GatewayApp) -> None:
+        if self.finished or self.gone:
+            return
+        self.gone = True
+        app.driver.run(app.rt.flow.client_gone(self.req, time.perf_counter()))
+        if not self.handle.cancelled:
+            self.handle.task.cancel()
 
 
 class GatewayApp(AsgiApp):
@@ -241,12 +262,15 @@ class GatewayApp(AsgiApp):
         return await warm_up(self.rt, self.rt.replicas[replica.id], model)
 
     async def _sweep(self) -> None:
-        """Start disconnect watchers for requests still running after ``_WATCH_AFTER_S``."""
+        """Watch requests still running after ``_WATCH_AFTER_S`` for a client that leaves; poll
+        the connections of those already watched by their flag."""
         while True:
             await asyncio.sleep(_SWEEP_S)
             watch_before = time.perf_counter() - _WATCH_AFTER_S
             for w in list(self._watches):
-                if w.task is None and w.born < watch_before:
+                if w.cycle is not None:
+                    w.poll(self)
+                elif w.task is None and w.born < watch_before:
                     w.start(self)
 
     async def shutdown(self) -> None:

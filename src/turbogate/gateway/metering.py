@@ -22,6 +22,7 @@ from turbogate.errors import ConfigError
 from turbogate.sched import FlowRequest, Tier, parse_tier
 from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord, period_key
 from turbogate.store.base import Spent, Store, StoreUnavailable
+from turbogate.store.journal import UsageJournal
 from turbogate.store.memory import MemoryStore
 from turbogate.store.resilient import ResilientStore
 from turbogate.store.writer import UsageWriter
@@ -77,7 +78,10 @@ class Metering:
         retry = sc.retry_interval_s if sc is not None else 1.0
         self.store = ResilientStore(primary, buffer_dir, retry, sc.timeout_s if sc is not None else 1.0, name)
         log.info("usage, budgets, switches and tenant limits: %s (buffer while unreachable: %s)", name, buffer_dir)
-        self.writer = UsageWriter(self.store, self._on_spent)
+        # Records are journaled on local disk and reach the store in batches (store/writer.py);
+        # a memory store has nothing to make durable.
+        journal = None if isinstance(primary, MemoryStore) else UsageJournal(buffer_dir)
+        self.writer = UsageWriter(self.store, self._on_spent, journal)
         self.instance = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.limits = {t.name: lim for t in cfg.tenants
                        if (lim := LimitPolicy(t.max_in_flight, t.requests_per_minute, t.tokens_per_minute)).any}
@@ -110,7 +114,8 @@ class Metering:
         return self.writer.submit(self._stamp(rec, self.record_id(req)))
 
     async def record(self, req: FlowRequest) -> None:
-        """Store ``req``'s record now (called before the response's final byte)."""
+        """Make ``req``'s record durable now (called before the response's final byte): in the
+        journal at once, or — where the journal cannot be written — in the store."""
         fut = self._submit(req)
         if fut is not None:
             try:
@@ -142,7 +147,9 @@ class Metering:
         self._seq += 1
         rec = self._stamp(UsageRecord(tenant, model, tier, tier, status, 0, 0, 0.0, 0.0, 0.0, None, now),
                           f"{self.instance}-edge-{self._seq}")
-        self.writer.submit(rec).add_done_callback(_quiet)
+        fut = self.writer.submit(rec)
+        if fut is not None:
+            fut.add_done_callback(_quiet)
 
     def done(self, req: FlowRequest) -> None:
         """The request is over: store its record if not yet done, give back its limit place."""
@@ -242,7 +249,7 @@ class Metering:
         if self._task is not None:
             self._task.cancel()
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.writer.drain(), 5.0)
+            await asyncio.wait_for(self.writer.flush(), 5.0)
         await self.store.close()
 
     def describe(self) -> dict[str, object]:

@@ -88,6 +88,7 @@ async def _report(app: GatewayApp, scope: Scope, send: Send, tenant: str | None)
     if tenant is None and q.get("tenant"):
         tenant = q["tenant"]
     try:
+        await app.meter.writer.flush()  # this process's records still on their way (store/writer.py)
         records = await app.meter.store.usage(tenant, start, end)
     except StoreUnavailable as exc:
         await send_error(send, 503, f"the usage store is unreachable: {exc}", code="store_unavailable",

@@ -65,13 +65,17 @@ class UsageBuffer:
         os.write(self._fd, lines)
 
     def claim(self) -> list[Path]:
-        """This process's buffer and those of processes that are gone (a crashed worker's)."""
+        """This process's buffer, and the buffers and usage journals (``usage-<pid>-j<n>``,
+        store/journal.py) of processes that are gone (a crashed worker's).  This process's own
+        journal is its writer's."""
         if not self.folder.is_dir():
             return []
         out = []
         for p in sorted(self.folder.glob("usage-*.jsonl")):
-            pid = p.stem.removeprefix("usage-")
-            if pid.isdigit() and (int(pid) == os.getpid() or not _alive(int(pid))):
+            pid, _, journal = p.stem.removeprefix("usage-").partition("-")
+            if not pid.isdigit() or (journal and not journal.startswith("j")):
+                continue
+            if (int(pid) == os.getpid() and not journal) or (int(pid) != os.getpid() and not _alive(int(pid))):
                 out.append(p)
         return out
 

@@ -1,0 +1,93 @@
+"""The usage journal and the batching writer (store/journal.py, store/writer.py): a record is on
+local disk when submitted, reaches the store in one batch, and its journal file goes once the
+store holds it; a dead process's journal is replayed by the next store opened on the folder; an
+unwritable journal falls back to waiting for the store."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.store.test_stores import rec
+from turbogate.store.base import Spent, record_to_json
+from turbogate.store.journal import UsageJournal
+from turbogate.store.resilient import ResilientStore, UsageBuffer
+from turbogate.store.sqlite import SqliteStore
+from turbogate.store.writer import UsageWriter
+
+
+def _lines(folder: Path) -> list[bytes]:
+    return [line for p in sorted(folder.glob("usage-*-j*.jsonl")) for line in p.read_bytes().splitlines()]
+
+
+async def test_journaled_at_once_stored_in_one_batch(tmp_path: Path) -> None:
+    store = ResilientStore(SqliteStore(tmp_path / "state.sqlite3"), tmp_path / "buf")
+    await store.open()
+    spent: list[Spent] = []
+    writer = UsageWriter(store, spent.append, UsageJournal(tmp_path / "buf"), flush_s=60.0)
+    try:
+        assert all(writer.submit(rec(i)) is None for i in range(3))  # durable already: nobody waits
+        assert len(_lines(tmp_path / "buf")) == 3  # on disk before any store write
+        assert await store.usage("acme", 0, 2000) == []  # the batch waits for its timer (60 s here)
+        await writer.flush()
+        assert [r.id for r in await store.usage("acme", 0, 2000)] == ["g-0", "g-1", "g-2"]
+        assert spent and sum(spent[-1].values()) > 0  # Turbo spend handed back, as before
+        assert _lines(tmp_path / "buf") == []  # the store holds them: the journal file is gone
+        writer.submit(rec(3))
+        await writer.flush()
+        assert [r.id for r in await store.usage("acme", 0, 2000)][-1] == "g-3"
+    finally:
+        await store.close()
+
+
+async def test_a_full_batch_goes_without_waiting_for_the_timer(tmp_path: Path) -> None:
+    store = ResilientStore(SqliteStore(tmp_path / "state.sqlite3"), tmp_path / "buf")
+    await store.open()
+    writer = UsageWriter(store, lambda _: None, UsageJournal(tmp_path / "buf"), flush_s=60.0, max_batch=4)
+    try:
+        for i in range(4):
+            writer.submit(rec(i))
+        task = writer._task
+        assert task is not None  # kicked by the fourth record
+        await task
+        assert len(await store.usage("acme", 0, 2000)) == 4
+    finally:
+        await store.close()
+
+
+async def test_a_dead_process_journal_is_replayed_and_a_live_one_is_not(tmp_path: Path) -> None:
+    buf = tmp_path / "buf"
+    buf.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    dead_pid = int(dead.stdout)  # a worker that is gone left its journal
+    (buf / f"usage-{dead_pid}-j1.jsonl").write_bytes(record_to_json(rec(7)) + b"\n")
+    own = UsageJournal(buf)
+    own.append(rec(8))  # this process's live journal: its writer's, not the replay's
+    assert [p.name for p in UsageBuffer(buf).claim()] == [f"usage-{dead_pid}-j1.jsonl"]
+    store = ResilientStore(SqliteStore(tmp_path / "state.sqlite3"), buf)
+    await store.open()  # replays what dead processes left
+    try:
+        assert [r.id for r in await store.usage("acme", 0, 2000)] == ["g-7"]
+        assert not (buf / f"usage-{dead_pid}-j1.jsonl").exists()
+        assert (buf / f"usage-{os.getpid()}-j1.jsonl").exists()
+    finally:
+        own.rotate()
+        await store.close()
+
+
+async def test_an_unwritable_journal_waits_for_the_store(tmp_path: Path) -> None:
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")  # a file where the journal's folder should be: every append fails
+    store = ResilientStore(SqliteStore(tmp_path / "state.sqlite3"), tmp_path / "buf")
+    await store.open()
+    writer = UsageWriter(store, lambda _: None, UsageJournal(blocked), flush_s=60.0)
+    try:
+        fut = writer.submit(rec(0))
+        assert fut is not None  # not durable yet: the caller waits for the store, not the timer
+        await fut
+        assert [r.id for r in await store.usage("acme", 0, 2000)] == ["g-0"]
+    finally:
+        await store.close()
