@@ -155,7 +155,7 @@ class Flow:
     # ---- the edge ------------------------------------------------------------------------------
     def resolve(self, tenant: TenantSpec, asked: Tier) -> tuple[Tier, str | None]:
         """The tier served for ``asked``, and why it differs (None when it does not)."""
-        budget_spent = asked is Tier.TURBO and self.budgets.exhausted(tenant.name)
+        budget_spent = asked is _TURBO and self.budgets.exhausted(tenant.name)
         return served_tier(tenant, asked, self.enabled, self.turbo_off, budget_spent)
 
     def open(self, *, tenant: str, model: str, tier_body: object = None, tier_header: str | None = None,

@@ -244,13 +244,14 @@ class Picker:
         if indexed and n > 2 * SAMPLE:
             replicas = self._sample(replicas, 2 * SAMPLE if proven_only else SAMPLE)
             n = len(replicas)
-        state.rotor = (state.rotor + 1) % max(n, 1)
+        rotor = state.rotor = (state.rotor + 1) % max(n, 1)
+        band_of, score_of = self.band, self._score
         for i in range(n):  # start at a rotating index so ties spread evenly
-            r = replicas[(state.rotor + i) % n]
+            r = replicas[(rotor + i) % n]
             if r.health is not _HEALTHY or r.in_flight >= int(r.limit) or r.id in exclude:
                 continue
-            band = self.band(r, now)
-            key = (_BUSY if band is _LIGHT else band, self._score(r, band))
+            band = band_of(r, now)
+            key = (_BUSY if band is _LIGHT else band, score_of(r, band))
             if key < best_key:
                 best, best_key = r, key
             if proven_only and (engine_priority or r.in_flight < self._turbo_room(r, beyond)):

@@ -40,7 +40,7 @@ def served_tier(tenant: TenantSpec, asked: Tier, enabled: Set[Tier], turbo_off: 
     if tenant.name in turbo_off and Tier.TURBO in usable:
         usable = usable - {Tier.TURBO}
     served = resolve_tier(asked, tenant.allowed, usable)
-    if served is Tier.TURBO and budget_spent:
+    if budget_spent and served is Tier.TURBO:
         return Tier.STANDARD, BUDGET_SPENT
     if served is asked:
         return served, None
