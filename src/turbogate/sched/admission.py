@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -166,7 +165,6 @@ def clamp_retry(seconds: float) -> int:
 @dataclass(slots=True)
 class _TierQueue:
     heap: list[tuple[float, int, Ticket]] = field(default_factory=list)
-    fifo: deque[Ticket] = field(default_factory=deque)
     length: int = 0
     in_flight: int = 0
     vtime: float = 0.0
@@ -179,12 +177,6 @@ class _TierQueue:
         while heap and heap[0][2].state is not _QUEUED:
             heapq.heappop(heap)
         return heap[0][2] if heap else None
-
-    def oldest(self) -> Ticket | None:
-        fifo = self.fifo
-        while fifo and fifo[0].state is not _QUEUED:
-            fifo.popleft()
-        return fifo[0] if fifo else None
 
 
 class Admission:
@@ -307,7 +299,6 @@ class Admission:
         ticket.vtag = start
         queue.finish[ticket.tenant] = start + max(ticket.cost, 1e-9) / max(tenant.weight, 1e-9)
         heapq.heappush(queue.heap, (start, ticket.id, ticket))
-        queue.fifo.append(ticket)
         queue.length += 1
         self._queued += 1
         queue.queued_by_tenant[ticket.tenant] = queue.queued_by_tenant.get(ticket.tenant, 0) + 1
@@ -427,7 +418,6 @@ class Admission:
         self._queued += 1
         queue.queued_by_tenant[ticket.tenant] = queue.queued_by_tenant.get(ticket.tenant, 0) + 1
         heapq.heappush(queue.heap, (ticket.vtag, ticket.id, ticket))
-        queue.fifo.appendleft(ticket)
 
     def on_complete(self, ticket: Ticket, now: float, *, count_service: bool = True) -> None:
         """A dispatched ticket finished (served, failed or cancelled): free its slot."""

@@ -319,6 +319,7 @@ class Flow:
         self._meter(req, status, now)
         if req.ticket is not None:
             self.pools[req.pool].admission.on_complete(req.ticket, now, count_service=count_service)
+            req.ticket = None  # its payload is req: a cycle left for the GC to find (driver's handle included)
 
     def _meter(self, req: FlowRequest, status: int, now: float) -> None:
         """The request's one usage record, and its charge against the tenant's Turbo budget."""
@@ -454,6 +455,7 @@ class Flow:
                 if req.phase is _QUEUED and req.ticket is not None:
                     pool = self.pools[req.pool]
                     shed = pool.admission.timed_out(req.ticket, now, self.picker.slots(req.pool, now))
+                    req.ticket = None  # (as in _close: no cycle left behind)
                     req.phase = _DONE
                     req.status = shed.status
                     self._meter(req, shed.status, now)
