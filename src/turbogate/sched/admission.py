@@ -198,6 +198,8 @@ class Admission:
         self.holdback = True
         self._queues: dict[Tier, _TierQueue] = {t: _TierQueue() for t in TIERS}
         self._order = [(t, self._queues[t], self.policies[t]) for t in TIERS]
+        # Per tier, the queues at its rank or above (a request's predicted wait counts them).
+        self._at_or_above = {t: tuple(self._queues[u] for u in TIERS[: RANK[t] + 1]) for t in TIERS}
         for _tier, queue, policy in self._order:  # nobody is owed anything before the first dispatch
             queue.share = policy.min_share
         self._active: dict[str, int] = tenant_counts if tenant_counts is not None else {}
@@ -316,8 +318,9 @@ class Admission:
         service = self.service_estimate_s
         if service is None or slots <= 0:
             return None
-        rank = RANK[tier]
-        ahead = sum(self._queues[t].length for t in TIERS[: rank + 1])
+        ahead = 0
+        for queue in self._at_or_above[tier]:
+            ahead += queue.length
         return (ahead + max(0, self.in_flight - slots + 1)) * service / slots
 
     def retry_after_s(self, tier: Tier, slots: int) -> int:
