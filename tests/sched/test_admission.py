@@ -3,7 +3,8 @@ shedding (pure, no sockets)."""
 
 from __future__ import annotations
 
-from collections import Counter
+import gc
+from collections import Counter, deque
 
 import pytest
 from hypothesis import given, settings
@@ -340,3 +341,18 @@ def test_a_burst_of_turbo_dispatches_does_not_make_standard_owed() -> None:
     submit(adm, Tier.STANDARD, 460.0, slots)
     turbo = submit(adm, Tier.TURBO, 460.0, slots)
     assert adm.next_dispatch(460.0, slots) is turbo
+
+
+def test_a_finished_ticket_is_not_kept() -> None:
+    """L1 holds a ticket only while it queues (and, lazily, until its heap entry surfaces):
+    a gateway that runs for months must not keep every request it ever admitted."""
+    adm = Admission(POLICIES)
+    first = submit(adm, Tier.STANDARD, 0.0, 4)
+    assert drain(adm, 0.0, 4) == [first]
+    adm.on_complete(first, 1.0)
+    for i in range(10):  # later traffic lets the dead heap entry surface
+        t = submit(adm, Tier.STANDARD, 2.0 + i, 4)
+        assert drain(adm, 2.0 + i, 4) == [t]
+        adm.on_complete(t, 3.0 + i)
+    containers = [r for r in gc.get_referrers(first) if isinstance(r, (list, tuple, dict, deque))]
+    assert not containers  # only this test's own variable refers to it

@@ -80,7 +80,7 @@ class BlockManager:
 
     def allocate(self, n: int, into: list[int]) -> bool:
         """Append ``n`` blocks to ``into``; False (and nothing taken) when fewer are free."""
-        if n > self.num_free:
+        if n > len(self._free) - self._head:  # num_free, without the property call (hot path)
             return False
         if n > 0:
             into.extend(self._take(n))
@@ -96,7 +96,7 @@ class BlockManager:
 
         A free that would leave more blocks free than exist is refused (a block freed twice is
         caught there; a per-block check would cost the hot path a map write per block)."""
-        if self.num_free + len(blocks) > self.num_blocks:
+        if len(self._free) - self._head + len(blocks) > self.num_blocks:  # (num_free + len(blocks))
             raise ValueError(f"freeing {len(blocks)} blocks would leave more than {self.num_blocks} free: "
                              "a block was freed twice")
         self._free.extend(reversed(blocks))

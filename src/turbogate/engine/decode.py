@@ -1,22 +1,21 @@
-"""Decoding sequences tracked by counts: one clock advances them all, a heap says who finishes.
+"""Decoding sequences tracked by counts: one clock advances them all, a calendar says who finishes.
 
 Every decoding sequence gains one token per step, so none is touched per step:
 
 * ``clock`` counts decode steps; a member's output is ``clock - out_off`` and its cached
   tokens ``clock - c_off``;
-* a completion heap keyed by the clock value at which a member reaches its output count;
+* a completion calendar: the clock value at which a member reaches its output count → the
+  members due then (a dict, so a step finds its finishers without sifting a heap);
 * ``context`` = Σ cached tokens of the members, moved by ``count`` each step (``step_time``
   needs only the sum);
 * KV blocks: a member writes into a new block in the step where its cached-token count is
   ≡ 0 (mod block_size), i.e. where ``clock ≡ c_off``; members are kept in ``block_size``
   buckets by ``c_off mod block_size``, so the step's new blocks are one bucket.
 
-Stale heap entries (members that left by preemption or abort) are skipped when they surface.
+Stale calendar entries (members that left by preemption or abort) are skipped when their clock comes.
 """
 
 from __future__ import annotations
-
-import heapq
 
 from turbogate.engine.seq import DECODE, Seq
 
@@ -31,7 +30,9 @@ class DecodeSet:
         self.context = 0
         # dicts, not sets: insertion order keeps block handout (and fragmentation) deterministic.
         self._buckets: list[dict[Seq, list[int]]] = [{} for _ in range(block_size)]  # member -> its blocks
-        self._done: list[tuple[int, int, Seq]] = []
+        # finish clock -> [(admission number, member)]: a member joins with output < its count,
+        # so its finish clock is later than the clock it joins at, and a tick reaches it exactly.
+        self._done: dict[int, list[tuple[int, Seq]]] = {}
 
     def join(self, seq: Seq) -> None:
         """Start decoding ``seq`` from its current ``output`` and ``computed`` (``admit`` set)."""
@@ -43,7 +44,12 @@ class DecodeSet:
         self._buckets[seq.bucket][seq] = seq.blocks
         self.count += 1
         self.context += seq.computed
-        heapq.heappush(self._done, (seq.req.output_tokens + seq.out_off, seq.admit, seq))
+        at = seq.req.output_tokens + seq.out_off
+        due = self._done.get(at)
+        if due is None:
+            self._done[at] = [(seq.admit, seq)]
+        else:
+            due.append((seq.admit, seq))
 
     def leave(self, seq: Seq) -> None:
         """Stop tracking ``seq``, writing its progress back; the caller sets its new state."""
@@ -69,11 +75,13 @@ class DecodeSet:
         """One decode step done: every member gained a token.  Returns (and drops) those that finished."""
         self.clock += 1
         self.context += self.count
-        clock = self.clock
-        done = self._done
         finished: list[Seq] = []
-        while done and done[0][0] <= clock:
-            _, admit, seq = heapq.heappop(done)
+        due = self._done.pop(self.clock, None)
+        if due is None:
+            return finished
+        if len(due) > 1:
+            due.sort()  # by admission number (unique), the order the heap this replaced gave
+        for admit, seq in due:
             if seq.state == DECODE and seq.admit == admit:
                 self.leave(seq)
                 finished.append(seq)

@@ -66,8 +66,11 @@ class WaitingQueue:
 class Victims:
     """Running requests, the next preemption victim on top: the newest admission (FCFS) or the
     highest ``(priority, arrival)`` (priority policy), as vLLM picks them.  Lazy deletion: an
-    entry is live while its request runs under the same admission; the heap is rebuilt when
-    dead entries outnumber live ones."""
+    entry is live while its request runs under the same admission; the structure is rebuilt
+    when dead entries outnumber live ones.
+
+    Under FCFS it is a stack: admission numbers only grow, so entries are added in victim
+    order and the newest is at the end (no heap to sift through on every admission)."""
 
     __slots__ = ("_heap", "_priority")
 
@@ -75,18 +78,21 @@ class Victims:
         self._priority = priority
         # Flat entries (key..., admit, seq): one tuple per entry and flat comparisons.  The key
         # decides first; an admission number is unique, so the Seq itself is never compared.
+        # FCFS entries are (admit, seq), oldest first.
         self._heap: list[tuple[Any, ...]] = []
 
     def add(self, seq: Seq) -> None:
         if self._priority:
             heapq.heappush(self._heap, (-seq.req.priority, -seq.arrival, -seq.order, seq.admit, seq))
         else:
-            heapq.heappush(self._heap, (-seq.admit, seq.admit, seq))
+            self._heap.append((seq.admit, seq))
 
     def pop(self) -> Seq:
         heap = self._heap
+        priority = self._priority
         while True:
-            entry = heapq.heappop(heap)  # IndexError = bookkeeping bug: a running request is missing
+            # IndexError = bookkeeping bug: a running request is missing
+            entry = heapq.heappop(heap) if priority else heap.pop()
             seq: Seq = entry[-1]
             if seq.admit == entry[-2] and seq.state in (PREFILL, DECODE):
                 return seq
@@ -95,4 +101,5 @@ class Victims:
         heap = self._heap
         if len(heap) > 2 * running + 64:
             self._heap = [e for e in heap if e[-1].admit == e[-2] and e[-1].state in (PREFILL, DECODE)]
-            heapq.heapify(self._heap)
+            if self._priority:
+                heapq.heapify(self._heap)  # (a filtered stack keeps its order)

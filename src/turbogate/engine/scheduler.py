@@ -272,7 +272,7 @@ class Engine:
                 if head is None:
                     break
                 # A waiting request holds no blocks; a preempted one may find its prefix still cached.
-                hit = self._cache_hit(head)
+                hit = self._cache_hit(head) if head.cache_full else 0  # (the common case, without the call)
                 new = min(head.num_tokens - hit, budget)
                 need = -(-(hit + new) // block_size)
                 if need > bm.num_free:

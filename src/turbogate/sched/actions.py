@@ -27,6 +27,9 @@ class Phase(IntEnum):
     DONE = 4
 
 
+_DONE = Phase.DONE  # a module name: a member read through its enum class is a metaclass lookup on 3.11
+
+
 class Failure(Enum):
     CONNECT = "connect"  # connection refused: nothing reached the replica
     RESET = "reset"  # the connection broke before any byte of the answer
@@ -61,7 +64,7 @@ class FlowRequest:
 
     @property
     def done(self) -> bool:
-        return self.phase is Phase.DONE
+        return self.phase is _DONE  # read by the drivers on every event of the request
 
 
 class Dispatch(NamedTuple):

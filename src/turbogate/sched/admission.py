@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -166,7 +165,6 @@ def clamp_retry(seconds: float) -> int:
 @dataclass(slots=True)
 class _TierQueue:
     heap: list[tuple[float, int, Ticket]] = field(default_factory=list)
-    fifo: deque[Ticket] = field(default_factory=deque)
     length: int = 0
     in_flight: int = 0
     vtime: float = 0.0
@@ -179,12 +177,6 @@ class _TierQueue:
         while heap and heap[0][2].state is not _QUEUED:
             heapq.heappop(heap)
         return heap[0][2] if heap else None
-
-    def oldest(self) -> Ticket | None:
-        fifo = self.fifo
-        while fifo and fifo[0].state is not _QUEUED:
-            fifo.popleft()
-        return fifo[0] if fifo else None
 
 
 class Admission:
@@ -206,6 +198,8 @@ class Admission:
         self.holdback = True
         self._queues: dict[Tier, _TierQueue] = {t: _TierQueue() for t in TIERS}
         self._order = [(t, self._queues[t], self.policies[t]) for t in TIERS]
+        # Per tier, the queues at its rank or above (a request's predicted wait counts them).
+        self._at_or_above = {t: tuple(self._queues[u] for u in TIERS[: RANK[t] + 1]) for t in TIERS}
         for _tier, queue, policy in self._order:  # nobody is owed anything before the first dispatch
             queue.share = policy.min_share
         self._active: dict[str, int] = tenant_counts if tenant_counts is not None else {}
@@ -307,7 +301,6 @@ class Admission:
         ticket.vtag = start
         queue.finish[ticket.tenant] = start + max(ticket.cost, 1e-9) / max(tenant.weight, 1e-9)
         heapq.heappush(queue.heap, (start, ticket.id, ticket))
-        queue.fifo.append(ticket)
         queue.length += 1
         self._queued += 1
         queue.queued_by_tenant[ticket.tenant] = queue.queued_by_tenant.get(ticket.tenant, 0) + 1
@@ -325,8 +318,9 @@ class Admission:
         service = self.service_estimate_s
         if service is None or slots <= 0:
             return None
-        rank = RANK[tier]
-        ahead = sum(self._queues[t].length for t in TIERS[: rank + 1])
+        ahead = 0
+        for queue in self._at_or_above[tier]:
+            ahead += queue.length
         return (ahead + max(0, self.in_flight - slots + 1)) * service / slots
 
     def retry_after_s(self, tier: Tier, slots: int) -> int:
@@ -427,7 +421,6 @@ class Admission:
         self._queued += 1
         queue.queued_by_tenant[ticket.tenant] = queue.queued_by_tenant.get(ticket.tenant, 0) + 1
         heapq.heappush(queue.heap, (ticket.vtag, ticket.id, ticket))
-        queue.fifo.appendleft(ticket)
 
     def on_complete(self, ticket: Ticket, now: float, *, count_service: bool = True) -> None:
         """A dispatched ticket finished (served, failed or cancelled): free its slot."""

@@ -60,6 +60,10 @@ from turbogate.sched.tiers import TIERS, Tier
 from turbogate.sched.warmup import WarmUp, warm_result
 
 _QUEUED, _UPSTREAM, _ANSWERING, _DONE = Phase.QUEUED, Phase.UPSTREAM, Phase.ANSWERING, Phase.DONE
+# Enum members read per request as module names (on Python 3.11 a read through the class costs
+# a metaclass lookup, and ``.value`` a Python-level property).
+_TURBO, _STANDARD = Tier.TURBO, Tier.STANDARD
+_TIER_NAME: dict[Tier, str] = {t: t.value for t in Tier}
 
 #: How long a queued Turbo request waits for a slot its engine has shown it runs before it may
 #: take any slot of a replica still in slow start (``Picker._turbo_room``).
@@ -151,7 +155,7 @@ class Flow:
     # ---- the edge ------------------------------------------------------------------------------
     def resolve(self, tenant: TenantSpec, asked: Tier) -> tuple[Tier, str | None]:
         """The tier served for ``asked``, and why it differs (None when it does not)."""
-        budget_spent = asked is Tier.TURBO and self.budgets.exhausted(tenant.name)
+        budget_spent = asked is _TURBO and self.budgets.exhausted(tenant.name)
         return served_tier(tenant, asked, self.enabled, self.turbo_off, budget_spent)
 
     def open(self, *, tenant: str, model: str, tier_body: object = None, tier_header: str | None = None,
@@ -187,10 +191,10 @@ class Flow:
         guard = self.guards.get(pool)
         if guard is not None:
             guard.observe(now)
-            if served is Tier.TURBO:
+            if served is _TURBO:
                 refused = guard.grant(now)
                 if refused is not None:  # past the knee: served Standard, and the answer says why
-                    served, why = Tier.STANDARD, refused
+                    served, why = _STANDARD, refused
         policy = self.policy
         tokens = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0 \
             else policy.default_max_tokens
@@ -204,8 +208,14 @@ class Flow:
                      session: str | None, now: float) -> tuple[str, str, str | None]:
         """L3 (sched/regions.py): the pool, the client's region key, and why Turbo falls back."""
         client = self.regions.client(client_region)
+        if len(pools) == 1 and (served is not _TURBO or self._turbo_capable.get(pools[0], True)):
+            return pools[0], client, None  # one pool for the model, and it serves this tier
+        return self._choose_among(pools, served, client, tenant, session, now)
+
+    def _choose_among(self, pools: list[str], served: Tier, client: str, tenant: str, session: str | None,
+                      now: float) -> tuple[str, str, str | None]:
         fallback = None
-        if served is Tier.TURBO:
+        if served is _TURBO:
             healthy = {p: self.picker.slots(p, now) > 0 for p in pools} if len(pools) > 1 else {}
             pools, fallback = turbo_candidates(pools, self._turbo_capable, healthy)
         if len(pools) == 1:
@@ -233,7 +243,7 @@ class Flow:
         slots = self.picker.slots(req.pool, now)
         if slots <= 0:
             return [self._no_replica(req, now)]
-        ticket = Ticket(req.tenant, req.served if self.mode == "turbogate" else Tier.STANDARD, req.arrival, req.cost,
+        ticket = Ticket(req.tenant, req.served if self.mode == "turbogate" else _STANDARD, req.arrival, req.cost,
                         req)
         decision = pool.admission.submit(ticket, now, slots)
         if isinstance(decision, Shed):
@@ -264,7 +274,7 @@ class Flow:
             ticket = admission.next_dispatch(now, slots, proven)
             if ticket is None:
                 return actions
-            turbo = ticket.tier is Tier.TURBO
+            turbo = ticket.tier is _TURBO
             beyond = 0  # slots past what a slow-start engine ran that Turbo may take (Picker._turbo_room)
             if turbo:
                 if now - ticket.arrival >= TURBO_SLOW_START_PATIENCE_S:
@@ -289,7 +299,7 @@ class Flow:
         req.dispatched_at = now
         req.retried = req.retried or retry
         if self.guards and not retry and req.pool in self.guards:  # signals for an online knee
-            self.guards[req.pool].dispatched(req.served is Tier.TURBO, now - req.arrival, now)
+            self.guards[req.pool].dispatched(req.served is _TURBO, now - req.arrival, now)
         if self.mode in ("turbogate", "fifo"):  # plain proxies let engines queue: a slow first byte is normal there
             self._first_byte_timers.append((now + self.policy.picker.slow_first_byte_s, req, replica))
         return Dispatch(req, replica, retry)
@@ -309,15 +319,16 @@ class Flow:
         self._meter(req, status, now)
         if req.ticket is not None:
             self.pools[req.pool].admission.on_complete(req.ticket, now, count_service=count_service)
+            req.ticket = None  # its payload is req: a cycle left for the GC to find (driver's handle included)
 
     def _meter(self, req: FlowRequest, status: int, now: float) -> None:
         """The request's one usage record, and its charge against the tenant's Turbo budget."""
         units = cost_units(req.served, req.prompt_tokens, req.completion_tokens, self.policy.metering)
         start = req.dispatched_at if req.dispatched_at is not None else now
-        req.usage = UsageRecord(req.tenant, req.model, req.asked.value, req.served.value, status, req.prompt_tokens,
-                                req.completion_tokens, start - req.arrival, now - req.arrival, units, req.downgrade,
-                                now)
-        if req.served is Tier.TURBO:
+        req.usage = UsageRecord(req.tenant, req.model, _TIER_NAME[req.asked], _TIER_NAME[req.served], status,
+                                req.prompt_tokens, req.completion_tokens, start - req.arrival, now - req.arrival,
+                                units, req.downgrade, now)
+        if req.served is _TURBO:
             self.budgets.charge(req.tenant, units)
 
     def _refuse(self, req: FlowRequest, status: int, code: str, message: str, now: float,
@@ -349,7 +360,7 @@ class Flow:
             req.phase = _ANSWERING
             req.first_byte_at = now
             if self.guards and req.pool in self.guards:
-                self.guards[req.pool].first_byte(req.served is Tier.TURBO, now - req.arrival, now)
+                self.guards[req.pool].first_byte(req.served is _TURBO, now - req.arrival, now)
             if self.l3 and headers_at is not None and req.dispatched_at is not None:
                 self.regions.observe(req.client_region, req.pool, headers_at - req.dispatched_at)
         return []
@@ -444,6 +455,7 @@ class Flow:
                 if req.phase is _QUEUED and req.ticket is not None:
                     pool = self.pools[req.pool]
                     shed = pool.admission.timed_out(req.ticket, now, self.picker.slots(req.pool, now))
+                    req.ticket = None  # (as in _close: no cycle left behind)
                     req.phase = _DONE
                     req.status = shed.status
                     self._meter(req, shed.status, now)

@@ -34,6 +34,13 @@ __all__ = ["Band", "Health", "HealthChange", "Picker", "PickerConfig", "Replica"
 SLOW_START_STALLED_SCRAPES = 2
 
 
+# Enum members as module names: on Python 3.11 reading a member through its class costs a
+# metaclass lookup (~4x a global), and these are read several times per replica per pick.
+_HEALTHY, _EJECTED = Health.HEALTHY, Health.EJECTED
+_LIGHT, _BUSY, _SATURATED = Band.LIGHT, Band.BUSY, Band.SATURATED
+_NO_KEY = (_SATURATED + 1, math.inf)  # worse than any replica's (band, score)
+_PREFILLING = _SATURATED + 1  # Turbo's key: a replica awaiting a first token ranks below every band
+
 #: Pools up to this size are scanned whole on every choice (exact); larger ones keep running
 #: sums and a list of the replicas with room, and choose among a few sampled from it (the
 #: "power of k choices"), so a decision costs the same for 8 replicas and for 1,000.
@@ -50,10 +57,7 @@ class _Pool:
     proven: int = 0
     room: list[Replica] = field(default_factory=list)
     stale_at: float = math.inf  # the earliest time a counted replica's metrics go stale
-
-    @property
-    def indexed(self) -> bool:
-        return len(self.replicas) > SCAN_MAX
+    indexed: bool = False  # len(replicas) > SCAN_MAX, kept by Picker.add (read on every pick and count)
 
 
 class Picker:
@@ -74,6 +78,7 @@ class Picker:
         replica.limit = float(min(start, replica.cap) if replica.cap is not None else start)
         pool = self._pools.setdefault(replica.pool, _Pool())
         pool.replicas.append(replica)
+        pool.indexed = len(pool.replicas) > SCAN_MAX
         self._by_id[replica.id] = replica
         if pool.indexed:
             if len(pool.replicas) == SCAN_MAX + 1:  # it just grew past the scan size: index it all
@@ -110,17 +115,17 @@ class Picker:
         cfg = self.config
         if not replica.scraped:
             ratio = replica.in_flight / max(1.0, replica.limit)
-            return Band.LIGHT if ratio < cfg.light_kv else Band.BUSY if ratio <= cfg.saturated_kv else Band.SATURATED
+            return _LIGHT if ratio < cfg.light_kv else _BUSY if ratio <= cfg.saturated_kv else _SATURATED
         if replica.load is None or now - replica.load_at > cfg.stale_after_s:
-            return Band.SATURATED
+            return _SATURATED
         load = replica.load
         kv = load.kv_usage or 0.0
         queue = self.expected_queue_s(replica) if load.waiting else 0.0  # (the common case, without the call)
         if kv > cfg.saturated_kv or queue > cfg.saturated_queue_s:
-            return Band.SATURATED
+            return _SATURATED
         if kv >= cfg.light_kv or queue >= cfg.light_queue_s:
-            return Band.BUSY
-        return Band.LIGHT
+            return _BUSY
+        return _LIGHT
 
     def score(self, replica: Replica, now: float) -> float:
         """Lower is better: own in-flight relative to the learned limit, doubled when busy."""
@@ -129,7 +134,7 @@ class Picker:
     @staticmethod
     def _score(replica: Replica, band: Band) -> float:
         ratio = replica.in_flight / (replica.limit if replica.limit > 1.0 else 1.0)
-        return ratio * 2.0 if band is Band.BUSY else ratio
+        return ratio * 2.0 if band is _BUSY else ratio
 
     def replica_slots(self, replica: Replica, now: float) -> int:
         """Dispatch slots this replica offers L1: its learned limit; one whose KV cache is
@@ -137,7 +142,7 @@ class Picker:
         queue in the engine is the limit's business (``sched/concurrency.py`` cuts it): shrinking
         slots to the in-flight count on a queue seen at the last scrape would shrink them further
         with every completion until the next scrape."""
-        if replica.health is not Health.HEALTHY:
+        if replica.health is not _HEALTHY:
             return 0
         cap = max(1, int(replica.limit))
         if replica.scraped and (replica.load is None or now - replica.load_at > self.config.stale_after_s):
@@ -189,9 +194,9 @@ class Picker:
         state.slots += n - replica.counted_slots
         state.proven += proven - replica.counted_proven
         replica.counted_slots, replica.counted_proven = n, proven
-        if replica.scraped and replica.load is not None and replica.health is Health.HEALTHY:
+        if replica.scraped and replica.load is not None and replica.health is _HEALTHY:
             state.stale_at = min(state.stale_at, replica.load_at + self.config.stale_after_s)
-        room = replica.health is Health.HEALTHY and replica.in_flight < int(replica.limit)
+        room = replica.health is _HEALTHY and replica.in_flight < int(replica.limit)
         if room and replica.room_index < 0:
             replica.room_index = len(state.room)
             state.room.append(replica)
@@ -203,11 +208,11 @@ class Picker:
             replica.room_index = -1
 
     def healthy(self, pool: str) -> int:
-        return sum(1 for r in self._pools[pool].replicas if r.health is Health.HEALTHY)
+        return sum(1 for r in self._pools[pool].replicas if r.health is _HEALTHY)
 
     def next_probe_at(self, pool: str | None = None) -> float:
         """When the earliest ejected replica (of ``pool``) is re-probed (inf: none ejected)."""
-        return min((r.next_probe_at for r in self.replicas(pool) if r.health is Health.EJECTED), default=math.inf)
+        return min((r.next_probe_at for r in self.replicas(pool) if r.health is _EJECTED), default=math.inf)
 
     # ---- choice ----------------------------------------------------------------------------
     def pick(self, pool: str, now: float, exclude: Collection[str] = (), *, proven_only: bool = False,
@@ -228,30 +233,32 @@ class Picker:
         if state is None:
             return None
         best: Replica | None = None
-        best_key = (Band.SATURATED + 1, math.inf)
+        best_key = _NO_KEY
         safe: Replica | None = None
         safe_key: tuple[float, ...] = (math.inf,)
-        self._now = max(self._now, now)
+        if now > self._now:
+            self._now = now
         indexed = state.indexed
         replicas = state.room if indexed else state.replicas
         n = len(replicas)
         if indexed and n > 2 * SAMPLE:
             replicas = self._sample(replicas, 2 * SAMPLE if proven_only else SAMPLE)
             n = len(replicas)
-        state.rotor = (state.rotor + 1) % max(n, 1)
+        rotor = state.rotor = (state.rotor + 1) % max(n, 1)
+        band_of, score_of = self.band, self._score
         for i in range(n):  # start at a rotating index so ties spread evenly
-            r = replicas[(state.rotor + i) % n]
-            if r.health is not Health.HEALTHY or r.in_flight >= int(r.limit) or r.id in exclude:
+            r = replicas[(rotor + i) % n]
+            if r.health is not _HEALTHY or r.in_flight >= int(r.limit) or r.id in exclude:
                 continue
-            band = self.band(r, now)
-            key = (Band.BUSY if band is Band.LIGHT else band, self._score(r, band))
+            band = band_of(r, now)
+            key = (_BUSY if band is _LIGHT else band, score_of(r, band))
             if key < best_key:
                 best, best_key = r, key
             if proven_only and (engine_priority or r.in_flight < self._turbo_room(r, beyond)):
                 # A replica with request failures in a row (a deadline hit: it may be hung) is
                 # Turbo's only when no other can take the request.
                 strike = 1 if r.failures > 0 or r.probation else 0
-                turbo_key = (strike, Band.SATURATED + 1 if r.awaiting_first else 0, key[0], key[1])
+                turbo_key = (strike, _PREFILLING if r.awaiting_first else 0, key[0], key[1])
                 if safe is None or turbo_key < safe_key:
                     safe, safe_key = r, turbo_key
         # Past slow start, a Turbo request waits in the gateway (first in line for the next slot)
@@ -300,12 +307,12 @@ class Picker:
     def _scan(self, state: _Pool, now: float, exclude: Collection[str], proven_only: bool,
               beyond: int) -> Replica | None:
         best: Replica | None = None
-        best_key = (Band.SATURATED + 1, math.inf)
+        best_key = _NO_KEY
         for r in state.room:
             if r.id in exclude or (proven_only and r.in_flight >= self._turbo_room(r, beyond)):
                 continue
             band = self.band(r, now)
-            key = (Band.BUSY if band is Band.LIGHT else band, self._score(r, band))
+            key = (_BUSY if band is _LIGHT else band, self._score(r, band))
             if key < best_key:
                 best, best_key = r, key
         return best
@@ -316,7 +323,7 @@ class Picker:
         state = self._pools.get(pool)
         if state is None:
             return None
-        candidates = [r for r in state.replicas if r.health is Health.HEALTHY and r.id not in exclude]
+        candidates = [r for r in state.replicas if r.health is _HEALTHY and r.id not in exclude]
         if not candidates:
             return None
         if how == "least-outstanding":
@@ -364,12 +371,12 @@ class Picker:
 
     def _fail(self, replica: Replica, now: float, *, hard: bool, reason: str) -> None:
         replica.failures += 1
-        if replica.health is Health.HEALTHY and (hard or replica.failures >= self.config.eject_after_failures):
+        if replica.health is _HEALTHY and (hard or replica.failures >= self.config.eject_after_failures):
             why = reason if hard else f"{replica.failures} failures in a row, the last: {reason}"
             self._eject(replica, now, why)
 
     def _eject(self, replica: Replica, now: float, reason: str) -> None:
-        replica.health = Health.EJECTED
+        replica.health = _EJECTED
         replica.ejections += 1
         # Ejected again while on probation (e.g. a hung engine whose /health still answers): the
         # backoff keeps doubling instead of starting over, so it costs ever fewer requests.
@@ -393,7 +400,7 @@ class Picker:
             what = {"connect": "metrics: connection refused", "status": "metrics: bad HTTP status",
                     "parse": "metrics: unparsable"}[result.kind]
             replica.scrape_failures += 1
-            if replica.health is Health.HEALTHY and (
+            if replica.health is _HEALTHY and (
                     result.kind == "connect" or replica.scrape_failures >= self.config.eject_after_failures):
                 self._eject(replica, now, what)
             return
@@ -414,18 +421,18 @@ class Picker:
     def due_probes(self, now: float) -> list[Replica]:
         """Ejected replicas whose re-probe time has come; each is not returned again until its
         probe result is reported (or its backoff passes once more)."""
-        due = [r for r in self.replicas() if r.health is Health.EJECTED and r.next_probe_at <= now]
+        due = [r for r in self.replicas() if r.health is _EJECTED and r.next_probe_at <= now]
         for r in due:
             r.next_probe_at = now + r.backoff_s
         return due
 
     def on_probe(self, replica: Replica, ok: bool, now: float) -> None:
-        if replica.health is Health.HEALTHY:
+        if replica.health is _HEALTHY:
             if not ok:  # a periodic check of a replica without metrics
                 self._fail(replica, now, hard=False, reason="health check failed")
             return
         if ok:
-            replica.health = Health.HEALTHY
+            replica.health = _HEALTHY
             # Back on probation: /health proves the process up, not that it answers (a hung engine
             # still does), so its request failures stay one short of ejection until a good answer
             # clears them; Turbo avoids it meanwhile (pick).
@@ -445,7 +452,7 @@ class Picker:
         ``scale_out_after_s`` (call it regularly: it also tracks the start of that spell)."""
         state = self._pools[pool]
         saturated = all(
-            r.health is not Health.HEALTHY or self.band(r, now) is Band.SATURATED for r in state.replicas
+            r.health is not _HEALTHY or self.band(r, now) is _SATURATED for r in state.replicas
         )
         if not saturated:
             state.saturated_since = None
@@ -460,7 +467,7 @@ class Picker:
                 "id": r.id,
                 "pool": r.pool,
                 "health": r.health.value,
-                "eject_reason": r.eject_reason if r.health is Health.EJECTED else None,
+                "eject_reason": r.eject_reason if r.health is _EJECTED else None,
                 "band": self.band(r, now).name.lower(),
                 "score": round(self.score(r, now), 4),
                 "in_flight": r.in_flight,

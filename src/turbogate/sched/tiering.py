@@ -39,8 +39,8 @@ def served_tier(tenant: TenantSpec, asked: Tier, enabled: Set[Tier], turbo_off: 
     usable = enabled
     if tenant.name in turbo_off and Tier.TURBO in usable:
         usable = usable - {Tier.TURBO}
-    served = resolve_tier(asked, tenant.allowed, frozenset(usable))
-    if served is Tier.TURBO and budget_spent:
+    served = resolve_tier(asked, tenant.allowed, usable)
+    if budget_spent and served is Tier.TURBO:
         return Tier.STANDARD, BUDGET_SPENT
     if served is asked:
         return served, None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Set
 from enum import StrEnum
 
 
@@ -38,8 +39,8 @@ def parse_tier(value: object) -> Tier | None:
 
 def resolve_tier(
     asked: Tier,
-    allowed: frozenset[Tier],
-    enabled: frozenset[Tier],
+    allowed: Set[Tier],
+    enabled: Set[Tier],
 ) -> Tier:
     """The tier actually served: the asked one if the tenant may use it and it is switched on,
     else the next lower tier that is allowed and on.  A tenant not entitled to Turbo is served

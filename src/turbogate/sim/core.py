@@ -24,6 +24,7 @@ from turbogate.sched.flow import Flow
 from turbogate.sched.load import ReplicaLoad
 from turbogate.sched.picker import ScrapeFailed
 from turbogate.sched.regions import MeasureRtt
+from turbogate.sched.tiers import Tier
 from turbogate.sim.regions import SimRegions
 from turbogate.sim.replica import SimReplica
 from turbogate.sim.requests import SimRequest
@@ -31,6 +32,7 @@ from turbogate.sim.requests import SimRequest
 _NO_TIMING: dict[str, float] = {}  # shared by every record (never mutated; a mappingproxy cannot pickle)
 TIMER_RESOLUTION_S = 0.001  # the gateway's one timer is no finer either
 _TIER_BODY = {"turbo": "priority", "standard": "default", "relax": "flex"}
+_TIER_NAME: dict[Tier, str] = {t: t.value for t in Tier}  # a dict read: .value is a Python property on 3.11
 
 #: Events between two progress callbacks.
 PROGRESS_EVERY = 4096
@@ -206,7 +208,7 @@ class Simulation:
         rep = call.rep
         self.records.append(RequestRecord(
             sim.id, sim.step, sim.offered_rps, sim.t, sent, 0.0, 0.0, end, sim.tier,
-            None if fr is None else fr.served.value, status, ok, error, ttft, (), tpot, e2e,
+            None if fr is None else _TIER_NAME[fr.served], status, ok, error, ttft, (), tpot, e2e,
             sim.prompt_tokens if ok else None, out, _NO_TIMING, sim.api_key, None if rep is None else rep.id))
 
     # ---- replicas --------------------------------------------------------------------------

@@ -82,6 +82,7 @@ class RequestSource:
         chat = self._chat
         est = CharEstimator()
         dataset_tokens: dict[int, int] = {}
+        only_step = steps[0].index if len(steps) == 1 else None  # (the common case, without the search)
         for i, t in enumerate(self.times):
             if w.dataset:
                 j = rng.randrange(len(w.dataset))
@@ -99,6 +100,6 @@ class RequestSource:
             # The emulator draws from the request's seed (else from its own counter: here the id).
             out = output_length(seed if seed is not None else i, max_tokens,
                                 min_tokens=max_tokens if self._min_tokens else 0, ignore_eos=self._ignore_eos)
-            step = steps[max(0, bisect.bisect_right(starts, t) - 1)].index
+            step = only_step if only_step is not None else steps[max(0, bisect.bisect_right(starts, t) - 1)].index
             yield SimRequest(i, t, step, shape.rate_at(t), prompt, max_tokens, out,
                              "length" if out >= max_tokens else "stop", tier, api_key, seed)
