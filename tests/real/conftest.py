@@ -153,7 +153,10 @@ def gateway_yaml(replicas: list[dict[str, Any]], model: str, **pool: Any) -> dic
         "admin": {"token_sha256": hash_key(ADMIN)},
         "tenants": [{"name": "acme", "key_sha256": hash_key(KEY), "tiers": ["turbo", "standard", "relax"]}],
         "pools": [{"name": "real", "models": [model], "replicas": replicas, **pool}],
-        "scrape": {"interval_s": 0.2, "stale_after_s": 3.0, "timeout_s": 2.0},
+        # Scrapes and health probes (which share the scrape timeout) get 10 s: vLLM's API server on a busy
+        # 2-core machine answered /metrics after up to 7 s, and two probes timing out eject a healthy engine.  A
+        # killed engine refuses connections at once, so ejection is not slower for it.
+        "scrape": {"interval_s": 0.2, "stale_after_s": 15.0, "timeout_s": 10.0},
         "health": {"interval_s": 0.2, "eject_after_failures": 2, "probe_backoff_s": 0.2, "probe_backoff_max_s": 1.0},
         "service_tier_names": "openai",  # answers say the tier in the words the client asked it (priority, …)
         # A loopback connect only times out when the gateway itself got no CPU for that long (a busy 2-core
