@@ -71,13 +71,17 @@ def vllm_command(env: EngineEnv, model: Path, port: int, *, max_num_seqs: int = 
             *extra]
 
 
-def vllm_env(scratch: Path) -> dict[str, str]:
-    """Offline, 1 GiB of KV cache, and every cache and temporary file inside ``scratch``."""
+def vllm_env(scratch: Path, *, inspectable: bool = False) -> dict[str, str]:
+    """Offline, 1 GiB of KV cache, and every cache and temporary file inside ``scratch``.  ``inspectable``: vLLM's
+    development routes, among them ``POST /pause?mode=keep`` and ``/resume`` (tests only: see ``start_vllm``)."""
     tmp = scratch / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-            "VLLM_CACHE_ROOT": str(scratch / "vllm-cache"), "TMPDIR": str(tmp), "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+           "VLLM_CACHE_ROOT": str(scratch / "vllm-cache"), "TMPDIR": str(tmp), "VLLM_NO_USAGE_STATS": "1",
+           "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1"}
+    if inspectable:
+        env["VLLM_SERVER_DEV_MODE"] = "1"
+    return env
 
 
 def llamacpp_command(env: EngineEnv, model: Path, port: int, *, n_ctx: int = 2048) -> list[str]:
@@ -118,13 +122,24 @@ def stop_group(service: Service, *, hard: bool = False) -> None:
     service.stop()  # closes the log file
 
 
+#: What an ``inspectable`` vLLM adds to its command line: a log line per request handed to the engine core
+#: (``Added request <id>.``) and per finished answer (``Generated response <id>: …``), in the order the API
+#: server sees them from the engine core, with prompts and outputs cut to a few characters.
+VLLM_INSPECT_ARGS = ("--enable-log-requests", "--enable-log-outputs", "--max-log-len", "16")
+
+
 def start_vllm(model: Path, scratch: Path, *, port: int | None = None, max_num_seqs: int = 8,
-               scheduling_policy: str = "priority", extra: Sequence[str] = ()) -> Service:
+               scheduling_policy: str = "priority", inspectable: bool = False,
+               extra: Sequence[str] = ()) -> Service:
+    """``inspectable`` (tests): the engine can be frozen (``POST /pause?mode=keep&clear_cache=false``, then
+    ``/resume``), and its log says when it has a request and when it finished one (``VLLM_INSPECT_ARGS``), so
+    a test can build a queue inside the engine that a busy CPU cannot drain before the next request joins it,
+    and read the order of completion from the engine rather than from a client's threads."""
     env = engine_env("vllm")
     port = port or free_port()
     cmd = vllm_command(env, model, port, max_num_seqs=max_num_seqs, scheduling_policy=scheduling_policy,
-                       extra=extra)
-    return start_engine("vllm", cmd, vllm_env(scratch), port, scratch / "logs")
+                       extra=[*extra, *VLLM_INSPECT_ARGS] if inspectable else extra)
+    return start_engine("vllm", cmd, vllm_env(scratch, inspectable=inspectable), port, scratch / "logs")
 
 
 def start_llamacpp(model: Path, scratch: Path, *, port: int | None = None) -> Service:

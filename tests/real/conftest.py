@@ -121,16 +121,18 @@ class RealEngine:
 @pytest.fixture(scope="session")
 def vllm_engine(real_scratch: Path) -> Iterator[RealEngine]:
     attach = os.environ.get("TURBOGATE_REAL_VLLM_PID")
-    if attach:  # development: reuse a running engine (its pid; started by realengines.start_vllm on port …)
-        pid, port = attach.split(":")
+    if attach:  # development: reuse a running engine (pid:port:log of realengines.start_vllm(inspectable=True))
+        pid, port, log = attach.split(":", 2)
         yield RealEngine(lambda _port: pytest.skip("attached engine: not restarted"),
-                         Service("vllm", f"http://127.0.0.1:{port}", _Attached(int(pid))))  # type: ignore[arg-type]
+                         Service("vllm", f"http://127.0.0.1:{port}", _Attached(int(pid)),  # type: ignore[arg-type]
+                                 Path(log)))
         return
     _require("vllm")
     model = make_tiny_model(engine_env("vllm"), real_scratch)
 
     def start(port: int | None) -> Service:
-        return start_vllm(model, real_scratch, port=port, max_num_seqs=VLLM_MAX_NUM_SEQS)
+        # inspectable: the queue tests freeze the engine and read its log (test_vllm.py).
+        return start_vllm(model, real_scratch, port=port, max_num_seqs=VLLM_MAX_NUM_SEQS, inspectable=True)
 
     engine = RealEngine(start, start(None))
     yield engine
@@ -151,9 +153,15 @@ def gateway_yaml(replicas: list[dict[str, Any]], model: str, **pool: Any) -> dic
         "admin": {"token_sha256": hash_key(ADMIN)},
         "tenants": [{"name": "acme", "key_sha256": hash_key(KEY), "tiers": ["turbo", "standard", "relax"]}],
         "pools": [{"name": "real", "models": [model], "replicas": replicas, **pool}],
-        "scrape": {"interval_s": 0.2, "stale_after_s": 3.0, "timeout_s": 2.0},
+        # Scrapes and health probes (which share the scrape timeout) get 10 s: vLLM's API server on a busy
+        # 2-core machine answered /metrics after up to 7 s, and two probes timing out eject a healthy engine.  A
+        # killed engine refuses connections at once, so ejection is not slower for it.
+        "scrape": {"interval_s": 0.2, "stale_after_s": 15.0, "timeout_s": 10.0},
         "health": {"interval_s": 0.2, "eject_after_failures": 2, "probe_backoff_s": 0.2, "probe_backoff_max_s": 1.0},
         "service_tier_names": "openai",  # answers say the tier in the words the client asked it (priority, …)
+        # A loopback connect only times out when the gateway itself got no CPU for that long (a busy 2-core
+        # machine); the default 2 s would then eject a healthy engine as refusing connections.
+        "limits": {"upstream_connect_timeout_s": 30.0},
     }
 
 
@@ -187,14 +195,16 @@ def only_replica(url: str) -> dict[str, Any]:
     return replica
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll until ``predicate()`` holds (a correctness wait with a deadline, not a speed assertion)."""
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str,
+             detail: Callable[[], str] | None = None) -> None:
+    """Poll until ``predicate()`` holds (a correctness wait with a deadline, not a speed assertion);
+    ``detail()`` adds what was seen to the failure message."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}" + (f"; {detail()}" if detail else ""))
 
 
 def metrics_text(engine_url: str) -> str:

