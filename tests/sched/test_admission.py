@@ -356,3 +356,18 @@ def test_a_finished_ticket_is_not_kept() -> None:
         adm.on_complete(t, 3.0 + i)
     containers = [r for r in gc.get_referrers(first) if isinstance(r, (list, tuple, dict, deque))]
     assert not containers  # only this test's own variable refers to it
+
+
+def test_headroom_covers_turbos_own_swing_unless_a_knee_guard_keeps_it_lean() -> None:
+    """Turbo at 6.6 req/s on a 32-slot pool completing 18.3 req/s (service 1.75 s): the
+    birth–death chain alone keeps 3 slots at a 5 % risk, but Turbo's in-flight count (mean 11.6,
+    about Poisson) swings by more within one service time, while the lower tiers' requests free
+    nothing; square-root staffing keeps β √11.6 ≈ 6 (β ≈ 1.74).  A knee-guarded pool keeps the
+    chain's only (its guard caps Turbo's load; staffing cost it 11 % of goodput)."""
+    from turbogate.sched.admission import _staffing_beta, headroom_slots
+
+    assert _staffing_beta(0.05) == pytest.approx(1.74, abs=0.02)
+    assert headroom_slots(6.6, 18.3, 0.05, 32) == 6
+    assert headroom_slots(6.6, 18.3, 0.05, 32, staffing=False) == 3
+    assert headroom_slots(6.6, 18.3, 0.01, 32) > 6  # a smaller risk keeps more
+    assert headroom_slots(0.0, 18.3, 0.05, 32) == 0 and headroom_slots(20.0, 18.3, 0.05, 32) == 32

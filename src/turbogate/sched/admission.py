@@ -31,6 +31,7 @@ How the next request is chosen (``next_dispatch``):
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from collections.abc import Mapping
@@ -72,22 +73,48 @@ class _Rate:
         return self.value * math.exp(-dt / RATE_TAU_S) if dt > 0 else self.value
 
 
-def headroom_slots(top_rate: float, completion_rate: float, risk: float, most: int) -> int:
-    """Slots to keep free for the top tier so that an arrival finds none with probability at
-    most ``risk``.  Kept-free slots are used by top-tier arrivals and given back by completions
-    (lower tiers do not refill them): a birth–death chain whose empty state has probability
-    about ρ^R (1 − ρ) with ρ = arrivals / completions; hence R = ln(risk / (1 − ρ)) / ln ρ.
+def headroom_slots(top_rate: float, completion_rate: float, risk: float, most: int, staffing: bool = True) -> int:
+    """Slots to keep free for the top tier so that an arrival finds none with probability about
+    ``risk``; the larger of two bounds.
 
-    (Square-root staffing on top, β √(λ × service) for Turbo's own swing over a service time,
-    was tried: in simulation it kept Turbo's p95 at 2× within 1.05× its unloaded value where
-    this bound alone reaches 1.5× in two seeds of sixteen, but the idle headroom cost the knee
-    guard's pools 11 % of goodput at 2× the knee, against 4 % without it.)"""
+    * Kept-free slots are used by top-tier arrivals and given back by completions (lower tiers do
+      not refill them): a birth–death chain whose empty state has probability about
+      ρ^R (1 − ρ) with ρ = arrivals / completions; hence R = ln(risk / (1 − ρ)) / ln ρ.
+    * ``staffing``: that chain assumes completions come at the pool's mean rate.  They do not when
+      service times are alike (a fixed output length): the lower tiers refill whatever Turbo
+      leaves, and their requests free nothing for a whole service time, so Turbo's own in-flight
+      count must be able to grow by its natural swing over that time.  It is about Poisson with
+      mean a = λ × service (Little's law), and square-root staffing (Halfin–Whitt) gives the spare
+      slots: β √a, with β the one whose delay probability is ``risk``.  Without it Turbo's p95 at
+      2× overload reached 1.55× its unloaded value in simulation and 3–25× in real runs.  It costs
+      the lower tiers throughput (4 % of goodput in docs/sim.md's 2× table; 11 % in the knee
+      guard's small pools, whose guard caps Turbo's load itself: see ``Flow``).
+    """
     if top_rate <= 0.0 or completion_rate <= 0.0:  # no evidence yet: the static line alone
         return 0
     if completion_rate <= top_rate:
         return most
     rho = top_rate / completion_rate
-    return min(most, max(0, math.ceil(math.log(risk / (1.0 - rho)) / math.log(rho))))
+    chain = math.ceil(math.log(risk / (1.0 - rho)) / math.log(rho))
+    if not staffing:
+        return min(most, max(0, chain))
+    offered = top_rate * most / completion_rate  # λ × service, as completion_rate = slots / service
+    return min(most, max(0, chain, math.ceil(_staffing_beta(risk) * math.sqrt(offered))))
+
+
+@functools.lru_cache(maxsize=8)
+def _staffing_beta(risk: float) -> float:
+    """β with Halfin–Whitt delay probability [1 + β Φ(β) / φ(β)]⁻¹ = ``risk`` (bisection; the
+    probability falls as β grows).  0.05 gives about 1.74, 0.02 about 2.12."""
+    def delay(beta: float) -> float:
+        cdf = 0.5 * (1.0 + math.erf(beta / math.sqrt(2.0)))
+        pdf = math.exp(-beta * beta / 2.0) / math.sqrt(2.0 * math.pi)
+        return 1.0 / (1.0 + beta * cdf / pdf)
+    lo, hi = 0.0, 6.0
+    for _ in range(50):
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if delay(mid) > risk else (lo, mid)
+    return hi
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +217,7 @@ class Admission:
         min_samples: int = 5,
         tenant_counts: dict[str, int] | None = None,
         headroom_risk: float = 0.05,
+        headroom_staffing: bool = True,
     ) -> None:
         """``tenant_counts`` may be one dict shared by the admissions of several pools, so a
         tenant's ``max_in_flight`` holds across them."""
@@ -211,6 +239,7 @@ class Admission:
         self._min_samples = min_samples
         self.dispatched: dict[Tier, int] = dict.fromkeys(TIERS, 0)
         self.headroom_risk = headroom_risk
+        self.headroom_staffing = headroom_staffing
         self._top_arrivals = _Rate()
         self._completions = _Rate()
 
@@ -235,7 +264,8 @@ class Admission:
         top_rate = self._top_arrivals.read(now)
         if not self._holding(now, top_rate):
             return 0
-        return headroom_slots(top_rate, self._replenish_rate(now, slots), self.headroom_risk, slots)
+        return headroom_slots(top_rate, self._replenish_rate(now, slots), self.headroom_risk, slots,
+                              self.headroom_staffing)
 
     def _holding(self, now: float, top_rate: float) -> bool:
         """Is Turbo being asked for?  Some recent rate (about one request in ``RATE_TAU_S`` /
@@ -344,7 +374,8 @@ class Admission:
         top_rate = self._top_arrivals.read(now)
         held = self._holding(now, top_rate)
         if held:
-            ceiling = base - headroom_slots(top_rate, self._replenish_rate(now, base), self.headroom_risk, base)
+            ceiling = base - headroom_slots(top_rate, self._replenish_rate(now, base), self.headroom_risk, base,
+                                            self.headroom_staffing)
         best: Ticket | None = None
         owed: Ticket | None = None
         line_above = 0  # the holdback line of the best tier above with queued work

@@ -102,7 +102,11 @@ class Flow:
         for spec in policy.pools:
             for r in spec.replicas:
                 self.picker.add(Replica(id=r.id, pool=spec.name, cap=r.max_concurrency, scraped=r.scraped))
-            admission = Admission(tier_policies, tenant_policies, tenant_counts=counts)
+            # A pool with a knee guard has Turbo's load capped past the knee by the guard, which
+            # exists to keep goodput near Standard-only's: its holdback stays lean (the chain's
+            # headroom only, sched/admission.py ``headroom_slots``).
+            admission = Admission(tier_policies, tenant_policies, tenant_counts=counts,
+                                  headroom_staffing=spec.knee is None)
             self.pools[spec.name] = _Pool(spec, admission)
             for model in spec.models:
                 self.pool_of_model.setdefault(model, spec.name)
