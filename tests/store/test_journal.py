@@ -28,16 +28,19 @@ async def test_journaled_at_once_stored_in_one_batch(tmp_path: Path) -> None:
     spent: list[Spent] = []
     writer = UsageWriter(store, spent.append, UsageJournal(tmp_path / "buf"), flush_s=60.0)
     try:
-        assert all(writer.submit(rec(i)) is None for i in range(3))  # durable already: nobody waits
+        assert all(writer.submit(rec(i, tier="standard")) is None for i in range(3))  # durable already: nobody waits
         assert len(_lines(tmp_path / "buf")) == 3  # on disk before any store write
         assert await store.usage("acme", 0, 2000) == []  # the batch waits for its timer (60 s here)
         await writer.flush()
         assert [r.id for r in await store.usage("acme", 0, 2000)] == ["g-0", "g-1", "g-2"]
-        assert spent and sum(spent[-1].values()) > 0  # Turbo spend handed back, as before
         assert _lines(tmp_path / "buf") == []  # the store holds them: the journal file is gone
-        writer.submit(rec(3))
-        await writer.flush()
+        # A record that spends a Turbo budget goes at once, and its answer waits for the store's
+        # running total: how this and every other process learn the spend.
+        fut = writer.submit(rec(3))
+        assert fut is not None
+        await fut
         assert [r.id for r in await store.usage("acme", 0, 2000)][-1] == "g-3"
+        assert spent and sum(spent[-1].values()) > 0  # Turbo spend handed back, as before
     finally:
         await store.close()
 
@@ -48,7 +51,7 @@ async def test_a_full_batch_goes_without_waiting_for_the_timer(tmp_path: Path) -
     writer = UsageWriter(store, lambda _: None, UsageJournal(tmp_path / "buf"), flush_s=60.0, max_batch=4)
     try:
         for i in range(4):
-            writer.submit(rec(i))
+            writer.submit(rec(i, tier="standard"))
         task = writer._task
         assert task is not None  # kicked by the fourth record
         await task

@@ -6,8 +6,10 @@ need not wait before the answer's last byte — and the records reach the store 
 ``flush_s`` (or at once when ``max_batch`` are waiting).  A store transaction per record cost
 more CPU than the rest of a small request's path through the gateway (about 45 µs for one record
 in SQLite, 5-7 µs each in batches of 64-256: benchmarks/gateway_ab.py, docs/gateway.md "Speed").
-Should the journal not be writable, a record goes to the store at once and its submitter waits
-for that write (group commit: records submitted meanwhile go together in the next write).
+A record that spends a Turbo budget, and any record while the journal cannot be written, goes
+to the store at once and its submitter waits for that write (group commit: records submitted
+meanwhile go together in the next write): the store's running total is how every process learns
+a budget's spend.
 """
 
 from __future__ import annotations
@@ -46,6 +48,12 @@ class UsageWriter:
         """Take ``rec``; None when it is already durable (journaled, or a memory store, which has
         nothing to make durable), else a future done once the store or its buffer holds it."""
         fut: asyncio.Future[None] | None = None
+        if rec.turbo_units > 0:
+            # A record that spends a Turbo budget goes to the store at once and its answer waits
+            # for it: the store's running total is how this and every other process learn the
+            # spend, and 20 ms of batching let two gateways overspend a budget by 2× (tests/store/
+            # test_gateways.py).  It is journaled too, so a crash before the write loses nothing.
+            fut = asyncio.get_running_loop().create_future()
         if self.journal is not None:
             try:
                 self.journal.append(rec)
@@ -54,7 +62,8 @@ class UsageWriter:
                     self._journal_failed_logged = True
                     log.error("usage journal in %s cannot be written (%s): records go to the store one write "
                               "at a time", self.journal.folder, exc)
-                fut = asyncio.get_running_loop().create_future()
+                if fut is None:
+                    fut = asyncio.get_running_loop().create_future()
         self._pending.append((rec, fut))
         if fut is not None or len(self._pending) >= self.max_batch:
             self._kick()
