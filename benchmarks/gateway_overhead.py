@@ -39,7 +39,7 @@ from turbogate.config import hash_key
 from turbogate.procs import Service, free_port, start_emulator, start_gateway, wait_healthy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from openai_stub import start_stub  # benchmarks/ is not a package: import it from beside this file
+from openai_stub import nginx_preamble, start_stub  # benchmarks/ is not a package: import it from beside this file
 
 KEY = "sk-bench"
 MODEL = "llama-3.1-8b"
@@ -267,16 +267,7 @@ def start_nginx(tmp: Path, upstream_url: str, cpus: set[int] | None) -> tuple[su
     root = tmp / "nginx"
     root.mkdir(exist_ok=True)
     conf = root / "nginx.conf"
-    conf.write_text(f"""worker_processes 1;
-daemon off;
-pid {root}/nginx.pid;
-error_log {root}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-  access_log off;
-  client_body_temp_path {root}/body; proxy_temp_path {root}/proxy; fastcgi_temp_path {root}/fcgi;
-  uwsgi_temp_path {root}/uwsgi; scgi_temp_path {root}/scgi;
-  upstream stub {{ server {up}; keepalive 256; }}
+    conf.write_text(nginx_preamble(root, 1) + f"""  upstream stub {{ server {up}; keepalive 256; }}
   server {{
     listen 127.0.0.1:{port} reuseport;
     keepalive_requests 1000000;

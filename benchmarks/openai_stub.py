@@ -116,6 +116,22 @@ async def serve(host: str, port: int) -> None:
         await server.serve_forever()
 
 
+def nginx_preamble(folder: Path, workers: int) -> str:
+    """The start of an nginx.conf shared by this module's fixed-answer server and the reference
+    proxy of gateway_overhead.py: every path under ``folder``, no access log; it ends inside the
+    ``http {`` block."""
+    return f"""worker_processes {workers};
+daemon off;
+pid {folder}/nginx.pid;
+error_log {folder}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {folder}/body; proxy_temp_path {folder}/proxy; fastcgi_temp_path {folder}/fcgi;
+  uwsgi_temp_path {folder}/uwsgi; scgi_temp_path {folder}/scgi;
+"""
+
+
 def start_stub(cpus: set[int] | None = None) -> tuple[subprocess.Popen[bytes], str]:
     """Start the stub as a child process (optionally pinned to ``cpus``); its URL once it listens."""
     proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve())], stdout=subprocess.PIPE)
@@ -161,16 +177,7 @@ def start_nginx_stub(folder: Path, workers: int = 1) -> tuple[subprocess.Popen[b
         port = probe.getsockname()[1]
     folder.mkdir(parents=True, exist_ok=True)
     conf = folder / "nginx.conf"
-    conf.write_text(f"""worker_processes {workers};
-daemon off;
-pid {folder}/nginx.pid;
-error_log {folder}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-  access_log off;
-  client_body_temp_path {folder}/body; proxy_temp_path {folder}/proxy; fastcgi_temp_path {folder}/fcgi;
-  uwsgi_temp_path {folder}/uwsgi; scgi_temp_path {folder}/scgi;
-  keepalive_requests 1000000;
+    conf.write_text(nginx_preamble(folder, workers) + f"""  keepalive_requests 1000000;
   default_type application/json;
   server {{
     listen 127.0.0.1:{port};
