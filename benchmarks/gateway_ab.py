@@ -57,7 +57,7 @@ def main() -> int:
             if config is not None:
                 cfg.write_text(config.read_text().replace("STUB_URL", url))
             else:
-                go.write_config(cfg, [url])
+                go.write_config(cfg, [url], engine="openai")
             gateways[name] = start_service(f"gateway-{name}", ["serve", "--config", str(cfg), "--workers", "1"],
                                            log_dir=tmp, env={"PYTHONPATH": str(src)})
             if len(cpus) >= 2:

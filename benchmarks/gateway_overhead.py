@@ -312,9 +312,15 @@ def fixed_connections(paths: dict[str, tuple[str, list[int]]], conns: list[int],
     return out
 
 
-def write_config(path: Path, emulator_urls: list[str]) -> None:
+def write_config(path: Path, emulator_urls: list[str], engine: str = "emulator") -> None:
+    """A one-pool gateway config in front of ``emulator_urls``.  ``engine="openai"`` for the neutral
+    stub: it serves no real load metrics (its ``/metrics`` always says 0 running), and an engine
+    that never shows it runs what it is sent keeps the adaptive limit at its initial 8, so 24 of
+    32 connections would wait in the gateway's queue; a plain OpenAI server has no metrics, and the
+    gateway then counts its own in-flight requests up to ``max_concurrency``, as a real engine that
+    keeps up lets it."""
     replicas = "\n".join(
-        f'      - {{url: "{u}", engine: emulator, max_concurrency: 1024}}' for u in emulator_urls
+        f'      - {{url: "{u}", engine: {engine}, max_concurrency: 1024}}' for u in emulator_urls
     )
     path.write_text(
         f"""tenants:
@@ -342,7 +348,7 @@ def run_fixed(args: argparse.Namespace, tmp: Path, services: list[Service],
     emulator = start_emulator("--time-scale", "0", "--max-num-seqs", "1024", log_dir=tmp)
     services.append(emulator)
     cfg_stub, cfg_emu = tmp / "gateway-stub.yaml", tmp / "gateway-emulator.yaml"
-    write_config(cfg_stub, [stub_url])
+    write_config(cfg_stub, [stub_url], engine="openai")
     write_config(cfg_emu, [emulator.url])
     gw_stub = start_gateway(cfg_stub, "--workers", "1", log_dir=tmp)
     gw_emu = start_gateway(cfg_emu, "--workers", "1", log_dir=tmp)

@@ -45,7 +45,7 @@ def main() -> int:
     stub, url = start_stub({cpus[0]} if len(cpus) >= 2 else None)
     tmp = Path(tempfile.mkdtemp(prefix="tg-profile-"))
     cfg = tmp / "gateway.yaml"
-    go.write_config(cfg, [url])
+    go.write_config(cfg, [url], engine="openai")
     gateway = start_gateway(cfg, "--workers", "1", log_dir=tmp)
     try:
         if len(cpus) >= 2:

@@ -19,7 +19,9 @@ from turbogate.store.writer import UsageWriter
 
 
 def _lines(folder: Path) -> list[bytes]:
-    return [line for p in sorted(folder.glob("usage-*-j*.jsonl")) for line in p.read_bytes().splitlines()]
+    """The records in ``folder``'s journal files (an open file's reserved tail is zero bytes)."""
+    return [line for p in sorted(folder.glob("usage-*-j*.jsonl")) for line in p.read_bytes().splitlines()
+            if line.strip(b"\0")]
 
 
 async def test_journaled_at_once_stored_in_one_batch(tmp_path: Path) -> None:
@@ -92,5 +94,39 @@ async def test_an_unwritable_journal_waits_for_the_store(tmp_path: Path) -> None
         assert fut is not None  # not durable yet: the caller waits for the store, not the timer
         await fut
         assert [r.id for r in await store.usage("acme", 0, 2000)] == ["g-0"]
+    finally:
+        await store.close()
+
+
+async def test_a_full_file_continues_in_the_next_and_every_one_goes_once_stored(tmp_path: Path) -> None:
+    buf = tmp_path / "buf"
+    store = ResilientStore(SqliteStore(tmp_path / "state.sqlite3"), buf)
+    await store.open()
+    line = len(record_to_json(rec(0, tier="standard"))) + 1
+    writer = UsageWriter(store, lambda _: None, UsageJournal(buf, file_bytes=3 * line), flush_s=60.0)
+    try:
+        for i in range(7):
+            writer.submit(rec(i, tier="standard"))
+        assert len(list(buf.glob("usage-*-j*.jsonl"))) == 3  # 3 + 3 + 1 records
+        assert len(_lines(buf)) == 7
+        await writer.flush()
+        assert len(await store.usage("acme", 0, 2000)) == 7
+        assert list(buf.glob("usage-*-j*.jsonl")) == []
+    finally:
+        await store.close()
+
+
+async def test_a_dead_process_open_journal_replays_up_to_its_zero_tail(tmp_path: Path) -> None:
+    buf = tmp_path / "buf"
+    buf.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    # What a killed process leaves: its records, then the file's reserved space, zero bytes.
+    (buf / f"usage-{int(dead.stdout)}-j1.jsonl").write_bytes(
+        record_to_json(rec(1)) + b"\n" + record_to_json(rec(2)) + b"\n" + bytes(4096))
+    store = ResilientStore(SqliteStore(tmp_path / "state.sqlite3"), buf)
+    await store.open()
+    try:
+        assert [r.id for r in await store.usage("acme", 0, 2000)] == ["g-1", "g-2"]
     finally:
         await store.close()
