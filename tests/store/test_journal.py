@@ -1,7 +1,8 @@
 """The usage journal and the batching writer (store/journal.py, store/writer.py): a record is on
-local disk when submitted, reaches the store in one batch, and its journal file goes once the
-store holds it; a dead process's journal is replayed by the next store opened on the folder; an
-unwritable journal falls back to waiting for the store."""
+local disk when submitted, reaches the store in one batch, and its copy in the journal is zeroed
+once the store holds it (the files are reused, and go at shutdown); a dead process's journal is
+replayed by the next store opened on the folder; an unwritable journal falls back to waiting for
+the store."""
 
 from __future__ import annotations
 
@@ -98,7 +99,7 @@ async def test_an_unwritable_journal_waits_for_the_store(tmp_path: Path) -> None
         await store.close()
 
 
-async def test_a_full_file_continues_in_the_next_and_every_one_goes_once_stored(tmp_path: Path) -> None:
+async def test_a_full_file_continues_in_the_next_and_files_are_reused_once_stored(tmp_path: Path) -> None:
     buf = tmp_path / "buf"
     store = ResilientStore(SqliteStore(tmp_path / "state.sqlite3"), buf)
     await store.open()
@@ -111,7 +112,13 @@ async def test_a_full_file_continues_in_the_next_and_every_one_goes_once_stored(
         assert len(_lines(buf)) == 7
         await writer.flush()
         assert len(await store.usage("acme", 0, 2000)) == 7
+        assert _lines(buf) == []  # stored: the copies are zeroed
+        assert len(list(buf.glob("usage-*-j*.jsonl"))) <= 3  # files kept for reuse (journal.SPARE_FILES + 1)
+        writer.submit(rec(7, tier="standard"))  # into a reused file
+        assert len(_lines(buf)) == 1
+        await writer.close()  # shutdown: stored, and the files go
         assert list(buf.glob("usage-*-j*.jsonl")) == []
+        assert len(await store.usage("acme", 0, 2000)) == 8
     finally:
         await store.close()
 

@@ -249,7 +249,7 @@ class Metering:
         if self._task is not None:
             self._task.cancel()
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.writer.flush(), 5.0)
+            await asyncio.wait_for(self.writer.close(), 5.0)
         await self.store.close()
 
     def describe(self) -> dict[str, object]:

@@ -80,19 +80,22 @@ class UsageWriter:
         try:
             while self._pending:
                 batch, self._pending = self._pending, []
-                done_with = self.journal.rotate() if self.journal is not None else None
+                journal = self.journal
+                done_with = journal.rotate() if journal is not None else []
                 try:
                     spent = await self.store.add_usage([b[0] for b in batch])
-                except Exception as exc:  # a bug: the journal file stays, replayed after this process
+                except Exception as exc:  # a bug: the journal files stay, replayed after this process
                     log.error("%d usage records not stored: %s", len(batch), exc)
+                    if journal is not None:
+                        journal.keep(done_with)
                     for _, fut in batch:
                         if fut is not None and not fut.done():
                             fut.set_exception(exc)
                     continue
                 try:
-                    # Stored, or in the store's own buffer while it is down: the journal file can go.
-                    if done_with is not None:
-                        UsageJournal.remove(done_with)
+                    # Stored, or in the store's own buffer while it is down: the journal's copies can go.
+                    if journal is not None:
+                        journal.release(done_with)
                     if spent:
                         self.on_spent(spent)
                 finally:  # nobody waiting for these records may be left waiting
@@ -105,6 +108,12 @@ class UsageWriter:
             self._task = None
             if self._pending and self._timer is None:
                 self._timer = asyncio.get_running_loop().call_later(self.flush_s, self._kick)
+
+    async def close(self) -> None:
+        """Shut down: every record to the store, then the journal's files go."""
+        await self.flush()
+        if self.journal is not None:
+            self.journal.close()
 
     async def flush(self) -> None:
         """Every record submitted so far in the store (a usage read, shutdown)."""
