@@ -70,7 +70,8 @@ class _Rate:
 
     def read(self, now: float) -> float:
         dt = now - self.at
-        return self.value * math.exp(-dt / RATE_TAU_S) if dt > 0 else self.value
+        # (0.0 decays to 0.0: no exp for a tier nobody asks, read on every dispatch)
+        return self.value * math.exp(-dt / RATE_TAU_S) if dt > 0 and self.value else self.value
 
 
 def headroom_slots(top_rate: float, completion_rate: float, risk: float, most: int, staffing: bool = True) -> int:
@@ -143,6 +144,10 @@ class TenantPolicy:
     max_in_flight: int | None = None
 
 
+#: The policy of a tenant the admission was not told of (frozen: one shared value will do).
+_ANY_TENANT = TenantPolicy()
+
+
 class State(Enum):
     QUEUED = 1
     DISPATCHED = 2
@@ -151,6 +156,7 @@ class State(Enum):
 
 # Module constants: enum attribute access goes through a descriptor, and this is the hot path.
 _QUEUED, _DISPATCHED, _DONE = State.QUEUED, State.DISPATCHED, State.DONE
+_TOP = TIERS[0]
 
 
 @dataclass(slots=True, eq=False)
@@ -295,7 +301,7 @@ class Admission:
         }
 
     def _tenant(self, name: str) -> TenantPolicy:
-        return self.tenants.get(name) or TenantPolicy()
+        return self.tenants.get(name) or _ANY_TENANT
 
     # ---- admission -----------------------------------------------------------------------
     def submit(self, ticket: Ticket, now: float, slots: int) -> Admitted | Shed:
@@ -304,8 +310,8 @@ class Admission:
         tier = ticket.tier
         policy = self.policies[tier]
         queue = self._queues[tier]
-        tenant = self._tenant(ticket.tenant)
-        if tier is TIERS[0]:
+        tenant = self.tenants.get(ticket.tenant) or _ANY_TENANT
+        if tier is _TOP:
             self._top_arrivals.add(now)
         active = self._active.get(ticket.tenant, 0)
         if tenant.max_in_flight is not None and active >= tenant.max_in_flight:
@@ -345,9 +351,9 @@ class Admission:
     def predicted_wait_s(self, tier: Tier, slots: int) -> float | None:
         """Queue time a new ``tier`` request should expect: the work queued at its rank or
         above, drained ``slots`` at a time at the observed service time."""
-        service = self.service_estimate_s
-        if service is None or slots <= 0:
+        if self._samples < self._min_samples or slots <= 0:  # (service_estimate_s is None)
             return None
+        service = self._service_ewma_s
         ahead = 0
         for queue in self._at_or_above[tier]:
             ahead += queue.length

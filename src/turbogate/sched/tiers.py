@@ -45,6 +45,8 @@ def resolve_tier(
     """The tier actually served: the asked one if the tenant may use it and it is switched on,
     else the next lower tier that is allowed and on.  A tenant not entitled to Turbo is served
     Standard rather than refused; if nothing below is allowed, the best allowed tier serves."""
+    if asked in allowed and asked in enabled:  # the usual case: the loop's first turn, without the slice
+        return asked
     start = RANK[asked]
     for tier in TIERS[start:]:
         if tier in allowed and tier in enabled:
