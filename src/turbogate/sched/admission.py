@@ -228,6 +228,7 @@ class Admission:
         """``tenant_counts`` may be one dict shared by the admissions of several pools, so a
         tenant's ``max_in_flight`` holds across them."""
         self.policies: dict[Tier, TierPolicy] = {t: tiers.get(t, TierPolicy()) for t in TIERS}
+        self._queue_limits = {t: p.queue_limit_s for t, p in self.policies.items()}  # (a property: read per submit)
         self.tenants: dict[str, TenantPolicy] = dict(tenants or {})
         self.holdback = True
         self._queues: dict[Tier, _TierQueue] = {t: _TierQueue() for t in TIERS}
@@ -326,7 +327,7 @@ class Admission:
             return Shed(503, "queue_full", self.retry_after_s(tier, slots),
                         f"the {tier.value} queue is full ({policy.queue_bound} waiting)")
         predicted = self.predicted_wait_s(tier, slots)
-        if predicted is not None and predicted > policy.queue_limit_s:
+        if predicted is not None and predicted > self._queue_limits[tier]:
             return Shed(503, "queue_time_budget", clamp_retry(predicted - policy.queue_limit_s),
                         f"expected queue time {predicted:.1f}s exceeds the {tier.value} budget "
                         f"of {policy.queue_limit_s:g}s")

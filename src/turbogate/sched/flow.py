@@ -56,14 +56,13 @@ from turbogate.sched.picker import Health, Picker, Replica, ScrapeFailed
 from turbogate.sched.policy import FlowPolicy, PoolSpec, TenantSpec
 from turbogate.sched.regions import RegionPolicy, Regions, pool_view, rtt_probes, turbo_candidates
 from turbogate.sched.tiering import asked_tier, served_tier
-from turbogate.sched.tiers import TIERS, Tier
+from turbogate.sched.tiers import TIER_NAME, TIERS, Tier
 from turbogate.sched.warmup import WarmUp, warm_result
 
 _QUEUED, _UPSTREAM, _ANSWERING, _DONE = Phase.QUEUED, Phase.UPSTREAM, Phase.ANSWERING, Phase.DONE
 # Enum members read per request as module names (on Python 3.11 a read through the class costs
 # a metaclass lookup, and ``.value`` a Python-level property).
 _TURBO, _STANDARD = Tier.TURBO, Tier.STANDARD
-_TIER_NAME: dict[Tier, str] = {t: t.value for t in Tier}
 
 #: How long a queued Turbo request waits for a slot its engine has shown it runs before it may
 #: take any slot of a replica still in slow start (``Picker._turbo_room``).
@@ -311,7 +310,8 @@ class Flow:
                 return actions
 
     def _dispatch(self, req: FlowRequest, replica: Replica, now: float, *, retry: bool) -> Dispatch:
-        self._leave_upstream(req)  # a retry leaves the replica that failed
+        if retry:
+            self._leave_upstream(req)  # it leaves the replica that failed (a first dispatch comes from QUEUED or NEW)
         self.picker.on_dispatch(replica)
         replica.awaiting_first += 1
         req.replica = replica
@@ -345,7 +345,7 @@ class Flow:
         """The request's one usage record, and its charge against the tenant's Turbo budget."""
         units = cost_units(req.served, req.prompt_tokens, req.completion_tokens, self.policy.metering)
         start = req.dispatched_at if req.dispatched_at is not None else now
-        req.usage = UsageRecord(req.tenant, req.model, _TIER_NAME[req.asked], _TIER_NAME[req.served], status,
+        req.usage = UsageRecord(req.tenant, req.model, TIER_NAME[req.asked], TIER_NAME[req.served], status,
                                 req.prompt_tokens, req.completion_tokens, start - req.arrival, now - req.arrival,
                                 units, req.downgrade, now)
         if req.served is _TURBO:

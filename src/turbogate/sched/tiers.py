@@ -19,6 +19,10 @@ TIERS: tuple[Tier, ...] = (Tier.TURBO, Tier.STANDARD, Tier.RELAX)
 
 RANK: dict[Tier, int] = {tier: i for i, tier in enumerate(TIERS)}
 
+#: Each tier's name.  On Python 3.11 ``tier.value`` runs two Python-level calls (enum's property
+#: descriptor); code that names a request's tier on every request reads this dict instead.
+TIER_NAME: dict[Tier, str] = {tier: tier.value for tier in TIERS}
+
 ALIASES: dict[str, Tier] = {
     "turbo": Tier.TURBO,
     "priority": Tier.TURBO,
