@@ -185,7 +185,8 @@ class Flow:
         ``client_region`` and ``session`` (``X-Session-Id``) feed L3's choice of pool."""
         spec = self.tenants[tenant]
         cap = self.policy.max_cost_tokens
-        if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > cap:
+        given = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else None
+        if given is not None and given > cap:
             return Respond(None, 400, "invalid_value", f"{max_tokens_field} is {max_tokens}, above the context "
                            f"limit of {cap} tokens", param=max_tokens_field)
         pools = self.pools_of_model.get(model)
@@ -212,8 +213,7 @@ class Flow:
                 if refused is not None:  # past the knee: served Standard, and the answer says why
                     served, why = _STANDARD, refused
         policy = self.policy
-        tokens = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0 \
-            else policy.default_max_tokens
+        tokens = given if given is not None and given > 0 else policy.default_max_tokens
         cost = float(min(tokens, cap)) + min(prompt_bytes / 4.0, float(cap))
         self._ids += 1
         priority = PRIORITY[served] if self.pools[pool].spec.priority_field else None
