@@ -282,3 +282,49 @@ def test_a_queue_without_full_kv_leaves_the_slots_to_the_limit() -> None:
     assert picker.band(a, 0.0) is Band.SATURATED and a.limit == 10  # cut: 20 in flight, 10 waiting
     a.in_flight = 4  # completions since the scrape
     assert picker.replica_slots(a, 0.1) == 10
+
+
+_REPLICA_STATE = st.tuples(
+    st.integers(1, 40),  # limit
+    st.one_of(st.just(math.inf), st.floats(1, 40)),  # ssthresh: in slow start, or past it
+    st.integers(0, 40),  # proven: what the engine was seen running
+    st.integers(0, 40),  # in flight
+    st.sampled_from(["fresh", "stale", "none"]),  # its metrics
+    st.floats(0, 1),  # KV use (saturated past 0.85)
+    st.booleans(),  # ejected
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_REPLICA_STATE, min_size=1, max_size=8))
+def test_slot_counts_is_slots_and_proven_slots_in_one_pass(states: list[tuple[int, float, int, int, str, float,
+                                                                              bool]]) -> None:
+    """The flow reads both totals of a scanned pool through ``slot_counts``, one pass over its
+    replicas: they must equal the two totals by their definitions (an indexed pool's come from
+    the running sums, checked against a recount above)."""
+    picker = Picker(CFG)
+    now = 100.0
+    reps = []
+    for i, (limit, ssthresh, proven, in_flight, metrics, kv, ejected) in enumerate(states):
+        r = picker.add(Replica(id=f"r{i}", pool="p"))
+        r.limit, r.ssthresh, r.proven, r.in_flight = float(limit), ssthresh, float(proven), in_flight
+        if metrics != "none":
+            r.load = ReplicaLoad(running=float(proven), waiting=0.0, kv_usage=kv)
+            r.load_at = now - (0.5 if metrics == "fresh" else 10.0)
+        if ejected:
+            r.health = Health.EJECTED
+        reps.append(r)
+    slots = [picker.replica_slots(r, now) for r in reps]
+    proven_total = sum(n if math.isinf(r.ssthresh) or r.proven < 1 else min(n, int(r.proven))
+                       for r, n in zip(reps, slots, strict=True))
+    assert picker.slot_counts("p", now) == (sum(slots), proven_total)
+    assert picker.slot_counts("p", now) == (picker.slots("p", now), picker.proven_slots("p", now))
+
+
+def test_no_health_changes_hand_over_nothing_and_keep_none_back() -> None:
+    picker, (r, _) = fleet()
+    assert not picker.take_health_changes()
+    picker.on_failure(r, 1.0, hard=True)
+    changes = picker.take_health_changes()
+    assert [(c.replica.id, c.healthy) for c in changes] == [("r0", False)]
+    assert not picker.take_health_changes()  # taken once

@@ -56,14 +56,13 @@ from turbogate.sched.picker import Health, Picker, Replica, ScrapeFailed
 from turbogate.sched.policy import FlowPolicy, PoolSpec, TenantSpec
 from turbogate.sched.regions import RegionPolicy, Regions, pool_view, rtt_probes, turbo_candidates
 from turbogate.sched.tiering import asked_tier, served_tier
-from turbogate.sched.tiers import TIERS, Tier
+from turbogate.sched.tiers import TIER_NAME, TIERS, Tier
 from turbogate.sched.warmup import WarmUp, warm_result
 
 _QUEUED, _UPSTREAM, _ANSWERING, _DONE = Phase.QUEUED, Phase.UPSTREAM, Phase.ANSWERING, Phase.DONE
 # Enum members read per request as module names (on Python 3.11 a read through the class costs
 # a metaclass lookup, and ``.value`` a Python-level property).
 _TURBO, _STANDARD = Tier.TURBO, Tier.STANDARD
-_TIER_NAME: dict[Tier, str] = {t: t.value for t in Tier}
 
 #: How long a queued Turbo request waits for a slot its engine has shown it runs before it may
 #: take any slot of a replica still in slow start (``Picker._turbo_room``).
@@ -85,6 +84,17 @@ class Flow:
         self.policy = policy
         self.picker = Picker(policy.picker)
         self.mode = policy.mode
+        # Read per request, fixed by the config: the mode's kind, and each tier's deadline and
+        # queue limit (TierPolicy.queue_limit_s is a property; a tier the config leaves out gets
+        # the defaults, as ``tiers.get(t) or TierPolicy()`` did on every arrival).
+        self._plain = self.mode in ("round-robin", "least-outstanding")  # baselines: no L1, no limits
+        self._tiered = self.mode == "turbogate"  # else every ticket queues as Standard (fifo)
+        self._watch_first_byte = self.mode in ("turbogate", "fifo")
+        self._slow_first_byte_s = policy.picker.slow_first_byte_s
+        self._limits: dict[Tier, tuple[float, float]] = {}
+        for tier in TIERS:
+            tp = policy.tiers.get(tier) or TierPolicy()
+            self._limits[tier] = (tp.deadline_s, tp.queue_limit_s)
         self.tenants: dict[str, TenantSpec] = {t.name: t for t in policy.tenants}
         self.enabled: set[Tier] = set(TIERS) - set(policy.disabled)
         self.turbo_off: set[str] = set()  # tenants whose Turbo is switched off
@@ -119,6 +129,8 @@ class Flow:
         self._deadline_timers: dict[Tier, deque[tuple[float, FlowRequest]]] = {t: deque() for t in TIERS}
         # First-byte watches in dispatch order (one constant delay, so dispatch order is due order).
         self._first_byte_timers: deque[tuple[float, FlowRequest, Replica]] = deque()
+        # Every per-tier queue of timers in one flat tuple, for wake_at (called after every event).
+        self._tier_timers = (*self._queue_timers.values(), *self._deadline_timers.values())
         self._probe_at = math.inf
         self._unscraped = any(not r.scraped for r in self.picker.replicas())
         self._health_at = 0.0 if self._unscraped else math.inf
@@ -173,7 +185,8 @@ class Flow:
         ``client_region`` and ``session`` (``X-Session-Id``) feed L3's choice of pool."""
         spec = self.tenants[tenant]
         cap = self.policy.max_cost_tokens
-        if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > cap:
+        given = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else None
+        if given is not None and given > cap:
             return Respond(None, 400, "invalid_value", f"{max_tokens_field} is {max_tokens}, above the context "
                            f"limit of {cap} tokens", param=max_tokens_field)
         pools = self.pools_of_model.get(model)
@@ -200,8 +213,7 @@ class Flow:
                 if refused is not None:  # past the knee: served Standard, and the answer says why
                     served, why = _STANDARD, refused
         policy = self.policy
-        tokens = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0 \
-            else policy.default_max_tokens
+        tokens = given if given is not None and given > 0 else policy.default_max_tokens
         cost = float(min(tokens, cap)) + min(prompt_bytes / 4.0, float(cap))
         self._ids += 1
         priority = PRIORITY[served] if self.pools[pool].spec.priority_field else None
@@ -236,27 +248,27 @@ class Flow:
     def arrive(self, req: FlowRequest, now: float) -> list[Action]:
         """Admit ``req``: dispatch it, queue it, or refuse it."""
         pool = self.pools[req.pool]
-        tiers = self.policy.tiers
-        tier_policy = tiers.get(req.served) or TierPolicy()
-        self._deadline_timers[req.served].append((req.arrival + tier_policy.deadline_s, req))
-        if self.mode in ("round-robin", "least-outstanding"):
+        deadline_s, queue_limit_s = self._limits[req.served]
+        self._deadline_timers[req.served].append((req.arrival + deadline_s, req))
+        if self._plain:
             replica = self.picker.pick_plain(req.pool, self.mode)
             if replica is None:
                 return [self._no_replica(req, now)]
             return [self._dispatch(req, replica, now, retry=False)]
-        slots = self.picker.slots(req.pool, now)
+        # Both slot totals now, once: nothing between here and the pump below changes them.
+        counts = self.picker.slot_counts(req.pool, now)
+        slots = counts[0]
         if slots <= 0:
             return [self._no_replica(req, now)]
-        ticket = Ticket(req.tenant, req.served if self.mode == "turbogate" else _STANDARD, req.arrival, req.cost,
-                        req)
+        ticket = Ticket(req.tenant, req.served if self._tiered else _STANDARD, req.arrival, req.cost, req)
         decision = pool.admission.submit(ticket, now, slots)
-        if isinstance(decision, Shed):
+        if type(decision) is Shed:
             return [self._refuse(req, decision.status, decision.reason, decision.message, now,
                                  decision.retry_after_s)]
         req.ticket = ticket
         req.phase = _QUEUED
-        self._queue_timers[req.served].append((req.arrival + tier_policy.queue_limit_s, req))
-        return self._pump(pool, now)
+        self._queue_timers[req.served].append((req.arrival + queue_limit_s, req))
+        return self._pump(pool, now, None, counts)
 
     def _no_replica(self, req: FlowRequest, now: float) -> Respond:
         wait = self.picker.next_probe_at(req.pool) - now
@@ -264,16 +276,17 @@ class Flow:
                             "backends are down or unreachable (not an overload)", now,
                             clamp_retry(wait) if math.isfinite(wait) else 5)
 
-    def _pump(self, pool: _Pool, now: float, out: list[Action] | None = None) -> list[Action]:
-        """Dispatch every queued request L1 lets go now and L2 has a replica for."""
+    def _pump(self, pool: _Pool, now: float, out: list[Action] | None = None,
+              counts: tuple[int, int] | None = None) -> list[Action]:
+        """Dispatch every queued request L1 lets go now and L2 has a replica for.  ``counts``:
+        the pool's ``Picker.slot_counts`` at ``now`` when the caller has them already."""
         actions: list[Action] = [] if out is None else out
         admission = pool.admission
         if admission.queued == 0:
             return actions
         name = pool.spec.name
         picker = self.picker
-        slots = picker.slots(name, now)
-        proven = picker.proven_slots(name, now)
+        slots, proven = picker.slot_counts(name, now) if counts is None else counts
         while True:
             ticket = admission.next_dispatch(now, slots, proven)
             if ticket is None:
@@ -293,9 +306,12 @@ class Flow:
             req = ticket.payload
             assert isinstance(req, FlowRequest)
             actions.append(self._dispatch(req, replica, now, retry=False))
+            if admission.queued == 0:  # the usual end: next_dispatch would only say None
+                return actions
 
     def _dispatch(self, req: FlowRequest, replica: Replica, now: float, *, retry: bool) -> Dispatch:
-        self._leave_upstream(req)  # a retry leaves the replica that failed
+        if retry:
+            self._leave_upstream(req)  # it leaves the replica that failed (a first dispatch comes from QUEUED or NEW)
         self.picker.on_dispatch(replica)
         replica.awaiting_first += 1
         req.replica = replica
@@ -304,8 +320,8 @@ class Flow:
         req.retried = req.retried or retry
         if self.guards and not retry and req.pool in self.guards:  # signals for an online knee
             self.guards[req.pool].dispatched(req.served is _TURBO, now - req.arrival, now)
-        if self.mode in ("turbogate", "fifo"):  # plain proxies let engines queue: a slow first byte is normal there
-            self._first_byte_timers.append((now + self.policy.picker.slow_first_byte_s, req, replica))
+        if self._watch_first_byte:  # plain proxies let engines queue: a slow first byte is normal there
+            self._first_byte_timers.append((now + self._slow_first_byte_s, req, replica))
         return Dispatch(req, replica, retry)
 
     @staticmethod
@@ -329,7 +345,7 @@ class Flow:
         """The request's one usage record, and its charge against the tenant's Turbo budget."""
         units = cost_units(req.served, req.prompt_tokens, req.completion_tokens, self.policy.metering)
         start = req.dispatched_at if req.dispatched_at is not None else now
-        req.usage = UsageRecord(req.tenant, req.model, _TIER_NAME[req.asked], _TIER_NAME[req.served], status,
+        req.usage = UsageRecord(req.tenant, req.model, TIER_NAME[req.asked], TIER_NAME[req.served], status,
                                 req.prompt_tokens, req.completion_tokens, start - req.arrival, now - req.arrival,
                                 units, req.downgrade, now)
         if req.served is _TURBO:
@@ -394,8 +410,7 @@ class Flow:
             out: list[Action] = [broke]
             return self._after(req, now, out)
         if not req.retried:
-            plain = self.mode in ("round-robin", "least-outstanding")
-            other = (picker.pick_plain(req.pool, self.mode, exclude=(replica.id,)) if plain
+            other = (picker.pick_plain(req.pool, self.mode, exclude=(replica.id,)) if self._plain
                      else picker.pick(req.pool, now, exclude=(replica.id,)))
             if other is not None:
                 return self._health([self._dispatch(req, other, now, retry=True)])
@@ -416,9 +431,12 @@ class Flow:
 
     def _after(self, req: FlowRequest, now: float, out: list[Action] | None = None) -> list[Action]:
         actions = self._health(out if out is not None else [])
-        if self.mode in ("round-robin", "least-outstanding"):
+        if self._plain:
             return actions
-        return self._pump(self.pools[req.pool], now, actions)
+        pool = self.pools[req.pool]
+        if pool.admission.queued == 0:  # the usual completion: nothing waits (the pump would say so)
+            return actions
+        return self._pump(pool, now, actions)
 
     def _health(self, out: list[Action]) -> list[Action]:
         changes = self.picker.take_health_changes()
@@ -433,15 +451,14 @@ class Flow:
     # ---- timers --------------------------------------------------------------------------------
     def wake_at(self) -> float:
         """When ``tick`` next has work (math.inf: nothing is due)."""
-        due = min(self._probe_at, self._health_at, self._rtt_probe_at)
         if self._warm:
             return 0.0  # replicas joined: their warm-ups are due now
-        for timers in (self._queue_timers, self._deadline_timers):
-            for q in timers.values():
-                while q and q[0][1].phase is _DONE:
-                    q.popleft()
-                if q and q[0][0] < due:
-                    due = q[0][0]
+        due = min(self._probe_at, self._health_at, self._rtt_probe_at)
+        for q in self._tier_timers:
+            while q and q[0][1].phase is _DONE:
+                q.popleft()
+            if q and q[0][0] < due:
+                due = q[0][0]
         fb = self._first_byte_timers
         while fb and (fb[0][1].phase is not _UPSTREAM or fb[0][1].replica is not fb[0][2]):
             fb.popleft()
@@ -535,7 +552,7 @@ class Flow:
         return [WarmUp(r, self.pools[r.pool].spec.models[0]) for r in replicas]
 
     def _pump_all(self, now: float, out: list[Action]) -> list[Action]:
-        if self.mode not in ("round-robin", "least-outstanding"):
+        if not self._plain:
             for pool in self.pools.values():
                 self._pump(pool, now, out)
         return out

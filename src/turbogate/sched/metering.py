@@ -60,11 +60,14 @@ class UsageRecord:
         return self.cost_units if self.tier_served == Tier.TURBO.value else 0.0
 
 
+_TURBO, _RELAX = Tier.TURBO, Tier.RELAX  # read per request: module names, not class attributes
+
+
 def cost_units(served: Tier, prompt_tokens: int, completion_tokens: int, policy: MeteringPolicy) -> float:
     tokens = float(prompt_tokens + completion_tokens)
-    if served is Tier.TURBO:
+    if served is _TURBO:
         return tokens * policy.turbo_cost_multiple
-    if served is Tier.RELAX:
+    if served is _RELAX:
         return tokens * policy.relax_cost_multiple
     return tokens
 

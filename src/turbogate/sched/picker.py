@@ -21,7 +21,7 @@ in a row.  Ejected replicas are re-probed with doubling backoff.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from turbogate.sched.concurrency import adapt_limit
@@ -99,8 +99,11 @@ class Picker:
             return list(self._pools[pool].replicas)
         return [r for p in self._pools.values() for r in p.replicas]
 
-    def take_health_changes(self) -> list[HealthChange]:
-        changes, self._changes = self._changes, []
+    def take_health_changes(self) -> Sequence[HealthChange]:
+        changes = self._changes
+        if not changes:  # the usual case, after every event: no new list to allocate
+            return ()
+        self._changes = []
         return changes
 
     # ---- state -----------------------------------------------------------------------------
@@ -152,7 +155,9 @@ class Picker:
             cap = min(cap, max(1, replica.in_flight))
         return cap
 
-    def _proven_part(self, replica: Replica, slots: int) -> int:
+    @staticmethod
+    def _proven_part(replica: Replica, slots: int) -> int:
+        """The part of a replica's ``slots`` its engine has shown it runs (inlined in ``slot_counts``)."""
         if math.isinf(replica.ssthresh) or replica.proven < 1.0:
             return slots
         return min(slots, int(replica.proven))
@@ -161,9 +166,27 @@ class Picker:
         """Total dispatch slots of ``pool`` for L1's ``slots`` argument."""
         state = self._pools[pool]
         if not state.indexed:
-            return sum(self.replica_slots(r, now) for r in state.replicas)
+            total = 0
+            for r in state.replicas:  # (a plain loop: sum over a generator costs twice as much here)
+                total += self.replica_slots(r, now)
+            return total
         self._catch_up(state, now)
         return state.slots
+
+    def slot_counts(self, pool: str, now: float) -> tuple[int, int]:
+        """``slots`` and ``proven_slots`` of ``pool`` in one pass (the flow needs both on every
+        dispatch, and each replica's slots are counted once instead of twice)."""
+        state = self._pools[pool]
+        if not state.indexed:
+            total = proven = 0
+            isinf = math.isinf
+            for r in state.replicas:
+                n = self.replica_slots(r, now)
+                total += n
+                proven += n if isinf(r.ssthresh) or r.proven < 1.0 else min(n, int(r.proven))  # _proven_part
+            return total, proven
+        self._catch_up(state, now)
+        return state.slots, state.proven
 
     def proven_slots(self, pool: str, now: float) -> int:
         """The part of ``slots`` each engine has shown it runs at once, for the holdback: a

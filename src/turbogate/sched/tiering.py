@@ -15,6 +15,8 @@ from turbogate.sched.metering import BUDGET_SPENT
 from turbogate.sched.policy import TenantSpec
 from turbogate.sched.tiers import Tier, parse_tier, resolve_tier
 
+_TURBO, _STANDARD = Tier.TURBO, Tier.STANDARD  # read per request: module names, not class attributes
+
 
 def asked_tier(tenant: TenantSpec, tier_body: object, tier_header: str | None) -> Tier | Respond:
     """The tier the request asks, or the 400 naming the field whose value is unknown."""
@@ -37,11 +39,11 @@ def served_tier(tenant: TenantSpec, asked: Tier, enabled: Set[Tier], turbo_off: 
                 budget_spent: bool) -> tuple[Tier, str | None]:
     """The tier served for ``asked``, and why it differs (None when it does not)."""
     usable = enabled
-    if tenant.name in turbo_off and Tier.TURBO in usable:
-        usable = usable - {Tier.TURBO}
+    if tenant.name in turbo_off and _TURBO in usable:
+        usable = usable - {_TURBO}
     served = resolve_tier(asked, tenant.allowed, usable)
-    if budget_spent and served is Tier.TURBO:
-        return Tier.STANDARD, BUDGET_SPENT
+    if budget_spent and served is _TURBO:
+        return _STANDARD, BUDGET_SPENT
     if served is asked:
         return served, None
     if asked not in tenant.allowed:

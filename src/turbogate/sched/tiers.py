@@ -19,6 +19,10 @@ TIERS: tuple[Tier, ...] = (Tier.TURBO, Tier.STANDARD, Tier.RELAX)
 
 RANK: dict[Tier, int] = {tier: i for i, tier in enumerate(TIERS)}
 
+#: Each tier's name.  On Python 3.11 ``tier.value`` runs two Python-level calls (enum's property
+#: descriptor); code that names a request's tier on every request reads this dict instead.
+TIER_NAME: dict[Tier, str] = {tier: tier.value for tier in TIERS}
+
 ALIASES: dict[str, Tier] = {
     "turbo": Tier.TURBO,
     "priority": Tier.TURBO,
@@ -45,6 +49,8 @@ def resolve_tier(
     """The tier actually served: the asked one if the tenant may use it and it is switched on,
     else the next lower tier that is allowed and on.  A tenant not entitled to Turbo is served
     Standard rather than refused; if nothing below is allowed, the best allowed tier serves."""
+    if asked in allowed and asked in enabled:  # the usual case: the loop's first turn, without the slice
+        return asked
     start = RANK[asked]
     for tier in TIERS[start:]:
         if tier in allowed and tier in enabled:
