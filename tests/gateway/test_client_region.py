@@ -11,7 +11,7 @@ import pytest
 
 from turbogate.config import RegionsConfig
 from turbogate.errors import ConfigError
-from turbogate.gateway.regions import BadHeader, ClientRegions, session_id
+from turbogate.gateway.regions import BadHeader, ClientRegions, session_of
 
 mmdb_writer = pytest.importorskip("mmdb_writer")
 pytest.importorskip("geoip2")
@@ -66,8 +66,8 @@ def test_a_missing_database_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_session_header() -> None:
-    assert session_id(scope({"X-Session-Id": "chat-1"})) == "chat-1"
-    assert session_id(scope()) is None
-    for bad in ("", "a b", "x" * 257):
+    assert session_of(b"chat-1") == "chat-1"
+    assert session_of(None) is None  # not sent
+    for bad in (b"", b"a b", b"x" * 257):
         with pytest.raises(BadHeader):
-            session_id(scope({"X-Session-Id": bad}))
+            session_of(bad)

@@ -42,12 +42,21 @@ from turbogate.gateway.metrics import GatewayMetrics
 from turbogate.gateway.metrics_port import MetricsServer, serve_metrics
 from turbogate.gateway.openapi import openapi_document
 from turbogate.gateway.proxy import attempt
-from turbogate.gateway.regions import BadHeader, ClientRegions, measure_rtt, pool_headers, session_id, warm_up
+from turbogate.gateway.regions import (
+    SESSION_HEADER,
+    BadHeader,
+    ClientRegions,
+    measure_rtt,
+    pool_headers,
+    session_of,
+    warm_up,
+)
 from turbogate.gateway.runtime import Runtime, TenantRt, build_runtime
 from turbogate.gateway.scrape import probe_once, scrape_all, scrape_loop, scrape_once
 from turbogate.gateway.tracing import install as install_tracing
 from turbogate.httpclient import UpstreamPool
 from turbogate.sched import FlowRequest, Health, Replica, Respond, Tier
+from turbogate.sched.tiers import TIER_NAME
 
 log = logging.getLogger("turbogate.gateway")
 
@@ -288,7 +297,9 @@ class GatewayApp(AsgiApp):
 
     # ---- edge ------------------------------------------------------------------------------
     def _tenant(self, scope: Scope) -> TenantRt | None:
-        auth = header(scope, b"authorization")
+        return self._tenant_of(header(scope, b"authorization"))
+
+    def _tenant_of(self, auth: bytes | None) -> TenantRt | None:
         if not auth or auth[:7].lower() != b"bearer ":
             return None
         return self.rt.tenant_for_key(auth[7:].strip())
@@ -305,12 +316,14 @@ class GatewayApp(AsgiApp):
 
     async def _proxy(self, scope: Scope, receive: Receive, send: Send, kind: str, upstream_path: str) -> None:
         arrival = time.perf_counter()
-        tenant = self._tenant(scope)
+        # Every header this route reads, in one pass (the first of a repeated name, as header() does).
+        headers: dict[bytes, bytes] = dict(reversed(scope["headers"]))
+        tenant = self._tenant_of(headers.get(b"authorization"))
         if tenant is None:
             self.metrics.count("-", "-", "-", 401)
             await self._unauthorized(send)
             return
-        length = header(scope, b"content-length")
+        length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body:
             await self._bad(send, tenant, 413, f"request body is {int(length)} bytes, over the limit of "
                             f"{self.max_body}", None, "body_too_large")
@@ -347,14 +360,15 @@ class GatewayApp(AsgiApp):
             await self._bad(send, tenant, 400, "'stream' must be true or false (and false for embeddings)",
                             "stream", "invalid_value")
             return
-        tier_header = header(scope, b"x-turbogate-tier")
+        tier_header = headers.get(b"x-turbogate-tier")
         try:
-            client_region, session = self.client_regions.region(scope), session_id(scope)
+            client_region = self.client_regions.region_of(headers.get(self.client_regions.header), scope)
+            session = session_of(headers.get(SESSION_HEADER))
         except BadHeader as exc:
             await self._bad(send, tenant, 400, str(exc), exc.name, "invalid_value")
             return
         tokens_field = "max_tokens" if obj.get("max_tokens") is not None else "max_completion_tokens"
-        lease_id = leases.lease_header(scope)
+        lease_id = leases.lease_of(headers.get(leases.LEASE_HEADER))
         if lease_id is not None:  # the lease may have been granted or kept alive through another process
             await self.lease_share.refresh(lease_id, arrival)
         req = self.rt.flow.open(
@@ -430,7 +444,7 @@ class GatewayApp(AsgiApp):
                     self.metrics.retries.labels(replica.pool).inc()
                 elif not observed_queue:
                     observed_queue = True
-                    self.metrics.observe_queue(req.served.value, (req.dispatched_at or req.arrival) - req.arrival)
+                    self.metrics.observe_queue(TIER_NAME[req.served], (req.dispatched_at or req.arrival) - req.arrival)
                 sent = await attempt(self, req, replica, tracked_send, body, upstream_path, word, tier_headers)
                 if sent is not None:
                     status = sent
@@ -453,7 +467,7 @@ class GatewayApp(AsgiApp):
                 self.driver.run(self.rt.flow.client_gone(req, time.perf_counter()))
             self.meter.done(req)
             if count:
-                self.metrics.count(tenant.label, req.asked.value, req.served.value, status)
+                self.metrics.count(tenant.label, TIER_NAME[req.asked], TIER_NAME[req.served], status)
 
     async def _respond(self, send: Send, req: FlowRequest, respond: Respond) -> int:
         headers = [_TIER_HEADERS[req.served], (_REQUEST_ID, self.meter.record_id(req).encode()),
@@ -462,7 +476,7 @@ class GatewayApp(AsgiApp):
             headers.append((_DOWNGRADE, req.downgrade.encode()))
         if respond.retry_after_s is not None:
             headers.append((b"retry-after", str(respond.retry_after_s).encode()))
-            self.metrics.shed.labels(respond.code, req.served.value).inc()
+            self.metrics.shed.labels(respond.code, TIER_NAME[req.served]).inc()
         await send_error(send, respond.status, respond.message, param=respond.param, code=respond.code,
                          headers=headers)
         return respond.status

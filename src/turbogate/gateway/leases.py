@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from turbogate.asgi import Message, Receive, Scope, Send, header, send_error, send_json
+from turbogate.asgi import Message, Receive, Scope, Send, send_error, send_json
 from turbogate.sched.leases import Lease, LeaseExpired, LeaseState, TooManyLeases, UnknownLease
 from turbogate.sched.tiers import Tier
 
@@ -166,7 +166,9 @@ async def _serve_ws(app: GatewayApp, lease: Lease, tenant: str, inbox: asyncio.Q
         await tell(renewed)
 
 
-def lease_header(scope: Scope) -> str | None:
-    """The ``X-Turbogate-Lease`` a request carries, if any."""
-    raw = header(scope, b"x-turbogate-lease")
+LEASE_HEADER = b"x-turbogate-lease"
+
+
+def lease_of(raw: bytes | None) -> str | None:
+    """The lease id from an ``X-Turbogate-Lease`` value ``raw`` (None: not sent)."""
     return None if raw is None else raw.decode("latin-1").strip()

@@ -14,6 +14,7 @@ from turbogate.gateway.sse import SSERewriter, tag_json_body
 from turbogate.gateway.usage_scan import hold_done, take_json_usage, take_stream_usage
 from turbogate.httpclient import UpstreamError
 from turbogate.sched import Failure, FlowRequest, Replica
+from turbogate.sched.tiers import TIER_NAME
 
 if TYPE_CHECKING:
     from turbogate.gateway.app import GatewayApp
@@ -63,7 +64,7 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, send: Sen
             if status == 200:
                 take_json_usage(req, data)
             driver.run(flow.finished(req, end, status))
-            app.metrics.observe_upstream(replica.pool, req.served.value, end - start)
+            app.metrics.observe_upstream(replica.pool, TIER_NAME[req.served], end - start)
             ctype = resp.content_type
             if status == 200 and ctype.startswith(b"application/json"):
                 data = tag_json_body(data, tier_name)
@@ -81,7 +82,7 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, send: Sen
         now = time.perf_counter()
         driver.run(flow.first_byte(req, now, headers_at))
         ttft = now - start
-        app.metrics.observe_ttft(replica.pool, req.served.value, ttft)
+        app.metrics.observe_ttft(replica.pool, TIER_NAME[req.served], ttft)
         # Headers wait for the first chunk, so Server-Timing can carry ttft; total upstream
         # time of a stream is not known at header time (see docs/gateway.md).
         await send({"type": "http.response.start", "status": 200,
@@ -107,7 +108,7 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, send: Sen
         end = time.perf_counter()
         tail = done + take_stream_usage(req, rewriter.flush(), strip)
         driver.run(flow.finished(req, end, 200))
-        app.metrics.observe_upstream(replica.pool, req.served.value, end - start)
+        app.metrics.observe_upstream(replica.pool, TIER_NAME[req.served], end - start)
         await send({"type": "http.response.body", "body": tail})
         return 200
     finally:

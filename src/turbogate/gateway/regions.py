@@ -67,7 +67,10 @@ class ClientRegions:
         return mapped or value
 
     def region(self, scope: Scope) -> str | None:
-        raw = header(scope, self.header)
+        return self.region_of(header(scope, self.header), scope)
+
+    def region_of(self, raw: bytes | None, scope: Scope) -> str | None:
+        """The client's region from its header's value ``raw`` (None: not sent), else from its address."""
         if raw is not None:
             value = raw.decode("latin-1").strip()
             name = self._name(value) if value else None
@@ -99,8 +102,8 @@ class ClientRegions:
         return name if name and REGION_PATTERN.match(name) else None
 
 
-def session_id(scope: Scope) -> str | None:
-    raw = header(scope, SESSION_HEADER)
+def session_of(raw: bytes | None) -> str | None:
+    """The session id from the ``X-Session-Id`` value ``raw`` (None: not sent)."""
     if raw is None:
         return None
     if not raw or len(raw) > MAX_SESSION_BYTES or not all(0x21 <= b <= 0x7E for b in raw):
