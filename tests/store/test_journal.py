@@ -19,6 +19,13 @@ from turbogate.store.sqlite import SqliteStore
 from turbogate.store.writer import UsageWriter
 
 
+def _dead_pid() -> int:
+    """The pid of a process that has exited (a worker that is gone)."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    return int(dead.stdout)
+
+
 def _lines(folder: Path) -> list[bytes]:
     """The records in ``folder``'s journal files (an open file's reserved tail is zero bytes)."""
     return [line for p in sorted(folder.glob("usage-*-j*.jsonl")) for line in p.read_bytes().splitlines()
@@ -66,9 +73,7 @@ async def test_a_full_batch_goes_without_waiting_for_the_timer(tmp_path: Path) -
 async def test_a_dead_process_journal_is_replayed_and_a_live_one_is_not(tmp_path: Path) -> None:
     buf = tmp_path / "buf"
     buf.mkdir()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          check=True)
-    dead_pid = int(dead.stdout)  # a worker that is gone left its journal
+    dead_pid = _dead_pid()  # a worker that is gone left its journal
     (buf / f"usage-{dead_pid}-j1.jsonl").write_bytes(record_to_json(rec(7)) + b"\n")
     own = UsageJournal(buf)
     own.append(rec(8))  # this process's live journal: its writer's, not the replay's
@@ -126,10 +131,8 @@ async def test_a_full_file_continues_in_the_next_and_files_are_reused_once_store
 async def test_a_dead_process_open_journal_replays_up_to_its_zero_tail(tmp_path: Path) -> None:
     buf = tmp_path / "buf"
     buf.mkdir()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          check=True)
     # What a killed process leaves: its records, then the file's reserved space, zero bytes.
-    (buf / f"usage-{int(dead.stdout)}-j1.jsonl").write_bytes(
+    (buf / f"usage-{_dead_pid()}-j1.jsonl").write_bytes(
         record_to_json(rec(1)) + b"\n" + record_to_json(rec(2)) + b"\n" + bytes(4096))
     store = ResilientStore(SqliteStore(tmp_path / "state.sqlite3"), buf)
     await store.open()
