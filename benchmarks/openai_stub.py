@@ -161,11 +161,36 @@ def nginx_binary() -> str | None:
     return shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
 
 
-def start_nginx_stub(folder: Path, workers: int = 1) -> tuple[subprocess.Popen[bytes], str] | None:
+def sse_chat_stream(events: int, model: str = "stub") -> bytes:
+    """A complete, valid OpenAI chat stream of ``events`` one-token ``chat.completion.chunk`` events
+    (the last with ``finish_reason: "length"``), a usage chunk (``completion_tokens = events``) and
+    ``data: [DONE]``: what a vLLM server sends for ``"stream": true`` with usage included."""
+    if events < 1:
+        raise ValueError(f"events must be at least 1, not {events}")
+    head = {"id": "chatcmpl-nginx", "object": "chat.completion.chunk", "created": 0, "model": model}
+    out = []
+    for i in range(events):
+        choice = {"index": 0, "delta": {"content": "hi "}, "finish_reason": "length" if i == events - 1 else None}
+        out.append(b"data: " + orjson.dumps({**head, "choices": [choice]}) + b"\n\n")
+    usage = {"prompt_tokens": 8, "completion_tokens": events, "total_tokens": 8 + events}
+    out.append(b"data: " + orjson.dumps({**head, "choices": [], "usage": usage}) + b"\n\n")
+    out.append(b"data: [DONE]\n\n")
+    return b"".join(out)
+
+
+def start_nginx_stub(folder: Path, workers: int = 1,
+                     sse_events: int | None = None) -> tuple[subprocess.Popen[bytes], str] | None:
     """nginx answering every non-streamed completion with one fixed OpenAI JSON body (``return 200``):
     an upstream that costs far less CPU per request than any Python server, for measurements
-    where the client, not the server, must be what fills the cores.  Streams are not served (the
-    same JSON comes back).  None when nginx is not installed or does not start."""
+    where the client, not the server, must be what fills the cores.  None when nginx is not
+    installed or does not start.
+
+    With ``sse_events``, ``POST /v1/chat/completions`` answers (whatever the request asks) with
+    :func:`sse_chat_stream`'s fixed stream of that many events, served as a static file
+    (``text/event-stream``, Content-Length, sendfile, its descriptor cached): nginx pays about
+    once per request while a client parses every event, so the client is what fills its core.
+    (The static module refuses POST with 405; ``error_page 405 =200`` turns that into the file.)
+    Without it streams are not served (the same JSON comes back)."""
     import socket
     import urllib.request
 
@@ -176,13 +201,23 @@ def start_nginx_stub(folder: Path, workers: int = 1) -> tuple[subprocess.Popen[b
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     folder.mkdir(parents=True, exist_ok=True)
+    chat = f"location = /v1/chat/completions {{ return 200 '{_FIXED_CHAT}'; }}"
+    if sse_events is not None:
+        (folder / "stream.sse").write_bytes(sse_chat_stream(sse_events))
+        # nginx started by root serves files as its worker user (nobody): the file must be readable
+        # by others, and its folder (a mkdtemp one is 0700) passable.
+        (folder / "stream.sse").chmod(0o644)
+        folder.chmod(folder.stat().st_mode | 0o055)
+        chat = ("location = /v1/chat/completions { error_page 405 =200 /stream.sse; return 405; }\n"
+                f"    location = /stream.sse {{ internal; root {folder}; default_type text/event-stream; etag off;\n"
+                "      sendfile on; open_file_cache max=16; }")
     conf = folder / "nginx.conf"
     conf.write_text(nginx_preamble(folder, workers) + f"""  keepalive_requests 1000000;
   default_type application/json;
   server {{
     listen 127.0.0.1:{port};
     location = /v1/completions {{ return 200 '{_FIXED_COMPLETION}'; }}
-    location = /v1/chat/completions {{ return 200 '{_FIXED_CHAT}'; }}
+    {chat}
     location = /health {{ return 200 '{{"status":"ok"}}'; }}
     location / {{ return 404 '{{}}'; }}
   }}
