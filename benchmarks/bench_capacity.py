@@ -14,7 +14,7 @@ shares the machine's cores, so on a small machine it, not the bench, may set the
 
 Issue 15's two figures, in the same object:
 
-- ``streaming_1000``: the bench pinned to one core (the emulator to another when there is one)
+- ``streaming``: the bench pinned to one core (the emulator to another when there is one)
   sends 1,000 req/s of 8-token streams; its dispatch lag p50/p90/p99 and the bench's own CPU
   per request (user + system time of this process over the trial, divided by the requests:
   less sensitive to other load on the machine than the lag is).
