@@ -45,3 +45,39 @@ def test_ejection_and_recovery_are_logged_once_with_the_reason(tmp_path: Path,
         gw.stop()
         if back is not None:
             back.stop()
+
+
+def test_an_engine_whose_metrics_never_show_our_load_is_named_in_a_warning(tmp_path: Path) -> None:
+    """The neutral stub (benchmarks/openai_stub.py) answers instantly and its /metrics always says
+    0 running: declared as an engine with load metrics, its adaptive limit can never grow past the
+    initial 8, and the operator is told why and what to set."""
+    import asyncio
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from openai_stub import start_stub
+
+    stub, url = start_stub()
+    cfg = gateway_config([pool("solo", [MODEL], [url], max_concurrency=1024)])
+    (tmp_path / "gw.yaml").write_text(yaml.safe_dump(cfg))
+    gw = start_gateway(tmp_path / "gw.yaml", log_dir=tmp_path / "gwlogs")
+
+    async def bursts() -> None:  # 32 at once, again and again: every slot busy between two scrapes
+        async with httpx.AsyncClient(base_url=gw.url, headers={"Authorization": f"Bearer {KEY}"},
+                                     timeout=30) as client:
+            deadline = asyncio.get_running_loop().time() + 60
+            while "reported 0 requests running" not in gw.log_text():
+                assert asyncio.get_running_loop().time() < deadline, "no warning within 60 s"
+                answers = await asyncio.gather(*(client.post("/v1/chat/completions", json={
+                    "model": MODEL, "messages": MSG, "max_tokens": 2}) for _ in range(32)))
+                assert all(a.status_code == 200 for a in answers), [a.text for a in answers if a.status_code != 200]
+
+    try:
+        asyncio.run(bursts())
+        warned = [line for line in gw.log_text().splitlines() if "reported 0 requests running" in line]
+        assert len(warned) == 1 and "WARNING" in warned[0] and "engine: openai" in warned[0]
+        assert KEY not in gw.log_text()
+    finally:
+        gw.stop()
+        stub.kill()
+        stub.wait()

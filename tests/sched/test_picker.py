@@ -328,3 +328,34 @@ def test_no_health_changes_hand_over_nothing_and_keep_none_back() -> None:
     changes = picker.take_health_changes()
     assert [(c.replica.id, c.healthy) for c in changes] == [("r0", False)]
     assert not picker.take_health_changes()  # taken once
+
+
+def test_an_engine_that_always_reports_itself_idle_is_doubted_once() -> None:
+    """An engine whose metrics say 0 running while the gateway keeps all its slots busy gives the
+    adaptive limit nothing to grow on (a neutral stub's constant gauges, another engine's metric
+    names): after SILENT_ENGINE_SCRAPES such scrapes the picker says so, once per streak."""
+    from turbogate.sched.replica import SILENT_ENGINE_SCRAPES
+
+    picker = Picker(CFG)
+    r = picker.add(Replica(id="r", pool="p", cap=1024))
+    idle = ReplicaLoad(running=0, waiting=0, kv_usage=0.0)
+    doubts = []
+    for i in range(2 * SILENT_ENGINE_SCRAPES):
+        r.in_flight = r.peak_in_flight = int(r.limit)  # every slot busy since the last scrape
+        picker.on_metrics(r, idle, float(i))
+        doubts += picker.take_metrics_doubts()
+    assert [d.replica for d in doubts] == [r] and "engine: openai" in doubts[0].reason
+    assert r.limit == 8  # what the doubt is about: the limit never grew
+    picker.on_metrics(r, ReplicaLoad(running=8, waiting=0, kv_usage=0.2), 20.0)  # it runs ours after all
+    assert r.silent_full_scrapes == 0 and not picker.take_metrics_doubts()
+
+
+def test_an_idle_gateway_does_not_doubt_an_idle_engine() -> None:
+    from turbogate.sched.replica import SILENT_ENGINE_SCRAPES
+
+    picker = Picker(CFG)
+    r = picker.add(Replica(id="r", pool="p", cap=1024))
+    for i in range(3 * SILENT_ENGINE_SCRAPES):
+        r.in_flight = r.peak_in_flight = 2  # a few of ours in flight, the limit not reached
+        picker.on_metrics(r, ReplicaLoad(running=0, waiting=0, kv_usage=0.0), float(i))
+    assert not picker.take_metrics_doubts()

@@ -19,7 +19,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
-from turbogate.sched import Cancel, Dispatch, Flow, HealthChange, Probe, Replica, Respond
+from turbogate.sched import Cancel, Dispatch, Flow, HealthChange, MetricsDoubt, Probe, Replica, Respond
 from turbogate.sched.regions import MeasureRtt
 from turbogate.sched.warmup import WarmUp
 
@@ -103,6 +103,8 @@ class FlowDriver:
                                 action.reason)
                 if self._on_health is not None:
                     self._on_health(action)
+            elif isinstance(action, MetricsDoubt):
+                log.warning("replica %s (pool %s): %s", action.replica.id, action.replica.pool, action.reason)
             elif isinstance(action, MeasureRtt) and self._measure_rtt is not None:
                 self._spawn(self._run_rtt(action.replica, self._measure_rtt))
             elif isinstance(action, WarmUp) and self._warm_up is not None:

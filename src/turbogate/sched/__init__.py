@@ -11,7 +11,16 @@ from turbogate.sched.actions import Cancel, Dispatch, Failure, FlowRequest, Phas
 from turbogate.sched.admission import Admission, Admitted, Shed, TenantPolicy, Ticket, TierPolicy
 from turbogate.sched.flow import Flow
 from turbogate.sched.load import ReplicaLoad, load_from_samples
-from turbogate.sched.picker import Band, Health, HealthChange, Picker, PickerConfig, Replica, ScrapeFailed
+from turbogate.sched.picker import (
+    Band,
+    Health,
+    HealthChange,
+    MetricsDoubt,
+    Picker,
+    PickerConfig,
+    Replica,
+    ScrapeFailed,
+)
 from turbogate.sched.policy import FlowPolicy, PoolSpec, ReplicaSpec, TenantSpec
 from turbogate.sched.tiers import TIERS, Tier, parse_tier, resolve_tier
 
@@ -28,6 +37,7 @@ __all__ = [
     "FlowRequest",
     "Health",
     "HealthChange",
+    "MetricsDoubt",
     "Phase",
     "Picker",
     "PickerConfig",

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from turbogate.sched.admission import Ticket
 from turbogate.sched.metering import UsageRecord
-from turbogate.sched.picker import HealthChange, Replica
+from turbogate.sched.picker import HealthChange, MetricsDoubt, Replica
 from turbogate.sched.regions import MeasureRtt
 from turbogate.sched.tiers import Tier
 from turbogate.sched.warmup import WarmUp
@@ -93,4 +93,4 @@ class Probe(NamedTuple):
     replica: Replica
 
 
-Action = Dispatch | Respond | Cancel | Probe | HealthChange | MeasureRtt | WarmUp
+Action = Dispatch | Respond | Cancel | Probe | HealthChange | MetricsDoubt | MeasureRtt | WarmUp

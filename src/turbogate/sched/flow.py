@@ -525,7 +525,8 @@ class Flow:
         self.picker.on_scrape(replica, result, now)
         if isinstance(result, ReplicaLoad) and replica.pool in self.guards:
             self.guards[replica.pool].scraped(replica_id, result.kv_usage, result.waiting)
-        return self._pump_all(now, self._health([]))
+        out: list[Action] = [*self.picker.take_metrics_doubts()]
+        return self._pump_all(now, self._health(out))
 
     def probed(self, replica_id: str, ok: bool, now: float) -> list[Action]:
         replica = self.picker.get(replica_id)

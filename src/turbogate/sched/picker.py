@@ -26,9 +26,18 @@ from dataclasses import dataclass, field
 
 from turbogate.sched.concurrency import adapt_limit
 from turbogate.sched.load import ReplicaLoad
-from turbogate.sched.replica import Band, Health, HealthChange, PickerConfig, Replica, ScrapeFailed
+from turbogate.sched.replica import (
+    SILENT_ENGINE_SCRAPES,
+    Band,
+    Health,
+    HealthChange,
+    MetricsDoubt,
+    PickerConfig,
+    Replica,
+    ScrapeFailed,
+)
 
-__all__ = ["Band", "Health", "HealthChange", "Picker", "PickerConfig", "Replica", "ScrapeFailed"]
+__all__ = ["Band", "Health", "HealthChange", "MetricsDoubt", "Picker", "PickerConfig", "Replica", "ScrapeFailed"]
 
 #: Scrapes without growth after which a slow start counts as stalled (``Picker._turbo_room``).
 SLOW_START_STALLED_SCRAPES = 2
@@ -69,6 +78,7 @@ class Picker:
         self._by_id: dict[str, Replica] = {}
         #: Health changes since the caller last took them (``take_health_changes``).
         self._changes: list[HealthChange] = []
+        self._doubts: list[MetricsDoubt] = []
         self._now = 0.0  # the latest time any call told us (for updates that carry none)
         self._sample_seed = 0x9E3779B9
 
@@ -98,6 +108,14 @@ class Picker:
         if pool is not None:
             return list(self._pools[pool].replicas)
         return [r for p in self._pools.values() for r in p.replicas]
+
+    def take_metrics_doubts(self) -> Sequence[MetricsDoubt]:
+        """Replicas whose metrics cannot steer their limit, since the last call (rare)."""
+        doubts = self._doubts
+        if not doubts:
+            return ()
+        self._doubts = []
+        return doubts
 
     def take_health_changes(self) -> Sequence[HealthChange]:
         changes = self._changes
@@ -437,6 +455,17 @@ class Picker:
         # Compare with our in-flight count *now*, at scrape time: later our count moves on while
         # the scraped one stands still, and the difference would look like someone else's load.
         replica.foreign = max(0.0, (load.running or 0.0) + (load.waiting or 0.0) - replica.in_flight)
+        if load.running:
+            replica.silent_full_scrapes = 0
+        elif load.running is not None and not load.waiting and replica.peak_in_flight >= max(1, int(replica.limit)):
+            replica.silent_full_scrapes += 1
+            if replica.silent_full_scrapes == SILENT_ENGINE_SCRAPES:
+                self._doubts.append(MetricsDoubt(replica, (
+                    f"its engine reported 0 requests running on {SILENT_ENGINE_SCRAPES} scrapes while this gateway "
+                    f"kept all {int(replica.limit)} of its slots busy: the adaptive limit grows only on the engine's "
+                    "running count, so it stays there. Check that metrics_path serves this engine's own load metrics "
+                    "(engine kind and metric names); for a server without load metrics set engine: openai, which "
+                    "counts the gateway's own in-flight requests up to max_concurrency")))
         adapt_limit(replica, load, self.config)
         self._refresh(replica, now)
 

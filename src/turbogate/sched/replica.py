@@ -93,11 +93,27 @@ class Replica:
     service_s: float | None = None
     foreign: float = 0.0  # engine load not sent by this gateway, as of the last scrape
     eject_reason: str = ""
+    silent_full_scrapes: int = 0  # scrapes reporting an idle engine while we held the whole limit (MetricsDoubt)
 
     @property
     def max_concurrency(self) -> int:
         """The working limit now (learned, within the cap)."""
         return int(self.limit)
+
+
+#: Scrapes on which the engine reported nothing running or waiting although the gateway had held
+#: the replica's whole limit since the scrape before: that many, and its metrics cannot be steering
+#: the adaptive limit (``MetricsDoubt``).
+SILENT_ENGINE_SCRAPES = 5
+
+
+class MetricsDoubt(NamedTuple):
+    """A replica's engine keeps reporting itself idle while the gateway holds its whole limit: the
+    adaptive limit, which grows only on the engine's running count, stays where it is (the
+    initial 8 for a new replica).  Said once per such streak, for the operator."""
+
+    replica: Replica
+    reason: str
 
 
 class HealthChange(NamedTuple):
