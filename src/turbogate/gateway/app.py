@@ -54,6 +54,7 @@ from turbogate.gateway.regions import (
 from turbogate.gateway.runtime import Runtime, TenantRt, build_runtime
 from turbogate.gateway.scrape import probe_once, scrape_all, scrape_loop, scrape_once
 from turbogate.gateway.tracing import install as install_tracing
+from turbogate.gateway.watch import Watch, sweep
 from turbogate.httpclient import UpstreamPool
 from turbogate.sched import FlowRequest, Health, Replica, Respond, Tier
 from turbogate.sched.tiers import TIER_NAME
@@ -76,60 +77,6 @@ _ENDPOINTS = {
 _REQUIRED = {"chat": "messages", "completions": "prompt", "embeddings": "input"}
 _GET_ROUTES = frozenset({"/health", "/ready", "/metrics", "/v1/models", "/openapi.json"})
 _MAX_DEPTH = 254  # orjson's encoder limit: a body re-encoded (service_tier, priority) may nest no deeper
-_WATCH_AFTER_S = 0.05
-_SWEEP_S = 0.05
-
-
-class _Watch:
-    """Notices a client that leaves.  Queued requests are watched at once; running ones only
-    after ``_WATCH_AFTER_S`` (by the sweeper): a watcher task per request was a large share of
-    the gateway's CPU per request, and a quick request is over before it matters.  Under
-    uvicorn a watched request needs no task either: the sweeper reads the connection's
-    ``disconnected`` flag (set when it is lost) every ``_SWEEP_S``; when a busy machine held the
-    loop back, the sweeper found many requests past the age and their watcher tasks cost more
-    CPU than the rest of their path.  Other servers (and a coalesced group's shared call) get a
-    task waiting on ``receive()``."""
-
-    __slots__ = ("born", "cycle", "finished", "gone", "handle", "receive", "req", "task")
-
-    def __init__(self, receive: Receive, req: FlowRequest, handle: Handle, born: float) -> None:
-        self.receive = receive
-        self.req = req
-        self.handle = handle
-        self.born = born
-        self.finished = False
-        self.gone = False
-        self.task: asyncio.Task[None] | None = None
-        self.cycle: object | None = None  # uvicorn's request cycle, when its flag is polled
-
-    def start(self, app: GatewayApp) -> None:
-        if self.task is not None or self.cycle is not None:
-            return
-        cycle = getattr(self.receive, "__self__", None)
-        if cycle is not None and hasattr(cycle, "disconnected"):
-            self.cycle = cycle
-            self.poll(app)
-        else:
-            self.task = asyncio.get_running_loop().create_task(self._watch(app))
-
-    def poll(self, app: GatewayApp) -> None:
-        if getattr(self.cycle, "disconnected", False):
-            self._left(app)
-
-    async def _watch(self, app: GatewayApp) -> None:
-        message = await self.receive()
-        if message["type"] == "http.disconnect":
-            self._left(app)
-
-    def _left(self, app: GatewayApp) -> None:
-        if self.finished or self.gone:
-            return
-        self.gone = True
-        app.driver.run(app.rt.flow.client_gone(self.req, time.perf_counter()))
-        if not self.handle.cancelled:
-            self.handle.task.cancel()
-
-
 class GatewayApp(AsgiApp):
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
@@ -148,7 +95,7 @@ class GatewayApp(AsgiApp):
         self._models_body = orjson.dumps({"object": "list", "data": models})
         self._openapi_body = openapi_document(config)
         self._started = False
-        self._watches: set[_Watch] = set()
+        self.watches: set[Watch] = set()
         self.metrics_token = config.metrics.token_sha256
         self.metrics_port = config.metrics.port
         self._metrics_server: MetricsServer | None = None
@@ -252,7 +199,7 @@ class GatewayApp(AsgiApp):
             await self._metrics_server.start()
         await self.meter.start()
         loop = asyncio.get_running_loop()
-        self.rt.tasks = [loop.create_task(scrape_loop(self.rt, self.driver)), loop.create_task(self._sweep())]
+        self.rt.tasks = [loop.create_task(scrape_loop(self.rt, self.driver)), loop.create_task(sweep(self))]
         self.driver.run(())  # arm the flow's timer now: warm-ups and round-trip probes are due at start
 
     async def _probe(self, replica: Replica) -> bool:
@@ -269,18 +216,6 @@ class GatewayApp(AsgiApp):
 
     async def _warm_up(self, replica: Replica, model: str) -> bool:
         return await warm_up(self.rt, self.rt.replicas[replica.id], model)
-
-    async def _sweep(self) -> None:
-        """Watch requests still running after ``_WATCH_AFTER_S`` for a client that leaves; poll
-        the connections of those already watched by their flag."""
-        while True:
-            await asyncio.sleep(_SWEEP_S)
-            watch_before = time.perf_counter() - _WATCH_AFTER_S
-            for w in list(self._watches):
-                if w.cycle is not None:
-                    w.poll(self)
-                elif w.task is None and w.born < watch_before:
-                    w.start(self)
 
     async def shutdown(self) -> None:
         if self._metrics_server is not None:
@@ -406,7 +341,7 @@ class GatewayApp(AsgiApp):
         assert task is not None
         handle = Handle(task)
         req.handle = handle
-        watch = _Watch(receive, req, handle, req.arrival)
+        watch = Watch(receive, req, handle, req.arrival)
         orig_send = send
 
         async def tracked_send(message: Message) -> None:
@@ -422,7 +357,7 @@ class GatewayApp(AsgiApp):
         word = self.tier_words[req.served]
         status = 499
         observed_queue = False
-        self._watches.add(watch)
+        self.watches.add(watch)
         try:
             refusal = await self.meter.admit(req) if req.tenant in self.meter.limits else None
             if refusal is not None:  # a global tenant limit, across every gateway sharing the store
@@ -460,7 +395,7 @@ class GatewayApp(AsgiApp):
                 raise
         finally:
             watch.finished = True
-            self._watches.discard(watch)
+            self.watches.discard(watch)
             if watch.task is not None:
                 watch.task.cancel()
             if not req.done:  # ended here without the flow knowing (a bug or shutdown): free its place
