@@ -457,12 +457,13 @@ class Picker:
         replica.foreign = max(0.0, (load.running or 0.0) + (load.waiting or 0.0) - replica.in_flight)
         if load.running:
             replica.silent_full_scrapes = 0
-        elif load.running is not None and not load.waiting and replica.peak_in_flight >= max(1, int(replica.limit)):
+        elif load.running is not None and not load.waiting and replica.peak_in_flight >= max(1.0, 0.8 * replica.limit):
+            # 0.8: what the lower tiers alone fill below the holdback line (slow start's own bar)
             replica.silent_full_scrapes += 1
             if replica.silent_full_scrapes == SILENT_ENGINE_SCRAPES:
                 self._doubts.append(MetricsDoubt(replica, (
                     f"its engine reported 0 requests running on {SILENT_ENGINE_SCRAPES} scrapes while this gateway "
-                    f"kept all {int(replica.limit)} of its slots busy: the adaptive limit grows only on the engine's "
+                    f"kept its {int(replica.limit)} slots busy: the adaptive limit grows only on the engine's "
                     "running count, so it stays there. Check that metrics_path serves this engine's own load metrics "
                     "(engine kind and metric names); for a server without load metrics set engine: openai, which "
                     "counts the gateway's own in-flight requests up to max_concurrency")))

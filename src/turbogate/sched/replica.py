@@ -101,14 +101,14 @@ class Replica:
         return int(self.limit)
 
 
-#: Scrapes on which the engine reported nothing running or waiting although the gateway had held
-#: the replica's whole limit since the scrape before: that many, and its metrics cannot be steering
-#: the adaptive limit (``MetricsDoubt``).
+#: Scrapes on which the engine reported nothing running or waiting although the gateway had filled
+#: the replica's limit (to slow start's bar, 0.8 of it) since the scrape before: that many, and its
+#: metrics cannot be steering the adaptive limit (``MetricsDoubt``).
 SILENT_ENGINE_SCRAPES = 5
 
 
 class MetricsDoubt(NamedTuple):
-    """A replica's engine keeps reporting itself idle while the gateway holds its whole limit: the
+    """A replica's engine keeps reporting itself idle while the gateway fills its limit: the
     adaptive limit, which grows only on the engine's running count, stays where it is (the
     initial 8 for a new replica).  Said once per such streak, for the operator."""
 
