@@ -33,6 +33,10 @@ import math
 from turbogate.sched.load import ReplicaLoad
 from turbogate.sched.replica import PickerConfig, Replica
 
+#: The share of a limit that proves it full: below the holdback line (0.85 of the limit), so the
+#: lower tiers alone can reach it.
+LOWER_TIERS_BAR = 0.8
+
 #: At most this many × ``grow_every_scrapes`` between probes of an edge already found (a minute
 #: at a 0.5 s scrape interval and the default 5).
 MAX_PROBE_BACKOFF = 24
@@ -81,8 +85,7 @@ def adapt_limit(replica: Replica, load: ReplicaLoad, cfg: PickerConfig) -> None:
         # Grow only on the engine's own evidence that it runs what we send (its running
         # count, not our in-flight count: ours may still be on the wire).
         if limit < replica.ssthresh:
-            # 0.8: below the holdback line (0.85 of the limit) lower tiers alone can prove it
-            if replica.proven >= 0.8 * limit:
+            if replica.proven >= LOWER_TIERS_BAR * limit:
                 # slow start: ×1.5 (a smaller overshoot than TCP's ×2), and at most half again
                 # what the engine has shown it runs, so one step never overshoots by more
                 limit = min(limit * 1.5, replica.proven * 1.5, replica.ssthresh)

@@ -23,8 +23,9 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from turbogate.sched.concurrency import adapt_limit
+from turbogate.sched.concurrency import LOWER_TIERS_BAR, adapt_limit
 from turbogate.sched.load import ReplicaLoad
 from turbogate.sched.replica import (
     SILENT_ENGINE_SCRAPES,
@@ -38,6 +39,14 @@ from turbogate.sched.replica import (
 )
 
 __all__ = ["Band", "Health", "HealthChange", "MetricsDoubt", "Picker", "PickerConfig", "Replica", "ScrapeFailed"]
+
+T = TypeVar("T")
+
+def _taken(items: list[T]) -> tuple[Sequence[T], list[T]]:
+    """``items`` handed over and the list to keep collecting in; nothing pending (the usual case,
+    after every event) allocates no new list."""
+    return ((), items) if not items else (items, [])
+
 
 #: Scrapes without growth after which a slow start counts as stalled (``Picker._turbo_room``).
 SLOW_START_STALLED_SCRAPES = 2
@@ -111,17 +120,11 @@ class Picker:
 
     def take_metrics_doubts(self) -> Sequence[MetricsDoubt]:
         """Replicas whose metrics cannot steer their limit, since the last call (rare)."""
-        doubts = self._doubts
-        if not doubts:
-            return ()
-        self._doubts = []
+        doubts, self._doubts = _taken(self._doubts)
         return doubts
 
     def take_health_changes(self) -> Sequence[HealthChange]:
-        changes = self._changes
-        if not changes:  # the usual case, after every event: no new list to allocate
-            return ()
-        self._changes = []
+        changes, self._changes = _taken(self._changes)
         return changes
 
     # ---- state -----------------------------------------------------------------------------
@@ -457,8 +460,8 @@ class Picker:
         replica.foreign = max(0.0, (load.running or 0.0) + (load.waiting or 0.0) - replica.in_flight)
         if load.running:
             replica.silent_full_scrapes = 0
-        elif load.running is not None and not load.waiting and replica.peak_in_flight >= max(1.0, 0.8 * replica.limit):
-            # 0.8: what the lower tiers alone fill below the holdback line (slow start's own bar)
+        elif (load.running is not None and not load.waiting
+              and replica.peak_in_flight >= max(1.0, LOWER_TIERS_BAR * replica.limit)):  # slow start's own bar
             replica.silent_full_scrapes += 1
             if replica.silent_full_scrapes == SILENT_ENGINE_SCRAPES:
                 self._doubts.append(MetricsDoubt(replica, (

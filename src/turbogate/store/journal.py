@@ -47,6 +47,10 @@ class _File:
     def __init__(self, path: Path, fd: int, mapped: mmap.mmap) -> None:
         self.path, self.fd, self.map, self.used = path, fd, mapped, 0
 
+    def close(self) -> None:
+        self.map.close()
+        os.close(self.fd)
+
 
 class UsageJournal:
     def __init__(self, folder: Path, file_bytes: int = FILE_BYTES) -> None:
@@ -116,8 +120,7 @@ class UsageJournal:
         """The store refused the records of ``files`` (a bug): close them as they are, for the
         replay after this process."""
         for f in files:
-            f.map.close()
-            os.close(f.fd)
+            f.close()
 
     def close(self) -> None:
         """Shut down: delete the files whose records the store holds (every record was given
@@ -126,13 +129,11 @@ class UsageJournal:
             if f.used == 0:
                 self._drop(f)
             else:
-                f.map.close()
-                os.close(f.fd)
+                f.close()
         self._spare, self._current = [], None
 
     @staticmethod
     def _drop(f: _File) -> None:
-        f.map.close()
-        os.close(f.fd)
+        f.close()
         with contextlib.suppress(OSError):  # left behind, its zeroed records replay as nothing
             f.path.unlink(missing_ok=True)
