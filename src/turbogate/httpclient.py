@@ -221,6 +221,10 @@ class Response:
         self._done = True
         conn = self._conn
         if conn._complete and conn._keep_alive and not conn.closed:
+            if conn._paused and conn.transport is not None:
+                # The answer came whole while reading was paused for back-pressure and was left
+                # unread (its client left): a reused connection must read the next answer.
+                conn.transport.resume_reading()
             conn._reset()
             conn._pool._idle.append(conn)
         else:

@@ -39,6 +39,8 @@ TIMEOUT_S = 10.0
 
 TALLY: Counter[str] = Counter()  # "cases", "5xx", "hangs"
 FAILURES: list[str] = []
+#: Set by the ``gw`` fixture: what a hang's report shows of the gateway (its state then, its log).
+SERVICES: dict[str, Service] = {}
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +53,10 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
         limits={"max_tokens": 2048, "header_timeout_s": 5.0, "body_timeout_s": 5.0})))
     try:
         with start_gateway(config, "--log-level", "warning", log_dir=logs) as gateway:
+            SERVICES.update(gateway=gateway, emulator=emu)
             yield gateway
     finally:
+        SERVICES.clear()
         emu.stop()
 
 
@@ -61,17 +65,40 @@ def _settings(n: int) -> settings:
                     phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
 
 
-def _record(label: str, call: Callable[[], int]) -> None:
+def _hang_report(sent: str) -> str:
+    """What a hang's failure shows: the request, the gateway's queues and replicas right after,
+    and the last lines of both logs, so a hang seen once in CI can be understood from its report."""
+    parts = [f"sent: {sent[:600]}"]
+    gateway = SERVICES.get("gateway")
+    if gateway is not None:
+        try:
+            state = httpx.get(gateway.url + "/admin/state", headers={"Authorization": f"Bearer {ADMIN}"},
+                              timeout=5).json()
+            parts.append("gateway state then: " + json.dumps({k: state.get(k) for k in ("pools", "replicas")})[:3000])
+        except httpx.HTTPError as exc:
+            parts.append(f"gateway state then: unreadable ({exc!r})")
+    for name, svc in SERVICES.items():
+        parts.append(f"{name} log tail:\n" + "\n".join(svc.log_text().splitlines()[-25:]))
+    return "\n".join(parts)
+
+
+def _record(label: str, call: Callable[[], int], sent: Callable[[], str] = lambda: "") -> None:
     TALLY["cases"] += 1
     try:
         status = call()
     except (requests.Timeout, httpx.TimeoutException):
         TALLY["hangs"] += 1
-        FAILURES.append(f"{label}: no answer within {TIMEOUT_S}s")
+        FAILURES.append(f"{label}: no answer within {TIMEOUT_S}s\n{_hang_report(sent())}")
         return
     if status >= 500:
         TALLY["5xx"] += 1
         FAILURES.append(f"{label}: HTTP {status}")
+
+
+def _fail_on_failures() -> None:
+    """Fail with the reports whole (an assertion's message would be cut short)."""
+    if FAILURES:
+        pytest.fail(f"{len(FAILURES)} failures; the first:\n\n" + "\n\n".join(FAILURES[:5]), pytrace=False)
 
 
 def _operations(gw: Service) -> list[Any]:
@@ -94,7 +121,8 @@ def _fuzz_operation(gw: Service, session: requests.Session, op: Any, mode: Gener
     @given(case=op.as_strategy(generation_mode=mode))
     def run(case: Any) -> None:
         _record(label, lambda: case.call(base_url=gw.url, session=session, headers=headers,
-                                         timeout=TIMEOUT_S).status_code)
+                                         timeout=TIMEOUT_S).status_code,
+                lambda: f"{case.method} {case.formatted_path} query={case.query!r} body={case.body!r}")
 
     try:
         run()
@@ -107,7 +135,7 @@ def test_schemathesis_every_operation(gw: Service, mode: GenerationMode) -> None
     session = requests.Session()
     for op in _operations(gw):
         _fuzz_operation(gw, session, op, mode)
-    assert not FAILURES, FAILURES[:20]
+    _fail_on_failures()
 
 
 _json = st.recursive(
@@ -142,14 +170,16 @@ def test_hypothesis_bodies_on_the_openai_routes(gw: Service) -> None:
         def run(path: str, body: bytes, headers: dict[str, str], auth: str | None) -> None:
             all_headers = headers if auth is None else {**headers, "Authorization": f"Bearer {auth}"}
             _record(f"POST {path} {body[:80]!r}",
-                    lambda: client.post(path, content=body, headers=all_headers).status_code)
+                    lambda: client.post(path, content=body, headers=all_headers).status_code,
+                    lambda: f"POST {path} headers={headers!r} body={body!r}")
 
         run()
-    assert not FAILURES, FAILURES[:20]
+    _fail_on_failures()
 
 
 def test_fuzz_totals(capsys: pytest.CaptureFixture[str]) -> None:
     with capsys.disabled():
         print(f"\nfuzz: {TALLY['cases']} cases, {TALLY['5xx']} answers >= 500, {TALLY['hangs']} hangs")
+    _fail_on_failures()
     assert TALLY["5xx"] == 0 and TALLY["hangs"] == 0
     assert TALLY["cases"] >= FUZZ_MIN_CASES * min(SCALE, 1.0)

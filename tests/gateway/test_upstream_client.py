@@ -184,3 +184,44 @@ async def test_a_marked_pool_reports_a_refused_connection_like_any_other() -> No
     with pytest.raises(UpstreamError) as info:
         await UpstreamPool(url, tos=0xB8).request(b"POST", "/v1/x")
     assert info.value.connect_failed and info.value.before_response
+
+
+async def test_a_stream_released_unread_while_paused_leaves_a_connection_that_still_reads() -> None:
+    """A stream that arrives in one burst of more than ``_PAUSE_AT`` chunks pauses reading; the
+    answer is nonetheless complete.  Released with chunks unread (the gateway's client left
+    mid-stream), the connection goes back to the pool: it must read again, or the next request
+    on it waits for ever (the fuzz suite's rare 10 s hang)."""
+    connections = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+            if b"/stream" in head:
+                parts = [b"%x\r\n%s\r\n" % (len(p), p) for p in (b"data: %d\n\n" % i for i in range(200))]
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                             b"Transfer-Encoding: chunked\r\n\r\n" + b"".join(parts) + b"0\r\n\r\n")
+            else:
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+            await writer.drain()
+
+    server, url = await _server(handle)
+    async with server:
+        pool = UpstreamPool(url)
+        resp = await pool.request(b"POST", "/stream", b"{}")
+        assert await resp.next_chunk()
+        conn = resp._conn
+        deadline = asyncio.get_running_loop().time() + 10
+        while not conn._complete:  # the whole burst parsed, reading paused on the way
+            assert asyncio.get_running_loop().time() < deadline, "the stream never completed"
+            await asyncio.sleep(0.01)
+        assert conn._paused  # (the case under test: reading paused, answer complete)
+        resp.release()  # most chunks never read
+        resp = await asyncio.wait_for(pool.request(b"POST", "/v1/x", b"{}"), 5)
+        assert await asyncio.wait_for(resp.read(), 5) == b"{}"
+        resp.release()
+        assert connections == 1  # the same connection, reused
+        pool.close()
