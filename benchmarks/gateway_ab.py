@@ -7,7 +7,9 @@ runs its own one-worker gateway in front of the neutral stub (benchmarks/openai_
 ``--rounds`` rounds send ``--conns`` keep-alive connections of small chats to each gateway in turn
 for ``--seconds`` (gateway_overhead.py's fixed-connection client), so drift in the machine's load
 hits every tree alike.  Per tree: the gateway's user + system CPU microseconds per request of each
-round, and their median.  CPU time stays meaningful on a shared machine; req/s does not.
+round, and their median.  CPU time stays meaningful on a shared machine; req/s does not.  The
+client's p50 and p99 latency per round come with it: at ``--conns 1 --realtime`` that is the
+one-connection latency the issue-15 target is about (gateway_overhead.py's "added p50").
 
     python benchmarks/gateway_ab.py --tree before=/tmp/old/src --tree after=src [--rounds 5]
 """
@@ -37,6 +39,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=2.0, help="length of each tree's run per round")
     ap.add_argument("--conns", type=int, default=32)
+    ap.add_argument("--realtime", action="store_true",
+                    help="client at SCHED_FIFO priority (root), as gateway_overhead.py's one-connection runs")
     args = ap.parse_args()
     trees: dict[str, tuple[Path, Path | None]] = {}
     for spec in args.tree:
@@ -65,22 +69,28 @@ def main() -> int:
             go.fixed_run(gateways[name].url, args.conns, 1.0, False)  # warm-up
         rounds: dict[str, list[float]] = {name: [] for name in trees}
         rates: dict[str, list[float]] = {name: [] for name in trees}
+        p50s: dict[str, list[float]] = {name: [] for name in trees}
+        p99s: dict[str, list[float]] = {name: [] for name in trees}
         for _ in range(args.rounds):
             for name, gw in gateways.items():
-                run = go.fixed_run(gw.url, args.conns, args.seconds, False, gw.process.pid)
+                run = go.fixed_run(gw.url, args.conns, args.seconds, args.realtime, gw.process.pid)
                 if run.get("server_cpu_us_per_request") is not None:
                     rounds[name].append(float(run["server_cpu_us_per_request"]))  # type: ignore[arg-type]
                     rates[name].append(float(run["rps"]))  # type: ignore[arg-type]
+                    p50s[name].append(float(run["p50_ms"]))  # type: ignore[arg-type]
+                    p99s[name].append(float(run["p99_ms"]))  # type: ignore[arg-type]
     finally:
         for gw in gateways.values():
             gw.stop()
         stub.kill()
         stub.wait()
+    def summary(per_tree: dict[str, list[float]], digits: int) -> dict[str, object]:
+        return {name: {"median": round(statistics.median(v), digits) if v else None, "rounds": v}
+                for name, v in per_tree.items()}
+
     print(json.dumps({
-        "cpu_us_per_request": {name: {"median": round(statistics.median(v), 1) if v else None, "rounds": v}
-                               for name, v in rounds.items()},
-        "rps": {name: {"median": round(statistics.median(v), 1) if v else None, "rounds": v}
-                for name, v in rates.items()},
+        "cpu_us_per_request": summary(rounds, 1), "rps": summary(rates, 1),
+        "p50_ms": summary(p50s, 3), "p99_ms": summary(p99s, 3),
         "conns": args.conns, "seconds": args.seconds, "rounds": args.rounds,
         "load_average_1m": round(os.getloadavg()[0], 2), "cpus": os.cpu_count(),
     }))
