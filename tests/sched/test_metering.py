@@ -71,6 +71,30 @@ def test_spent_budget_serves_turbo_as_standard_and_says_why() -> None:
     assert req.served is Tier.TURBO
 
 
+def test_only_a_record_charging_a_real_budget_must_reach_the_store_first() -> None:
+    base = policy()
+    tenants = (TenantSpec("acme", frozenset(Tier), Tier.STANDARD, turbo_budget=100.0, budget_period="day"),
+               TenantSpec("free", frozenset(Tier), Tier.STANDARD))
+    flow = Flow(FlowPolicy(tiers=base.tiers, tenants=tenants, pools=base.pools, picker=base.picker))
+    fresh(flow, 0.0)
+    records = {}
+    for tenant, tier in (("acme", "turbo"), ("acme", "standard"), ("free", "turbo")):
+        req = new(flow, 0.0, tier, tenant=tenant)
+        flow.arrive(req, 0.0)
+        req.prompt_tokens, req.completion_tokens = 10, 20
+        flow.finished(req, 0.1, 200)
+        assert req.usage is not None
+        records[tenant, tier] = req.usage
+    book = flow.budgets
+    assert book.spends_budget(records["acme", "turbo"])
+    assert not book.spends_budget(records["acme", "standard"])  # Standard charges no budget
+    assert not book.spends_budget(records["free", "turbo"])  # Turbo, but its tenant has no budget to keep
+    book.set_budget("free", 50.0, "day")  # a budget set later (admin API) counts from then on
+    assert book.spends_budget(records["free", "turbo"])
+    book.set_budget("free", None, "day")  # and lifted: unlimited again
+    assert not book.spends_budget(records["free", "turbo"])
+
+
 def test_knee_guard_downgrade_is_metered_at_the_tier_served() -> None:
     from turbogate.sched.guard import KneeSource
 

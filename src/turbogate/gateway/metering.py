@@ -111,7 +111,7 @@ class Metering:
         if rec is None or req.id in self._written:
             return None
         self._written.add(req.id)
-        return self.writer.submit(self._stamp(rec, self.record_id(req)))
+        return self.writer.submit(self._stamp(rec, self.record_id(req)), self.flow.budgets.spends_budget(rec))
 
     async def record(self, req: FlowRequest) -> None:
         """Make ``req``'s record durable now (called before the response's final byte): in the

@@ -145,6 +145,15 @@ class BudgetBook:
         if b is not None and units > 0:
             b.spent += units
 
+    def spends_budget(self, rec: UsageRecord) -> bool:
+        """Whether ``rec`` charges a Turbo budget its tenant has (not an unlimited one).  Such a
+        record must reach the store before its answer ends: the store's running total is how
+        every process learns the spend.  Any other record may wait for the next batch."""
+        if rec.turbo_units <= 0:
+            return False
+        b = self.budgets.get(rec.tenant)
+        return b is not None and b.units is not None
+
     def exhausted(self, tenant: str) -> bool:
         b = self.budgets.get(tenant)
         return b is not None and b.units is not None and b.spent >= b.units

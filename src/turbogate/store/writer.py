@@ -6,10 +6,12 @@ need not wait before the answer's last byte — and the records reach the store 
 ``flush_s`` (or at once when ``max_batch`` are waiting).  A store transaction per record cost
 more CPU than the rest of a small request's path through the gateway (about 45 µs for one record
 in SQLite, 5-7 µs each in batches of 64-256: benchmarks/gateway_ab.py, docs/gateway.md "Speed").
-A record that spends a Turbo budget, and any record while the journal cannot be written, goes
-to the store at once and its submitter waits for that write (group commit: records submitted
-meanwhile go together in the next write): the store's running total is how every process learns
-a budget's spend.
+A record that charges a tenant's Turbo budget (the caller says so: ``BudgetBook.spends_budget``),
+and any record while the journal cannot be written, goes to the store at once and its submitter
+waits for that write (group commit: records submitted meanwhile go together in the next write):
+the store's running total is how every process learns a budget's spend.  A Turbo record of a
+tenant without a budget waits for nothing: the priority tier does not pay a store write per
+answer for a budget that is not there.
 """
 
 from __future__ import annotations
@@ -44,15 +46,16 @@ class UsageWriter:
         self._timer: asyncio.TimerHandle | None = None
         self._journal_failed_logged = False
 
-    def submit(self, rec: UsageRecord) -> asyncio.Future[None] | None:
+    def submit(self, rec: UsageRecord, spends_budget: bool = False) -> asyncio.Future[None] | None:
         """Take ``rec``; None when it is already durable (journaled, or a memory store, which has
-        nothing to make durable), else a future done once the store or its buffer holds it."""
+        nothing to make durable) and need not reach the store first, else a future done once the
+        store or its buffer holds it.  ``spends_budget``: ``rec`` charges a tenant's Turbo budget."""
         fut: asyncio.Future[None] | None = None
-        if rec.turbo_units > 0:
-            # A record that spends a Turbo budget goes to the store at once and its answer waits
-            # for it: the store's running total is how this and every other process learn the
-            # spend, and 20 ms of batching let two gateways overspend a budget by 2× (tests/store/
-            # test_gateways.py).  It is journaled too, so a crash before the write loses nothing.
+        if spends_budget:
+            # It goes to the store at once and its answer waits for it: the store's running total
+            # is how this and every other process learn the spend, and 20 ms of batching let two
+            # gateways overspend a budget by 2× (tests/store/test_gateways.py).  It is journaled
+            # too, so a crash before the write loses nothing.
             fut = asyncio.get_running_loop().create_future()
         if self.journal is not None:
             try:
