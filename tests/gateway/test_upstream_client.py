@@ -15,6 +15,14 @@ async def _server(handler: object) -> tuple[asyncio.Server, str]:
     return server, f"http://127.0.0.1:{port}"
 
 
+async def _read_request(reader: asyncio.StreamReader) -> bytes:
+    """One request off the connection (its body read and dropped); its head."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    await reader.readexactly(length)
+    return head
+
+
 async def test_keep_alive_headers_and_chunked_stream() -> None:
     heads: list[bytes] = []
     connections = 0
@@ -86,9 +94,7 @@ async def test_kept_alive_connection_closed_by_the_engine_is_retried_fresh() -> 
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal served
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-        await reader.readexactly(length)
+        await _read_request(reader)
         served += 1
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
         await writer.drain()
@@ -151,9 +157,7 @@ async def test_a_marked_pool_sets_ip_tos_on_its_connections_and_an_unmarked_one_
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-            await reader.readexactly(length)
+            await _read_request(reader)
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
             await writer.drain()
 
@@ -197,9 +201,7 @@ async def test_a_stream_released_unread_while_paused_leaves_a_connection_that_st
         nonlocal connections
         connections += 1
         while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-            await reader.readexactly(length)
+            head = await _read_request(reader)
             if b"/stream" in head:
                 parts = [b"%x\r\n%s\r\n" % (len(p), p) for p in (b"data: %d\n\n" % i for i in range(200))]
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
