@@ -76,6 +76,19 @@ def test_own_in_flight_spreads_load_and_caps_concurrency() -> None:
     assert picker.pick("p", 0.2) is reps[0]
 
 
+def test_a_replica_without_metrics_gives_turbo_its_whole_limit() -> None:
+    """No scrape means no engine view and no limit probe: Turbo may fill what the lower tiers may
+    (it stopped at the initial limit, 8, of an unscraped replica's 64)."""
+    picker = Picker(CFG)
+    plain = picker.add(Replica(id="plain", pool="p", scraped=False))
+    assert int(plain.limit) == CFG.unscraped_limit > CFG.initial_limit
+    for _ in range(CFG.unscraped_limit):
+        chosen = picker.pick("p", 0.1, proven_only=True)
+        assert chosen is plain
+        picker.on_dispatch(plain)
+    assert picker.pick("p", 0.1, proven_only=True) is None  # full: its limit holds for Turbo too
+
+
 def test_exclude_for_retry() -> None:
     picker, (a, b) = fleet()
     for r in (a, b):

@@ -322,7 +322,12 @@ class Picker:
         Otherwise not: a slow-start limit grown past the engine stalls there when the lower
         tiers' holdback line stops short of it, and Turbo would wait in the engine's queue (in
         simulation at the benchmark's controller speed, 5 seeds of 16 went from a 1.1× p95 to
-        1.3–5×)."""
+        1.3–5×).  A replica without metrics (``scraped`` False) has no engine view and no limit
+        probe to keep from Turbo: its whole limit is Turbo's room (else Turbo stayed at the
+        initial limit while the lower tiers used the rest, and L1 dispatched Turbo tickets the
+        pick then refused, over and over)."""
+        if not replica.scraped:
+            return int(replica.limit)
         if math.isinf(replica.ssthresh):
             if replica.slow_start_idle >= SLOW_START_STALLED_SCRAPES:
                 beyond = min(beyond, 1)  # stalled: the slots above may not exist
