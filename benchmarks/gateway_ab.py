@@ -84,6 +84,7 @@ def main() -> int:
             gw.stop()
         stub.kill()
         stub.wait()
+
     def summary(per_tree: dict[str, list[float]], digits: int) -> dict[str, object]:
         return {name: {"median": round(statistics.median(v), digits) if v else None, "rounds": v}
                 for name, v in per_tree.items()}

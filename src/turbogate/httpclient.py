@@ -53,9 +53,14 @@ class _Conn(asyncio.Protocol):
         self.closed = False
         self.fresh = False  # True until its first request is sent
         self._now = 0.0  # when the bytes being parsed arrived
+        self._paused = False  # reading paused for back-pressure (``_reset`` resumes it)
         self._reset()
 
     def _reset(self) -> None:
+        if self._paused and self.transport is not None:
+            # An answer can come whole while reading is paused and be left unread (its client
+            # left): a connection made ready for its next answer must read again.
+            self.transport.resume_reading()
         self.status = 0
         self._ct = b""
         self._headers: dict[str, str] = {}
@@ -221,10 +226,6 @@ class Response:
         self._done = True
         conn = self._conn
         if conn._complete and conn._keep_alive and not conn.closed:
-            if conn._paused and conn.transport is not None:
-                # The answer came whole while reading was paused for back-pressure and was left
-                # unread (its client left): a reused connection must read the next answer.
-                conn.transport.resume_reading()
             conn._reset()
             conn._pool._idle.append(conn)
         else:

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
-from tests.gateway.conftest import ADMIN, KEY, MODEL, gateway_config, pool
+from tests.gateway.conftest import ADMIN, KEY, MODEL, admin_state, gateway_config, pool
 from turbogate.procs import Service, start_emulator, start_gateway
 
 SCALE = float(os.environ.get("TURBOGATE_FUZZ_SCALE", "1"))
@@ -72,10 +72,9 @@ def _hang_report(sent: str) -> str:
     gateway = SERVICES.get("gateway")
     if gateway is not None:
         try:
-            state = httpx.get(gateway.url + "/admin/state", headers={"Authorization": f"Bearer {ADMIN}"},
-                              timeout=5).json()
+            state = admin_state(gateway.url)
             parts.append("gateway state then: " + json.dumps({k: state.get(k) for k in ("pools", "replicas")})[:3000])
-        except httpx.HTTPError as exc:
+        except OSError as exc:  # (urllib's errors are OSErrors)
             parts.append(f"gateway state then: unreadable ({exc!r})")
     for name, svc in SERVICES.items():
         parts.append(f"{name} log tail:\n" + "\n".join(svc.log_text().splitlines()[-25:]))

@@ -42,6 +42,7 @@ __all__ = ["Band", "Health", "HealthChange", "MetricsDoubt", "Picker", "PickerCo
 
 T = TypeVar("T")
 
+
 def _taken(items: list[T]) -> tuple[Sequence[T], list[T]]:
     """``items`` handed over and the list to keep collecting in; nothing pending (the usual case,
     after every event) allocates no new list."""
