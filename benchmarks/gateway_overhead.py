@@ -39,6 +39,7 @@ from turbogate.config import hash_key
 from turbogate.procs import Service, free_port, start_emulator, start_gateway, wait_healthy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from floor_proxy import start_floor_proxy
 from openai_stub import nginx_preamble, start_stub  # benchmarks/ is not a package: import it from beside this file
 
 KEY = "sk-bench"
@@ -367,6 +368,9 @@ def run_fixed(args: argparse.Namespace, tmp: Path, services: list[Service],
         workers = [int(p) for p in subprocess.run(["pgrep", "-P", str(nginx[0].pid)], capture_output=True,
                                                    text=True).stdout.split()]
         paths["nginx_to_stub"] = (nginx[1], [*workers, nginx[0].pid, stub.pid])
+    floor, floor_url = start_floor_proxy(stub_url, proxy_cpus)  # Python's own floor (benchmarks/floor_proxy.py)
+    children.append(floor)
+    paths["python_floor_to_stub"] = (floor_url, [floor.pid, stub.pid])
     paths["emulator_direct"] = (emulator.url, [emulator.process.pid])
     paths["turbogate_to_emulator"] = (gw_emu.url, [gw_emu.process.pid, emulator.process.pid])
     conns = [int(c) for c in args.fixed_conns.split(",")]
@@ -385,6 +389,8 @@ def run_fixed(args: argparse.Namespace, tmp: Path, services: list[Service],
         if "nginx_to_stub" in runs:
             result["nginx_added_p50_ms_1_connection"] = round(
                 float(runs["nginx_to_stub"]["c1"]["p50_ms"]) - d50, 3)  # type: ignore[arg-type]
+        result["python_floor_added_p50_ms_1_connection"] = round(
+            float(runs["python_floor_to_stub"]["c1"]["p50_ms"]) - d50, 3)  # type: ignore[arg-type]
     busiest = f"c{max(conns)}"
     cpu = runs["turbogate_to_stub"][busiest].get("server_cpu_us_per_request")
     result["gateway_cpu_us_per_request"] = cpu

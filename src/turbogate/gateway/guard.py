@@ -12,19 +12,28 @@ could hold memory (an unfinished 8 MiB header) or connections (a half-sent reque
 
 Protocol-level refusals (these, and httptools' parse errors) answer the OpenAI error shape.
 The limits are read from the app's ``GatewayConfig`` (``limits``), so every worker has them.
+
+Two per-request costs of uvicorn's protocol go too (issue 15): each request runs in the leaner
+cycle of gateway/cycle.py (head and body in one write, one header check), and the keep-alive
+timeout is the sweeper's (an idle connection is closed at its next sweep past the timeout)
+instead of a timer armed after every response and cancelled by the next request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, cast
+import urllib.parse
+from typing import Any
 
+import httptools
+from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from turbogate.asgi import error_body
-from turbogate.config import Limits
-from turbogate.gateway.cork import HeadCorkedTransport
+from turbogate.config import GatewayConfig, Limits
+from turbogate.gateway.busypoll import BusyPoll
+from turbogate.gateway.cycle import LeanCycle
 
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 _END = b"\r\n\r\n"
@@ -32,17 +41,16 @@ _LINGER_S = 2.0
 _SWEEP_S = 0.5
 
 
-def _limits_of(app: Any) -> Limits:
-    """The ``limits`` of the gateway behind uvicorn's wrappers (defaults for any other app)."""
+def _config_of(app: Any) -> GatewayConfig | None:
+    """The config of the gateway behind uvicorn's wrappers (None for any other app)."""
     for _ in range(8):
         config = getattr(app, "config", None)
-        limits = getattr(config, "limits", None)
-        if isinstance(limits, Limits):
-            return limits
+        if isinstance(config, GatewayConfig):
+            return config
         app = getattr(app, "app", None)
         if app is None:
             break
-    return Limits.model_validate({})
+    return None
 
 
 class _Sweeper:
@@ -80,7 +88,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().__init__(config, server_state, app_state, _loop)
         limits = getattr(config, "_turbogate_limits", None)
         if limits is None:
-            limits = config._turbogate_limits = _limits_of(self.app)
+            gateway = _config_of(self.app)
+            limits = config._turbogate_limits = gateway.limits if gateway is not None else Limits.model_validate({})
+            window_us = gateway.listen.busy_poll_us if gateway is not None else 0
+            # One poller for the server's event loop (listen.busy_poll_us; gateway/busypoll.py).
+            config._turbogate_poller = BusyPoll(self.loop, window_us / 1e6) if window_us > 0 else None
+        self._busy_poll: BusyPoll | None = config._turbogate_poller
         self._max_header = limits.max_header_bytes
         self._header_timeout = limits.header_timeout_s
         self._body_timeout = limits.body_timeout_s
@@ -92,11 +105,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._last = 0.0  # when the last body byte came
         self._body_bytes = 0
         self._discarding = False  # refused: what still comes is read and dropped until the close
+        self._idle_since: float | None = None  # between requests of a kept-alive connection: since when
 
     # ---- uvicorn's Protocol interface -----------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        # Head and body of a response in one write (gateway/cork.py).
-        super().connection_made(cast(asyncio.Transport, HeadCorkedTransport(transport, self.loop)))
+        super().connection_made(transport)
         self._since = time.monotonic()
         _SWEEPER.add(self)
 
@@ -107,6 +120,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._discarding:
             return
+        self._idle_since = None
+        if self._busy_poll is not None:
+            self._busy_poll.kick()
         if self._phase == _HEADERS:
             if self._header_bytes == 0 and not self._fresh:
                 self._since = time.monotonic()  # a kept-alive connection's next request begins
@@ -139,7 +155,36 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._fresh = False
         self._since = self._last = time.monotonic()
         self._body_bytes = 0
-        super().on_headers_complete()
+        # uvicorn's own on_headers_complete, with the leaner cycle (gateway/cycle.py).
+        parser, scope = self.parser, self.scope
+        http_version = parser.get_http_version()
+        scope["method"] = parser.get_method().decode("ascii")
+        if http_version != "1.1":
+            scope["http_version"] = http_version
+        if parser.should_upgrade() and self._should_upgrade():
+            return
+        parsed_url = httptools.parse_url(self.url)
+        raw_path = parsed_url.path
+        path = raw_path.decode("ascii")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        scope["path"] = self.root_path + path
+        scope["raw_path"] = self.root_path.encode("ascii") + raw_path
+        scope["query_string"] = parsed_url.query or b""
+        app = self.app
+        if self.limit_concurrency is not None and (
+                len(self.connections) >= self.limit_concurrency or len(self.tasks) >= self.limit_concurrency):
+            app = service_unavailable
+            self.logger.warning("Exceeded concurrency limit.")
+        existing = self.cycle
+        self.cycle = LeanCycle(scope, self.transport, self.flow, self.logger, asyncio.Event(),
+                               self.expect_100_continue, http_version != "1.0" and parser.should_keep_alive(),
+                               self.on_response_complete)
+        if existing is None or existing.response_complete:
+            self._start_asgi_task(self.cycle, app)
+        else:  # a pipelined request waits for the one before it
+            self.flow.pause_reading()
+            self.pipeline.appendleft((self.cycle, app))
 
     def on_message_complete(self) -> None:
         self._phase = _HEADERS
@@ -149,7 +194,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         if self._phase == _BODY:  # answered without reading its whole body (e.g. a 413): stop watching it
             self._phase = _OTHER
-        super().on_response_complete()
+        # uvicorn's own, but the keep-alive timeout is the sweeper's (no timer per response).
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        else:
+            self._idle_since = time.monotonic()
 
     # ---- deadlines (the sweeper) ----------------------------------------------------------------
     def check(self, now: float) -> None:
@@ -158,9 +212,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self.flow.read_paused:  # we stopped reading (a pipelined request waits its turn): not the client's stall
             self._since = self._last = now
             return
+        idle = self._idle_since
+        if idle is not None:  # answered, nothing new since: the keep-alive timeout's
+            if now - idle >= self.timeout_keep_alive:
+                self.transport.close()
+            return
         if self._phase == _HEADERS:
             if self._header_bytes == 0 and not self._fresh:
-                return  # idle between requests: uvicorn's keep-alive timeout closes it
+                return  # idle between requests, and still within the keep-alive timeout
             if now - self._since < self._header_timeout:
                 return
             if self._header_bytes == 0:  # nothing came: close quietly, as a keep-alive timeout would

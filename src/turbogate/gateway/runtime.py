@@ -50,6 +50,9 @@ class ReplicaIO:
         return pools
 
 
+_KNOWN_KEYS_MAX = 10_000
+
+
 @dataclass(slots=True, eq=False)
 class Runtime:
     config: GatewayConfig
@@ -58,9 +61,18 @@ class Runtime:
     replicas: dict[str, ReplicaIO]
     admin_hash: str | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    #: keys already matched to a tenant: a sha256 per request was ~2 % of the gateway's CPU.  Only
+    #: keys that matched are kept (the tenants are fixed for the process's life), so unknown keys
+    #: cannot grow it; it holds what every request's buffer held anyway, and is never logged.
+    _known_keys: dict[bytes, TenantRt] = field(default_factory=dict, repr=False)
 
     def tenant_for_key(self, key: bytes) -> TenantRt | None:
-        return self.tenants_by_hash.get(hashlib.sha256(key).hexdigest())
+        tenant = self._known_keys.get(key)
+        if tenant is None:
+            tenant = self.tenants_by_hash.get(hashlib.sha256(key).hexdigest())
+            if tenant is not None and len(self._known_keys) < _KNOWN_KEYS_MAX:
+                self._known_keys[key] = tenant
+        return tenant
 
     def is_admin(self, token: bytes) -> bool:
         if self.admin_hash is None:

@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""The cheapest Python proxy there is: a floor for what any asyncio gateway can cost on a machine.
+
+uvloop + httptools on both sides, no framework, no decisions: each client connection gets its own
+keep-alive upstream connection, a request's bytes go upstream as they came once the request is
+complete, and the answer's bytes go back as they came once it is complete.  No JSON parse, no
+auth, no queue, no record.  What turbogate adds over this is the price of its logic; what this
+adds over nginx is the price of Python and its event loop on this machine (gateway_overhead.py
+measures all of them side by side).
+
+    python benchmarks/floor_proxy.py --upstream http://127.0.0.1:PORT [--port 0]
+
+prints ``listening on http://HOST:PORT`` as its first line once it accepts connections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httptools
+
+
+class _Upstream(asyncio.Protocol):
+    """One upstream keep-alive connection: hands each complete answer to ``on_answer``."""
+
+    def __init__(self, client: _Client) -> None:
+        self.client = client
+        self.parser = httptools.HttpResponseParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.buf: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buf.append(data)
+        self.parser.feed_data(data)
+
+    def on_message_complete(self) -> None:
+        answer, self.buf = b"".join(self.buf), []
+        self.client.answer(answer)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client.upstream_lost()
+
+
+class _Client(asyncio.Protocol):
+    upstream_addr: tuple[str, int] = ("127.0.0.1", 0)
+
+    def __init__(self) -> None:
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.upstream: _Upstream | None = None
+        self.buf: list[bytes] = []
+        self.pending: list[bytes] = []
+        self.connecting: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        loop = asyncio.get_running_loop()
+        self.connecting = loop.create_task(self._connect(loop))
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop) -> None:
+        _, proto = await loop.create_connection(lambda: _Upstream(self), *self.upstream_addr)
+        self.upstream = proto
+        for request in self.pending:
+            self._forward(request)
+        self.pending = []
+
+    def data_received(self, data: bytes) -> None:
+        self.buf.append(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            if self.transport is not None:
+                self.transport.close()
+
+    def on_message_complete(self) -> None:
+        request, self.buf = b"".join(self.buf), []
+        if self.upstream is None:
+            self.pending.append(request)
+        else:
+            self._forward(request)
+
+    def _forward(self, request: bytes) -> None:
+        assert self.upstream is not None and self.upstream.transport is not None
+        self.upstream.transport.write(request)
+
+    def answer(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def upstream_lost(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.close()
+
+
+async def serve(host: str, port: int) -> None:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(_Client, host, port, backlog=4096)
+    print(f"listening on http://{host}:{server.sockets[0].getsockname()[1]}", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+def start_floor_proxy(upstream_url: str, cpus: set[int] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the floor proxy as a child process in front of ``upstream_url``; its URL once it listens."""
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--upstream", upstream_url],
+                            stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode().strip()
+    if not line.startswith("listening on "):
+        proc.kill()
+        raise RuntimeError(f"the floor proxy did not start: {line!r}")
+    if cpus:
+        os.sched_setaffinity(proc.pid, cpus)
+    return proc, line.removeprefix("listening on ")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--upstream", required=True, help="http://HOST:PORT of the server to forward to")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    args = ap.parse_args()
+    host, _, port = args.upstream.removeprefix("http://").rstrip("/").partition(":")
+    _Client.upstream_addr = (host, int(port))
+    import uvloop
+
+    uvloop.run(serve(args.host, args.port))
+
+
+if __name__ == "__main__":
+    main()

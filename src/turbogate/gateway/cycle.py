@@ -1,0 +1,144 @@
+"""The gateway's request/response cycle on uvicorn's httptools protocol, with the per-request
+Python of uvicorn's own cycle trimmed (issue 15).  Same ASGI behaviour, cheaper:
+
+- **One write per small answer.**  A response head waits in the cycle for the body that follows
+  it (the gateway always sends both in the same turn of the event loop): head and body leave in
+  one ``send()``, one TCP segment, and the client wakes once.  A head that no body follows in the
+  same turn (a ``100 Continue``-style pause, a stream's headers before a slow first chunk) leaves
+  at the end of that turn, so nothing waits longer than that.  This replaced a wrapper around
+  every connection's transport (gateway/cork.py before), whose delegation cost on every call.
+- **One check of the headers**, not two regular-expression searches per header: the names are
+  checked joined, the values joined by a tab (allowed in a value, so it cannot hide a bad byte).
+- No access-log branch and no default headers (the gateway turns both off).
+
+Everything else (body reading, ``100 Continue``, disconnects, pipelining) is uvicorn's
+``RequestResponseCycle``; the guarded protocol (gateway/guard.py) creates this class instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.httptools_impl import HEADER_RE, HEADER_VALUE_RE, STATUS_LINE, RequestResponseCycle
+
+_CRLF = b"\r\n"
+_SEP = b": "
+_CLOSE = b"connection: close\r\n"
+_CHUNKED = b"transfer-encoding: chunked\r\n"
+_LAST_CHUNK = b"0\r\n\r\n"
+
+
+class LeanCycle(RequestResponseCycle):
+    """uvicorn's request cycle with a leaner ``send`` (see the module docstring)."""
+
+    def __init__(self, scope: Any, transport: asyncio.Transport, flow: FlowControl, logger: Any,
+                 message_event: asyncio.Event, expect_100_continue: bool, keep_alive: bool,
+                 on_response: Any) -> None:
+        # The attributes uvicorn's protocol and cycle read, set directly (its __init__ takes 11).
+        self.scope = scope
+        self.transport = transport
+        self.flow = flow
+        self.logger = logger
+        self.access_logger = logger
+        self.access_log = False
+        self.default_headers: list[tuple[bytes, bytes]] = []
+        self.message_event = message_event
+        self.on_response = on_response
+        self.disconnected = False
+        self.keep_alive = keep_alive
+        self.waiting_for_100_continue = expect_100_continue
+        self.body = bytearray()
+        self.more_body = True
+        self.response_started = False
+        self.response_complete = False
+        self.chunked_encoding: bool | None = None
+        self.expected_content_length = 0
+        self._head: bytes | None = None  # the response head, until its body (or the turn's end)
+
+    def _flush_head(self) -> None:
+        head = self._head
+        if head is not None:
+            self._head = None
+            if not self.transport.is_closing():
+                self.transport.write(head)
+
+    def _start(self, message: Any) -> None:
+        if message["type"] != "http.response.start":
+            raise RuntimeError(f"Expected ASGI message 'http.response.start', but got '{message['type']}'.")
+        self.response_started = True
+        self.waiting_for_100_continue = False
+        status = message["status"]
+        headers = message.get("headers", ())
+        if headers:
+            if HEADER_RE.search(b"".join([name for name, _ in headers])):
+                raise RuntimeError("Invalid HTTP header name.")
+            if HEADER_VALUE_RE.search(b"\t".join([value for _, value in headers])):
+                raise RuntimeError("Invalid HTTP header value.")
+        content = [STATUS_LINE[status]]
+        has_close = False
+        for name, value in headers:
+            name = name.lower()
+            if name == b"content-length" and self.chunked_encoding is None:
+                self.expected_content_length = int(value)
+                self.chunked_encoding = False
+            elif name == b"transfer-encoding" and value.lower() == b"chunked":
+                self.expected_content_length = 0
+                self.chunked_encoding = True
+            elif name == b"connection" and b"close" in [token.lower().strip() for token in value.split(b",")]:
+                self.keep_alive = False
+                has_close = True
+            content += (name, _SEP, value, _CRLF)
+        if not self.keep_alive and not has_close:
+            content.append(_CLOSE)
+        if self.chunked_encoding is None and self.scope["method"] != "HEAD" and status not in (204, 304):
+            self.chunked_encoding = True
+            content.append(_CHUNKED)
+        content.append(_CRLF)
+        self._head = b"".join(content)
+        asyncio.get_running_loop().call_soon(self._flush_head)
+
+    def _body(self, message: Any) -> None:
+        if message["type"] != "http.response.body":
+            raise RuntimeError(f"Expected ASGI message 'http.response.body', but got '{message['type']}'.")
+        body: bytes = message.get("body", b"")
+        more_body: bool = message.get("more_body", False)
+        if self.scope["method"] == "HEAD":
+            self.expected_content_length = 0
+            out = b""
+        elif self.chunked_encoding:
+            out = b"%x\r\n%b\r\n" % (len(body), body) if body else b""
+            if not more_body:
+                out += _LAST_CHUNK
+        else:
+            if len(body) > self.expected_content_length:
+                raise RuntimeError("Response content longer than Content-Length")
+            self.expected_content_length -= len(body)
+            out = body
+        head = self._head
+        if head is not None:
+            self._head = None
+            out = head + out
+        if out:
+            self.transport.write(out)
+        if not more_body:
+            if self.expected_content_length != 0:
+                raise RuntimeError("Response content shorter than Content-Length")
+            self.response_complete = True
+            self.message_event.set()
+            if not self.keep_alive:
+                self.transport.close()
+            self.on_response()
+
+    async def send(self, message: Any) -> None:
+        if self.flow.write_paused and not self.disconnected:
+            await self.flow.drain()
+        if self.disconnected:
+            return
+        if not self.response_started:
+            self._start(message)
+        elif not self.response_complete:
+            self._body(message)
+        else:
+            raise RuntimeError(f"Unexpected ASGI message '{message['type']}' sent, after response already completed.")

@@ -1,0 +1,93 @@
+"""The guarded protocol's keep-alive timeout (the sweeper's, no timer per response) and the busy
+poller (gateway/busypoll.py), on a real uvicorn server on a loopback port, in process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+import uvicorn
+
+from turbogate.gateway.busypoll import BusyPoll
+from turbogate.gateway.guard import GuardedHttpToolsProtocol
+
+_REQUEST = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n"
+
+
+async def _app(scope: dict[str, object], receive: object, send: object) -> None:
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})  # type: ignore[operator]
+    await send({"type": "http.response.body", "body": b"ok"})  # type: ignore[operator]
+
+
+@contextlib.asynccontextmanager
+async def _server(keep_alive_s: float) -> AsyncIterator[int]:
+    config = uvicorn.Config(_app, host="127.0.0.1", port=0, http=GuardedHttpToolsProtocol, lifespan="off",
+                            timeout_keep_alive=keep_alive_s, log_level="warning")  # type: ignore[arg-type]
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "the server did not start"
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def _answer(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    return head + await reader.readexactly(2)
+
+
+async def test_an_idle_kept_alive_connection_is_closed_after_the_timeout_and_a_busy_one_is_not() -> None:
+    async with _server(keep_alive_s=1.0) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        # Requests 0.4 s apart keep it open past the timeout: each one starts its idle time anew.
+        for _ in range(4):
+            writer.write(_REQUEST)
+            assert (await _answer(reader)).endswith(b"ok")
+            await asyncio.sleep(0.4)
+        answered = time.monotonic()
+        assert await asyncio.wait_for(reader.read(1), timeout=10) == b""  # closed by the server
+        idle = time.monotonic() - answered
+        assert 0.5 <= idle <= 5.0, idle  # the timeout (1 s, from the last answer) at the sweeper's 0.5 s steps
+        writer.close()
+
+
+async def test_the_busy_poller_keeps_the_loop_turning_for_its_window_only() -> None:
+    loop = asyncio.get_running_loop()
+    poll = BusyPoll(loop, window_s=0.05)
+    turns = 0
+
+    def count() -> None:
+        nonlocal turns
+        turns += 1
+        if poll._spinning:
+            loop.call_soon(count)
+
+    poll.kick()
+    loop.call_soon(count)
+    await asyncio.sleep(0.2)  # one sleep spans the window: the loop turned without sleeping meanwhile
+    assert not poll._spinning
+    assert turns > 20, turns
+    settled = turns
+    await asyncio.sleep(0.05)
+    assert turns == settled  # past its window the poller stopped, and with it the counting
+
+
+@pytest.mark.parametrize("window_us", [0, 300])
+def test_busy_poll_us_is_read_from_the_config(window_us: int) -> None:
+    from turbogate.config import parse_config
+
+    cfg = parse_config({"listen": {"busy_poll_us": window_us},
+                        "tenants": [{"name": "t", "key_sha256": "0" * 64}],
+                        "pools": [{"name": "p", "models": ["m"], "replicas": [{"url": "http://127.0.0.1:9"}]}]})
+    assert cfg.listen.busy_poll_us == window_us
