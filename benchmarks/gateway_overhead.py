@@ -9,8 +9,11 @@ connections from separate processes, so the client is not the bottleneck.
 sending small non-streamed chats back to back for ``--fixed-seconds``, from a separate process,
 per path — a neutral non-turbogate OpenAI stub (benchmarks/openai_stub.py) directly, turbogate in
 front of it, nginx in front of it (1 worker, keep-alive upstream; when ``nginx`` is installed),
-and the emulator directly and through turbogate — p50/p99 and req/s per path and connection
-count, and the gateway's CPU per request (user + system time of its process during its run).
+the cheapest Python proxy there is in front of it (benchmarks/floor_proxy.py: what Python and
+its event loop alone cost here), turbogate with ``listen.busy_poll_us`` (``--busy-poll-us``;
+opt-in) in front of it, and the emulator directly and through turbogate — p50/p99 and req/s per
+path and connection count, and the gateway's CPU per request (user + system time of its process
+during its run).
 The stub is pinned to one core and the proxies to another where there are two; ``--realtime``
 runs the one-connection runs at SCHED_FIFO priority (root), a stand-in for dedicated cores on
 a machine shared with other work (a sequential client takes little CPU from anyone).
@@ -313,7 +316,7 @@ def fixed_connections(paths: dict[str, tuple[str, list[int]]], conns: list[int],
     return out
 
 
-def write_config(path: Path, emulator_urls: list[str], engine: str = "emulator") -> None:
+def write_config(path: Path, emulator_urls: list[str], engine: str = "emulator", busy_poll_us: int = 0) -> None:
     """A one-pool gateway config in front of ``emulator_urls``.  ``engine="openai"`` for the neutral
     stub: it serves no real load metrics (its ``/metrics`` always says 0 running), and an engine
     that never shows it runs what it is sent keeps the adaptive limit at its initial 8, so 24 of
@@ -323,8 +326,9 @@ def write_config(path: Path, emulator_urls: list[str], engine: str = "emulator")
     replicas = "\n".join(
         f'      - {{url: "{u}", engine: {engine}, max_concurrency: 1024}}' for u in emulator_urls
     )
+    listen = f"listen: {{busy_poll_us: {busy_poll_us}}}\n" if busy_poll_us else ""
     path.write_text(
-        f"""tenants:
+        f"""{listen}tenants:
   - name: bench
     key_sha256: {hash_key(KEY)}
     tiers: [turbo, standard, relax]
@@ -354,14 +358,22 @@ def run_fixed(args: argparse.Namespace, tmp: Path, services: list[Service],
     gw_stub = start_gateway(cfg_stub, "--workers", "1", log_dir=tmp)
     gw_emu = start_gateway(cfg_emu, "--workers", "1", log_dir=tmp)
     services += [gw_stub, gw_emu]
+    gw_poll = None
+    if args.busy_poll_us:  # the same gateway with listen.busy_poll_us (gateway/busypoll.py), opt-in
+        cfg_poll = tmp / "gateway-stub-busy-poll.yaml"
+        write_config(cfg_poll, [stub_url], engine="openai", busy_poll_us=args.busy_poll_us)
+        gw_poll = start_gateway(cfg_poll, "--workers", "1", log_dir=tmp)
+        services.append(gw_poll)
     if proxy_cpus and upstream_cpus:
-        for pid in (gw_stub.process.pid, gw_emu.process.pid):
+        for pid in (gw_stub.process.pid, gw_emu.process.pid, *([gw_poll.process.pid] if gw_poll else [])):
             os.sched_setaffinity(pid, proxy_cpus)
         os.sched_setaffinity(emulator.process.pid, upstream_cpus)
     paths: dict[str, tuple[str, list[int]]] = {
         "stub_direct": (stub_url, [stub.pid]),
         "turbogate_to_stub": (gw_stub.url, [gw_stub.process.pid, stub.pid]),
     }
+    if gw_poll is not None:
+        paths["turbogate_busy_poll_to_stub"] = (gw_poll.url, [gw_poll.process.pid, stub.pid])
     nginx = start_nginx(tmp, stub_url, proxy_cpus)
     if nginx is not None:
         children.append(nginx[0])
@@ -389,6 +401,10 @@ def run_fixed(args: argparse.Namespace, tmp: Path, services: list[Service],
         if "nginx_to_stub" in runs:
             result["nginx_added_p50_ms_1_connection"] = round(
                 float(runs["nginx_to_stub"]["c1"]["p50_ms"]) - d50, 3)  # type: ignore[arg-type]
+        if "turbogate_busy_poll_to_stub" in runs:
+            poll = runs["turbogate_busy_poll_to_stub"]["c1"]
+            result["busy_poll_added_p50_ms_1_connection"] = round(float(poll["p50_ms"]) - d50, 3)  # type: ignore[arg-type]
+            result["busy_poll_p99_ms_1_connection"] = poll["p99_ms"]
         result["python_floor_added_p50_ms_1_connection"] = round(
             float(runs["python_floor_to_stub"]["c1"]["p50_ms"]) - d50, 3)  # type: ignore[arg-type]
     busiest = f"c{max(conns)}"
@@ -412,6 +428,8 @@ def main() -> None:
     parser.add_argument("--realtime", action="store_true",
                         help="one-connection runs at SCHED_FIFO priority (root; for a machine shared with other work)")
     parser.add_argument("--only-fixed", action="store_true", help="only the fixed-connection runs")
+    parser.add_argument("--busy-poll-us", type=int, default=500,
+                        help="also run the gateway with listen.busy_poll_us at this window (0: not)")
     args = parser.parse_args()
 
     services: list[Service] = []
