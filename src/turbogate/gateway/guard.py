@@ -80,6 +80,10 @@ class _Sweeper:
 
 _SWEEPER = _Sweeper()
 _HEADERS, _BODY, _OTHER = 0, 1, 2  # what the connection's next bytes are
+#: A request target with none of ``?%#`` is its own path (no query to split, nothing to unquote);
+#: translate-and-look-for-0 is one C pass (``b"?" in url`` raises and clears a TypeError inside).
+_PATH_BYTES = bytes(0 if c in b"?%#" else 1 for c in range(256))
+_PLAIN_PATH = 0
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -163,28 +167,39 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             scope["http_version"] = http_version
         if parser.should_upgrade() and self._should_upgrade():
             return
-        parsed_url = httptools.parse_url(self.url)
-        raw_path = parsed_url.path
+        url = self.url
+        if url[:1] == b"/" and _PLAIN_PATH not in url.translate(_PATH_BYTES):  # the usual path: no parse
+            raw_path, query = url, b""
+        else:
+            parsed_url = httptools.parse_url(url)
+            raw_path, query = parsed_url.path, parsed_url.query or b""
         path = raw_path.decode("ascii")
         if "%" in path:
             path = urllib.parse.unquote(path)
-        scope["path"] = self.root_path + path
-        scope["raw_path"] = self.root_path.encode("ascii") + raw_path
-        scope["query_string"] = parsed_url.query or b""
+        if self.root_path:
+            scope["path"] = self.root_path + path
+            scope["raw_path"] = self.root_path.encode("ascii") + raw_path
+        else:
+            scope["path"], scope["raw_path"] = path, raw_path
+        scope["query_string"] = query
         app = self.app
         if self.limit_concurrency is not None and (
                 len(self.connections) >= self.limit_concurrency or len(self.tasks) >= self.limit_concurrency):
             app = service_unavailable
             self.logger.warning("Exceeded concurrency limit.")
         existing = self.cycle
-        self.cycle = LeanCycle(scope, self.transport, self.flow, self.logger, asyncio.Event(),
-                               self.expect_100_continue, http_version != "1.0" and parser.should_keep_alive(),
-                               self.on_response_complete)
-        if existing is None or existing.response_complete:
-            self._start_asgi_task(self.cycle, app)
-        else:  # a pipelined request waits for the one before it
+        cycle = self.cycle = LeanCycle(scope, self.transport, self.flow, self.logger, asyncio.Event(),
+                                       self.expect_100_continue,
+                                       http_version != "1.0" and parser.should_keep_alive(), self.on_response_complete)
+        if existing is not None and not existing.response_complete:  # pipelined: waits for the one before it
             self.flow.pause_reading()
-            self.pipeline.appendleft((self.cycle, app))
+            self.pipeline.appendleft((cycle, app))
+        elif self.config.reset_contextvars:
+            self._start_asgi_task(cycle, app)
+        else:  # uvicorn's _start_asgi_task, inline
+            task = self.loop.create_task(cycle.run_asgi(app))
+            task.add_done_callback(self.tasks.discard)
+            self.tasks.add(task)
 
     def on_message_complete(self) -> None:
         self._phase = _HEADERS

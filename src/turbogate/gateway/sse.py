@@ -38,7 +38,7 @@ class SSERewriter:
         return self._rewrite(rest) if rest else b""
 
     def _rewrite(self, events: bytes) -> bytes:
-        if b'"service_tier"' in events:
+        if events.find(b'"service_tier"') >= 0:  # find, not `in`: `in` on bytes first tries the operand as an int
             parts = events.split(b"\n\n")
             tail = parts.pop()  # empty when events end on a boundary
             return b"".join(self._slow(p) for p in parts) + tail
@@ -60,7 +60,7 @@ class SSERewriter:
 
 def tag_json_body(body: bytes, tier: str) -> bytes:
     """Add ``service_tier`` to a JSON object body (cheaply when it is not there yet)."""
-    if body[:1] == b"{" and b'"service_tier"' not in body and body[1:].lstrip()[:1] not in (b"}", b""):
+    if body[:1] == b"{" and body.find(b'"service_tier"') < 0 and body[1:].lstrip()[:1] not in (b"}", b""):
         return b'{"service_tier":"' + tier.encode() + b'",' + body[1:]
     try:
         obj = orjson.loads(body)
