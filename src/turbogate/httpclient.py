@@ -214,9 +214,21 @@ class Response:
             await conn._wait()
 
     async def read(self) -> bytes:
-        parts = []
-        while chunk := await self.next_chunk():
-            parts.append(chunk)
+        conn = self._conn
+        if conn._complete:  # the usual small answer: all here already, no next_chunk round per piece
+            chunks = conn._chunks
+            parts = [chunk for chunk, _ in chunks]
+            if chunks:
+                self.chunk_at = chunks[-1][1]
+                chunks.clear()
+            self.completed_at = conn.completed_at
+            if conn._paused and conn.transport is not None:
+                conn._paused = False
+                conn.transport.resume_reading()
+        else:
+            parts = []
+            while chunk := await self.next_chunk():
+                parts.append(chunk)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def release(self) -> None:
@@ -271,11 +283,18 @@ class UpstreamPool:
         with contextlib.suppress(ValueError):  # it was in use, not idle
             self._idle.remove(conn)
 
-    async def _connect(self, reuse: bool = True) -> _Conn:
-        while reuse and self._idle:
+    def _take_idle(self) -> _Conn | None:
+        while self._idle:
             conn = self._idle.pop()  # most recently used: the warmest socket
             if not conn.closed:
                 return conn
+        return None
+
+    async def _connect(self, reuse: bool = True) -> _Conn:
+        if reuse:
+            idle = self._take_idle()
+            if idle is not None:
+                return idle
         loop = asyncio.get_running_loop()
         try:
             connecting: Awaitable[tuple[asyncio.BaseTransport, _Conn]]
@@ -324,7 +343,7 @@ class UpstreamPool:
         A kept-alive connection that the server closed as we reused it (its idle timeout raced
         our request) is retried once on a fresh connection: the server never saw that request,
         and it says nothing about the server's health."""
-        conn = await self._connect()
+        conn = self._take_idle() or await self._connect(reuse=False)  # no coroutine for the usual reuse
         if conn.fresh:
             return await self._send(conn, method, path, body, content_type, headers, timeout_s)
         try:
