@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import httptools
+
+from openai_stub import start_listening  # beside this file (benchmarks/ is not a package)
 
 
 class _Upstream(asyncio.Protocol):
@@ -115,16 +115,7 @@ async def serve(host: str, port: int) -> None:
 
 def start_floor_proxy(upstream_url: str, cpus: set[int] | None = None) -> tuple[subprocess.Popen[bytes], str]:
     """Start the floor proxy as a child process in front of ``upstream_url``; its URL once it listens."""
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--upstream", upstream_url],
-                            stdout=subprocess.PIPE)
-    assert proc.stdout is not None
-    line = proc.stdout.readline().decode().strip()
-    if not line.startswith("listening on "):
-        proc.kill()
-        raise RuntimeError(f"the floor proxy did not start: {line!r}")
-    if cpus:
-        os.sched_setaffinity(proc.pid, cpus)
-    return proc, line.removeprefix("listening on ")
+    return start_listening(Path(__file__).resolve(), ["--upstream", upstream_url], "the floor proxy", cpus)
 
 
 def main() -> None:

@@ -132,19 +132,26 @@ http {{
 """
 
 
-def start_stub(cpus: set[int] | None = None) -> tuple[subprocess.Popen[bytes], str]:
-    """Start the stub as a child process (optionally pinned to ``cpus``); its URL once it listens."""
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve())], stdout=subprocess.PIPE)
+def start_listening(script: Path, args: list[str], what: str,
+                    cpus: set[int] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """Start a benchmark server ``script`` (one that prints ``listening on URL`` first) as a child
+    process, optionally pinned to ``cpus``; it and its URL once it listens."""
+    proc = subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE)
     assert proc.stdout is not None
     line = proc.stdout.readline().decode().strip()
     if not line.startswith("listening on "):
         proc.kill()
-        raise RuntimeError(f"the OpenAI stub did not start: {line!r}")
+        raise RuntimeError(f"{what} did not start: {line!r}")
     if cpus:
         import os
 
         os.sched_setaffinity(proc.pid, cpus)
     return proc, line.removeprefix("listening on ")
+
+
+def start_stub(cpus: set[int] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the stub as a child process (optionally pinned to ``cpus``); its URL once it listens."""
+    return start_listening(Path(__file__).resolve(), [], "the OpenAI stub", cpus)
 
 
 _FIXED_COMPLETION = ('{"id":"nginx","object":"text_completion","created":0,"model":"stub","choices":[{"index":0,'
