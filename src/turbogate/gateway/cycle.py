@@ -67,12 +67,14 @@ class LeanCycle(RequestResponseCycle):
         self.expected_content_length = 0
         self._head: bytes | None = None  # the response head, until its body (or the turn's end)
 
+    def _take_head(self) -> bytes:
+        head, self._head = self._head, None
+        return head or b""
+
     def _flush_head(self) -> None:
-        head = self._head
-        if head is not None:
-            self._head = None
-            if not self.transport.is_closing():
-                self.transport.write(head)
+        head = self._take_head()
+        if head and not self.transport.is_closing():
+            self.transport.write(head)
 
     def _start(self, message: Any) -> None:
         if message["type"] != "http.response.start":
@@ -126,10 +128,8 @@ class LeanCycle(RequestResponseCycle):
                 raise RuntimeError("Response content longer than Content-Length")
             self.expected_content_length -= len(body)
             out = body
-        head = self._head
-        if head is not None:
-            self._head = None
-            out = head + out
+        if self._head is not None:
+            out = self._take_head() + out
         if out:
             self.transport.write(out)
         if not more_body:

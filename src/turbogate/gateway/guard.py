@@ -80,10 +80,10 @@ class _Sweeper:
 
 _SWEEPER = _Sweeper()
 _HEADERS, _BODY, _OTHER = 0, 1, 2  # what the connection's next bytes are
-#: A request target with none of ``?%#`` is its own path (no query to split, nothing to unquote);
-#: translate-and-look-for-0 is one C pass (``b"?" in url`` raises and clears a TypeError inside).
+#: 0 for ``?%#``: a request target without them is its own path (no query to split, nothing to
+#: unquote).  Translating and looking for 0 is one C pass; ``b"?" in url`` raises and clears a
+#: TypeError inside CPython 3.11 on every call.
 _PATH_BYTES = bytes(0 if c in b"?%#" else 1 for c in range(256))
-_PLAIN_PATH = 0
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -168,7 +168,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if parser.should_upgrade() and self._should_upgrade():
             return
         url = self.url
-        if url[:1] == b"/" and _PLAIN_PATH not in url.translate(_PATH_BYTES):  # the usual path: no parse
+        if url[:1] == b"/" and 0 not in url.translate(_PATH_BYTES):  # the usual path: no parse
             raw_path, query = url, b""
         else:
             parsed_url = httptools.parse_url(url)
