@@ -344,18 +344,33 @@ class UpstreamPool:
         our request) is retried once on a fresh connection: the server never saw that request,
         and it says nothing about the server's health."""
         conn = self._take_idle() or await self._connect(reuse=False)  # no coroutine for the usual reuse
-        if conn.fresh:
-            return await self._send(conn, method, path, body, content_type, headers, timeout_s)
-        try:
-            return await self._send(conn, method, path, body, content_type, headers, timeout_s)
-        except UpstreamError as exc:
-            if not exc.before_response or exc.timed_out:
+        while True:
+            reused = not conn.fresh
+            response = self._send(conn, method, path, body, content_type, headers, timeout_s)
+            try:
+                while not conn._headers_done:  # (Conn._wait inlined: one coroutine less per request)
+                    if conn.closed and not conn._complete:
+                        raise conn._error or UpstreamError("the connection closed", not conn._headers_done)
+                    waiter = conn._waiter = asyncio.get_running_loop().create_future()
+                    try:
+                        await waiter
+                    finally:
+                        conn._waiter = None
+            except UpstreamError as exc:
+                response.abort()
+                if not reused or not exc.before_response or exc.timed_out:
+                    raise
+                conn = await self._connect(reuse=False)
+                continue
+            except BaseException:
+                response.abort()
                 raise
-        return await self._send(await self._connect(reuse=False), method, path, body, content_type, headers,
-                                timeout_s)
+            response._headers_arrived()
+            return response
 
-    async def _send(self, conn: _Conn, method: bytes, path: str, body: bytes, content_type: bytes,
-                    headers: bytes, timeout_s: float | None) -> Response:
+    def _send(self, conn: _Conn, method: bytes, path: str, body: bytes, content_type: bytes,
+              headers: bytes, timeout_s: float | None) -> Response:
+        """Write the request on ``conn``; its response, whose headers are still to come."""
         conn.fresh = False
         head = b"%s %s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s%s\r\n" % (
             method, (self.prefix + path).encode(), self._host_header, content_type, len(body), self._extra, headers)
@@ -366,15 +381,7 @@ class UpstreamPool:
         if timeout_s is not None:
             # A plain timer rather than asyncio.wait_for: one handle, no extra task per request.
             conn._timer = asyncio.get_running_loop().call_later(timeout_s, conn._time_out, timeout_s)
-        response = Response(conn)
-        try:
-            while not conn._headers_done:
-                await conn._wait()
-        except BaseException:
-            response.abort()
-            raise
-        response._headers_arrived()
-        return response
+        return Response(conn)
 
     def close(self) -> None:
         while self._idle:

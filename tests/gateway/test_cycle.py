@@ -93,3 +93,64 @@ async def test_a_tab_in_a_value_is_allowed_and_lengths_are_enforced() -> None:
                       "headers": [(b"x-tabbed", b"a\tb"), (b"content-length", b"1")]})
     with pytest.raises(RuntimeError, match="longer than Content-Length"):
         await cycle.send({"type": "http.response.body", "body": b"{}"})
+
+
+async def test_names_are_lowered_and_framing_headers_read_as_uvicorn_reads_them() -> None:
+    cycle, inner, done = _cycle()
+    await cycle.send({"type": "http.response.start", "status": 200, "headers": [
+        (b"Content-Length", b"5"), (b"Transfer-Encoding", b"Chunked"), (b"X-Mixed-Case", b"Keep")]})
+    await cycle.send({"type": "http.response.body", "body": b"hello"})
+    # Chunked wins over a Content-Length, whatever their order; values are left as they came.
+    assert inner.writes == [b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ntransfer-encoding: Chunked\r\n"
+                            b"x-mixed-case: Keep\r\n\r\n5\r\nhello\r\n0\r\n\r\n"]
+    assert done == [1]
+
+
+async def test_a_transfer_encoding_other_than_chunked_leaves_the_content_length_in_charge() -> None:
+    cycle, inner, _ = _cycle()
+    await cycle.send({"type": "http.response.start", "status": 200,
+                      "headers": [(b"transfer-encoding", b"gzip"), (b"content-length", b"2")]})
+    with pytest.raises(RuntimeError, match="shorter than Content-Length"):
+        await cycle.send({"type": "http.response.body", "body": b"{"})
+    assert inner.writes == [b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\ncontent-length: 2\r\n\r\n{"]
+
+
+async def test_the_apps_own_connection_close_is_kept_once_and_closes() -> None:
+    cycle, inner, _ = _cycle()
+    await cycle.send({"type": "http.response.start", "status": 200,
+                      "headers": [(b"Connection", b"keep-alive, Close"), (b"content-length", b"0")]})
+    await cycle.send({"type": "http.response.body", "body": b""})
+    assert inner.writes == [b"HTTP/1.1 200 OK\r\nconnection: keep-alive, Close\r\ncontent-length: 0\r\n\r\n"]
+    assert inner.closed and not cycle.keep_alive
+
+
+async def test_no_headers_at_all_gets_a_chunked_body() -> None:
+    cycle, inner, _ = _cycle()
+    await cycle.send({"type": "http.response.start", "status": 204})
+    await cycle.send({"type": "http.response.body", "body": b""})
+    assert inner.writes == [b"HTTP/1.1 204 No Content\r\n\r\n"]  # no framing for a 204
+
+
+async def test_a_whole_body_is_received_at_once_and_a_second_receive_waits_for_the_disconnect() -> None:
+    cycle, _, _ = _cycle()
+    cycle.body += b'{"a":1}'
+    cycle.more_body = False
+    cycle.message_event.set()  # what the protocol does when the request is complete
+    assert await cycle.receive() == {"type": "http.request", "body": b'{"a":1}', "more_body": False}
+    second = asyncio.ensure_future(cycle.receive())
+    await asyncio.sleep(0)
+    assert not second.done()  # uvicorn's rule: nothing more until the client leaves
+    cycle.disconnected = True
+    cycle.message_event.set()
+    assert await asyncio.wait_for(second, 5) == {"type": "http.disconnect"}
+
+
+async def test_a_body_still_arriving_is_received_piece_by_piece() -> None:
+    cycle, _, _ = _cycle()
+    cycle.body += b"ab"
+    cycle.message_event.set()  # a first piece; more_body is still True
+    assert await cycle.receive() == {"type": "http.request", "body": b"ab", "more_body": True}
+    cycle.body += b"c"
+    cycle.more_body = False
+    cycle.message_event.set()
+    assert await cycle.receive() == {"type": "http.request", "body": b"c", "more_body": False}

@@ -40,6 +40,11 @@ _CHUNKED = b"transfer-encoding: chunked\r\n"
 _LAST_CHUNK = b"0\r\n\r\n"
 
 
+def _values_of(name: bytes, names: list[bytes], values: tuple[bytes, ...]) -> list[bytes]:
+    """The values of every header called ``name`` (lower-case ``names``; a rare header's path)."""
+    return [value for at, value in enumerate(values) if names[at] == name]
+
+
 class LeanCycle(RequestResponseCycle):
     """uvicorn's request cycle with a leaner ``send`` (see the module docstring)."""
 
@@ -66,15 +71,14 @@ class LeanCycle(RequestResponseCycle):
         self.chunked_encoding: bool | None = None
         self.expected_content_length = 0
         self._head: bytes | None = None  # the response head, until its body (or the turn's end)
-
-    def _take_head(self) -> bytes:
-        head, self._head = self._head, None
-        return head or b""
+        self._body_read = False  # receive() has handed the app a whole body
 
     def _flush_head(self) -> None:
-        head = self._take_head()
-        if head and not self.transport.is_closing():
-            self.transport.write(head)
+        head = self._head
+        if head is not None:
+            self._head = None
+            if not self.transport.is_closing():
+                self.transport.write(head)
 
     def _start(self, message: Any) -> None:
         if message["type"] != "http.response.start":
@@ -83,32 +87,39 @@ class LeanCycle(RequestResponseCycle):
         self.waiting_for_100_continue = False
         status = message["status"]
         headers = message.get("headers", ())
+        close = not self.keep_alive
+        chunked = None
         if headers:
-            if 0 in b"".join([name for name, _ in headers]).translate(_NAME_BYTES):
+            # Whole-list passes in C (zip, join, translate, split, map), no Python loop per header.
+            names, values = zip(*headers, strict=True)
+            if 0 in b"".join(names).translate(_NAME_BYTES):
                 raise RuntimeError("Invalid HTTP header name.")
-            if 0 in b"\t".join([value for _, value in headers]).translate(_VALUE_BYTES):
+            if 0 in b"\t".join(values).translate(_VALUE_BYTES):
                 raise RuntimeError("Invalid HTTP header value.")
-        content = [STATUS_LINE[status]]
-        has_close = False
-        for name, value in headers:
-            name = name.lower()
-            if name == b"content-length" and self.chunked_encoding is None:
-                self.expected_content_length = int(value)
-                self.chunked_encoding = False
-            elif name == b"transfer-encoding" and value.lower() == b"chunked":
+            lowered = b"\n".join(names).lower().split(b"\n")  # a valid name holds no newline
+            if b"transfer-encoding" in lowered and b"chunked" in [
+                    value.lower() for value in _values_of(b"transfer-encoding", lowered, values)]:
                 self.expected_content_length = 0
-                self.chunked_encoding = True
-            elif name == b"connection" and b"close" in [token.lower().strip() for token in value.split(b",")]:
+                chunked = True
+            elif b"content-length" in lowered:  # the first one counts, as in uvicorn
+                self.expected_content_length = int(values[lowered.index(b"content-length")])
+                chunked = False
+            if b"connection" in lowered and any(
+                    b"close" in [token.lower().strip() for token in value.split(b",")]
+                    for value in _values_of(b"connection", lowered, values)):
                 self.keep_alive = False
-                has_close = True
-            content += (name, _SEP, value, _CRLF)
-        if not self.keep_alive and not has_close:
-            content.append(_CLOSE)
-        if self.chunked_encoding is None and self.scope["method"] != "HEAD" and status not in (204, 304):
-            self.chunked_encoding = True
-            content.append(_CHUNKED)
-        content.append(_CRLF)
-        self._head = b"".join(content)
+                close = False  # the app's own header says it
+            head = [STATUS_LINE[status], _CRLF.join(map(_SEP.join, zip(lowered, values, strict=True))), _CRLF]
+        else:
+            head = [STATUS_LINE[status]]
+        if close:
+            head.append(_CLOSE)
+        if chunked is None and self.scope["method"] != "HEAD" and status not in (204, 304):
+            chunked = True
+            head.append(_CHUNKED)
+        self.chunked_encoding = chunked
+        head.append(_CRLF)
+        self._head = b"".join(head)
         asyncio.get_running_loop().call_soon(self._flush_head)
 
     def _body(self, message: Any) -> None:
@@ -128,8 +139,10 @@ class LeanCycle(RequestResponseCycle):
                 raise RuntimeError("Response content longer than Content-Length")
             self.expected_content_length -= len(body)
             out = body
-        if self._head is not None:
-            out = self._take_head() + out
+        head = self._head
+        if head is not None:
+            self._head = None
+            out = head + out
         if out:
             self.transport.write(out)
         if not more_body:
@@ -140,6 +153,20 @@ class LeanCycle(RequestResponseCycle):
             if not self.keep_alive:
                 self.transport.close()
             self.on_response()
+
+    async def receive(self) -> Any:
+        # The usual request: its whole body came with its headers, and this is the app's first
+        # read; uvicorn's receive() would wait on the already-set event and then clear it.
+        if not (self.more_body or self._body_read or self.disconnected or self.response_complete
+                or self.waiting_for_100_continue):
+            self._body_read = True
+            self.message_event.clear()  # a later receive() waits for the disconnect, as uvicorn's does
+            if self.flow.read_paused:  # a large body paused reading: resume it, as uvicorn's receive() does
+                self.flow.resume_reading()
+            body = bytes(self.body)
+            self.body = bytearray()
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await super().receive()
 
     async def send(self, message: Any) -> None:
         if self.flow.write_paused and not self.disconnected:
