@@ -1,10 +1,10 @@
-"""The gateway's edge as a raw ASGI app (no framework on the hot path; chosen by measured
-overhead): routes, auth, body parsing and validation.  Every decision about a request — its
-tier, admission, replica, retry, deadline, shedding — is the pure flow's (sched/flow.py); this
-module and its neighbours only move bytes (driver.py carries out the flow's actions, proxy.py
-makes the upstream calls, scrape.py feeds it engine metrics).
+"""The gateway as a raw ASGI app (no framework on the hot path; chosen by measured overhead):
+its parts wired together, its routes, and its start and stop.  Every decision about a request —
+its tier, admission, replica, retry, deadline, shedding — is the pure flow's (sched/flow.py);
+the gateway's modules only move bytes: edge.py checks a proxied request, serve.py carries it
+through the flow's steps (driver.py carries out the flow's actions), proxy.py makes the
+upstream calls, scrape.py feeds the flow engine metrics.
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -19,21 +19,19 @@ from turbogate.asgi import (
     JSON_CT,
     AsgiApp,
     BodyTooLarge,
-    Message,
     Receive,
     Scope,
     Send,
     header,
-    read_body,
     send_bytes,
     send_error,
     send_json,
 )
 from turbogate.config import GatewayConfig, load_config
 from turbogate.errors import ConfigError
-from turbogate.gateway import admin, leases, usage_api
+from turbogate.gateway import admin, edge, leases, serve, usage_api
 from turbogate.gateway.coalesce import Coalescing
-from turbogate.gateway.driver import FlowDriver, Handle
+from turbogate.gateway.driver import FlowDriver
 from turbogate.gateway.jobs import JobsApi
 from turbogate.gateway.lease_share import SharedLeases
 from turbogate.gateway.marking import marked_pools, tier_tos
@@ -41,23 +39,13 @@ from turbogate.gateway.metering import Metering
 from turbogate.gateway.metrics import GatewayMetrics
 from turbogate.gateway.metrics_port import MetricsServer, serve_metrics
 from turbogate.gateway.openapi import openapi_document
-from turbogate.gateway.proxy import attempt
-from turbogate.gateway.regions import (
-    SESSION_HEADER,
-    BadHeader,
-    ClientRegions,
-    measure_rtt,
-    pool_headers,
-    session_of,
-    warm_up,
-)
+from turbogate.gateway.regions import ClientRegions, measure_rtt, pool_headers, warm_up
 from turbogate.gateway.runtime import Runtime, TenantRt, build_runtime
 from turbogate.gateway.scrape import probe_once, scrape_all, scrape_loop, scrape_once
 from turbogate.gateway.tracing import install as install_tracing
 from turbogate.gateway.watch import Watch, sweep
 from turbogate.httpclient import UpstreamPool
-from turbogate.sched import FlowRequest, Health, Replica, Respond, Tier
-from turbogate.sched.tiers import TIER_NAME
+from turbogate.sched import Health, Replica, Tier
 
 log = logging.getLogger("turbogate.gateway")
 
@@ -66,17 +54,14 @@ TIER_WORDS = {
     "turbogate": {t: t.value for t in Tier},
     "openai": {Tier.TURBO: "priority", Tier.STANDARD: "default", Tier.RELAX: "flex"},
 }
-_TIER_HEADERS = {t: (b"x-turbogate-tier", t.value.encode()) for t in Tier}
-_DOWNGRADE = b"x-turbogate-downgrade"
-_REQUEST_ID = b"x-turbogate-request-id"  # the id of the request's usage record (docs/metering.md)
 _ENDPOINTS = {
     "/v1/chat/completions": ("chat", "/v1/chat/completions"),
     "/v1/completions": ("completions", "/v1/completions"),
     "/v1/embeddings": ("embeddings", "/v1/embeddings"),
 }
-_REQUIRED = {"chat": "messages", "completions": "prompt", "embeddings": "input"}
 _GET_ROUTES = frozenset({"/health", "/ready", "/metrics", "/v1/models", "/openapi.json"})
-_MAX_DEPTH = 254  # orjson's encoder limit: a body re-encoded (service_tier, priority) may nest no deeper
+
+
 class GatewayApp(AsgiApp):
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
@@ -243,178 +228,10 @@ class GatewayApp(AsgiApp):
         await send_error(send, 401, "Incorrect or missing API key (send Authorization: Bearer <key>)",
                          code="invalid_api_key")
 
-    async def _bad(self, send: Send, tenant: TenantRt, status: int, message: str, param: str | None,
-                   code: str) -> None:
-        self.metrics.count(tenant.label, "-", "-", status)
-        self.meter.record_edge(tenant.name, status, "-", "-", time.perf_counter())
-        await send_error(send, status, message, param=param, code=code)
-
-    async def _proxy(self, scope: Scope, receive: Receive, send: Send, kind: str, upstream_path: str) -> None:
-        arrival = time.perf_counter()
-        # Every header this route reads, in one pass (the first of a repeated name, as header() does).
-        headers: dict[bytes, bytes] = dict(reversed(scope["headers"]))
-        tenant = self._tenant_of(headers.get(b"authorization"))
-        if tenant is None:
-            self.metrics.count("-", "-", "-", 401)
-            await self._unauthorized(send)
-            return
-        length = headers.get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_body:
-            await self._bad(send, tenant, 413, f"request body is {int(length)} bytes, over the limit of "
-                            f"{self.max_body}", None, "body_too_large")
-            return
-        try:
-            body = await read_body(receive, self.max_body)
-        except BodyTooLarge:
-            await self._bad(send, tenant, 413, f"request body is over the limit of {self.max_body} bytes", None,
-                            "body_too_large")
-            return
-        if body is None:
-            return
-        try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            await self._bad(send, tenant, 400, f"request body is not valid JSON: {exc}", None, "invalid_json")
-            return
-        if not isinstance(obj, dict):
-            await self._bad(send, tenant, 400, "request body must be a JSON object", None, "invalid_json")
-            return
-        model = obj.get("model")
-        if not isinstance(model, str) or not model:
-            await self._bad(send, tenant, 400, "you must provide a model parameter (a string)", "model",
-                            "missing_required_parameter")
-            return
-        field = _REQUIRED[kind]
-        value = obj.get(field)
-        if value is None or (kind == "chat" and (not isinstance(value, list) or not value)):
-            await self._bad(send, tenant, 400, f"'{field}' is required" + (" (a non-empty list)" if kind == "chat"
-                            else ""), field, "missing_required_parameter")
-            return
-        stream = obj.get("stream", False)
-        if not isinstance(stream, bool) or (stream and kind == "embeddings"):
-            await self._bad(send, tenant, 400, "'stream' must be true or false (and false for embeddings)",
-                            "stream", "invalid_value")
-            return
-        tier_header = headers.get(b"x-turbogate-tier")
-        try:
-            client_region = self.client_regions.region_of(headers.get(self.client_regions.header), scope)
-            session = session_of(headers.get(SESSION_HEADER))
-        except BadHeader as exc:
-            await self._bad(send, tenant, 400, str(exc), exc.name, "invalid_value")
-            return
-        tokens_field = "max_tokens" if obj.get("max_tokens") is not None else "max_completion_tokens"
-        lease_id = leases.lease_of(headers.get(leases.LEASE_HEADER))
-        if lease_id is not None:  # the lease may have been granted or kept alive through another process
-            await self.lease_share.refresh(lease_id, arrival)
-        req = self.rt.flow.open(
-            tenant=tenant.name, model=model, tier_body=obj.get("service_tier"),
-            tier_header=None if tier_header is None else tier_header.decode("latin-1"),
-            max_tokens=obj.get(tokens_field), max_tokens_field=tokens_field, prompt_bytes=len(body),
-            stream=stream, now=arrival, lease=lease_id, client_region=client_region,
-            session=session)
-        if isinstance(req, Respond):
-            await self._bad(send, tenant, req.status, req.message, req.param, req.code)
-            return
-        if self.meter.ask_stream_usage(obj, req) or "service_tier" in obj or req.priority is not None:
-            obj.pop("service_tier", None)
-            if req.priority is not None:
-                obj["priority"] = req.priority
-            try:
-                body = orjson.dumps(obj)
-            except orjson.JSONEncodeError:  # orjson decodes 1,024 levels of nesting but encodes only 254
-                await self._bad(send, tenant, 400, f"request body nests deeper than {_MAX_DEPTH} levels", None,
-                                "invalid_json")
-                return
-        if self.coalescing is not None:  # an identical deterministic request may already be under way
-            decision = self.coalescing.decide(upstream_path, tenant, req, self.meter.key_body(obj, req))
-            if decision is not None:
-                await self.coalescing.serve(self, decision, send, receive, tenant, req, body, upstream_path)
-                return
-        await self._serve(receive, send, tenant, req, body, upstream_path)
-
-    # ---- the request's life, as the flow directs it -----------------------------------------
-    async def _serve(self, receive: Receive, send: Send, tenant: TenantRt, req: FlowRequest, body: bytes,
-                     upstream_path: str, count: bool = True) -> None:
-        """Serve ``req`` as the flow directs.  ``count``: False for a coalesced group's shared call,
-        whose members are counted one by one (gateway/coalesce.py)."""
-        task = asyncio.current_task()
-        assert task is not None
-        handle = Handle(task)
-        req.handle = handle
-        watch = Watch(receive, req, handle, req.arrival)
-        orig_send = send
-
-        async def tracked_send(message: Message) -> None:
-            if message["type"] == "http.response.body" and not message.get("more_body", False):
-                watch.finished = True  # from here a disconnect is the normal end, not the client leaving
-                await self.meter.record(req)  # durable before the client has the whole answer
-            await orig_send(message)
-
-        tier_headers = [_TIER_HEADERS[req.served], (_REQUEST_ID, self.meter.record_id(req).encode()),
-                        *self.pool_headers[req.pool]]
-        if req.downgrade is not None:  # the client asked for more than it got: say why
-            tier_headers.append((_DOWNGRADE, req.downgrade.encode()))
-        word = self.tier_words[req.served]
-        status = 499
-        observed_queue = False
-        self.watches.add(watch)
-        try:
-            refusal = await self.meter.admit(req) if req.tenant in self.meter.limits else None
-            if refusal is not None:  # a global tenant limit, across every gateway sharing the store
-                handle.respond = self.rt.flow.refuse(req, 429, refusal.code, refusal.message, time.perf_counter(),
-                                                     refusal.retry_after_s)
-            else:
-                self.driver.run(self.rt.flow.arrive(req, req.arrival))
-            while True:
-                if handle.respond is not None:
-                    status = await self._respond(tracked_send, req, handle.respond)
-                    break
-                replica = handle.replica
-                if replica is None:
-                    watch.start(self)  # a queued request may wait long: notice at once if its client leaves
-                    await handle.next_step()
-                    continue
-                handle.replica = None
-                if handle.retry:
-                    self.metrics.retries.labels(replica.pool).inc()
-                elif not observed_queue:
-                    observed_queue = True
-                    self.metrics.observe_queue(TIER_NAME[req.served], (req.dispatched_at or req.arrival) - req.arrival)
-                sent = await attempt(self, req, replica, tracked_send, body, upstream_path, word, tier_headers)
-                if sent is not None:
-                    status = sent
-                    break
-        except asyncio.CancelledError:
-            if watch.gone:
-                task.uncancel()
-                status = 499
-            elif handle.cancelled and handle.respond is not None:  # the flow's deadline: answer its 504
-                task.uncancel()
-                status = await self._respond(tracked_send, req, handle.respond)
-            else:
-                raise
-        finally:
-            watch.finished = True
-            self.watches.discard(watch)
-            if watch.task is not None:
-                watch.task.cancel()
-            if not req.done:  # ended here without the flow knowing (a bug or shutdown): free its place
-                self.driver.run(self.rt.flow.client_gone(req, time.perf_counter()))
-            self.meter.done(req)
-            if count:
-                self.metrics.count(tenant.label, TIER_NAME[req.asked], TIER_NAME[req.served], status)
-
-    async def _respond(self, send: Send, req: FlowRequest, respond: Respond) -> int:
-        headers = [_TIER_HEADERS[req.served], (_REQUEST_ID, self.meter.record_id(req).encode()),
-                   *self.pool_headers[req.pool]]
-        if req.downgrade is not None:
-            headers.append((_DOWNGRADE, req.downgrade.encode()))
-        if respond.retry_after_s is not None:
-            headers.append((b"retry-after", str(respond.retry_after_s).encode()))
-            self.metrics.shed.labels(respond.code, TIER_NAME[req.served]).inc()
-        await send_error(send, respond.status, respond.message, param=respond.param, code=respond.code,
-                         headers=headers)
-        return respond.status
+    # The proxy routes: the edge's checks (gateway/edge.py), then the request's life as the flow
+    # directs it (gateway/serve.py).  Attributes, so tracing (gateway/tracing.py) can wrap them.
+    _proxy = edge.proxy
+    _serve = serve.serve
 
 
 def create_app(config: GatewayConfig) -> GatewayApp:

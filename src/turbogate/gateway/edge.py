@@ -1,0 +1,123 @@
+"""The proxy routes' edge (``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``):
+the key, the body and its fields checked, then the flow asked to open the request.
+
+Bad input gets a 4xx in the OpenAI error shape naming the field, and is counted and metered like
+any answer; what the request then gets — its tier, queue, replica, retries, deadline — is the
+flow's to decide (sched/flow.py), carried out by gateway/serve.py.  A body is re-encoded only
+when something in it must change (``service_tier`` out, ``priority`` or the stream's usage
+request in): a request passed through as it came costs no JSON encoding.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import orjson
+
+from turbogate.asgi import BodyTooLarge, Receive, Scope, Send, read_body, send_error
+from turbogate.gateway import leases
+from turbogate.gateway.regions import SESSION_HEADER, BadHeader, session_of
+from turbogate.gateway.runtime import TenantRt
+from turbogate.sched import Respond
+
+if TYPE_CHECKING:
+    from turbogate.gateway.app import GatewayApp
+
+_REQUIRED = {"chat": "messages", "completions": "prompt", "embeddings": "input"}
+_MAX_DEPTH = 254  # orjson's encoder limit: a body re-encoded (service_tier, priority) may nest no deeper
+
+
+async def refuse(app: GatewayApp, send: Send, tenant: TenantRt, status: int, message: str, param: str | None,
+                 code: str) -> None:
+    """A bad request from a known tenant: counted, metered and answered with the OpenAI error."""
+    app.metrics.count(tenant.label, "-", "-", status)
+    app.meter.record_edge(tenant.name, status, "-", "-", time.perf_counter())
+    await send_error(send, status, message, param=param, code=code)
+
+
+async def proxy(app: GatewayApp, scope: Scope, receive: Receive, send: Send, kind: str, upstream_path: str) -> None:
+    """Check one proxied request and hand it to ``app._serve`` (or to coalescing)."""
+    arrival = time.perf_counter()
+    # Every header this route reads, in one pass (the first of a repeated name, as header() does).
+    headers: dict[bytes, bytes] = dict(reversed(scope["headers"]))
+    tenant = app._tenant_of(headers.get(b"authorization"))
+    if tenant is None:
+        app.metrics.count("-", "-", "-", 401)
+        await app._unauthorized(send)
+        return
+    max_body = app.max_body
+    length = headers.get(b"content-length")
+    if length is not None and length.isdigit() and int(length) > max_body:
+        await refuse(app, send, tenant, 413, f"request body is {int(length)} bytes, over the limit of {max_body}",
+                     None, "body_too_large")
+        return
+    try:
+        body = await read_body(receive, max_body)
+    except BodyTooLarge:
+        await refuse(app, send, tenant, 413, f"request body is over the limit of {max_body} bytes", None,
+                     "body_too_large")
+        return
+    if body is None:
+        return
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        await refuse(app, send, tenant, 400, f"request body is not valid JSON: {exc}", None, "invalid_json")
+        return
+    if not isinstance(obj, dict):
+        await refuse(app, send, tenant, 400, "request body must be a JSON object", None, "invalid_json")
+        return
+    model = obj.get("model")
+    if not isinstance(model, str) or not model:
+        await refuse(app, send, tenant, 400, "you must provide a model parameter (a string)", "model",
+                     "missing_required_parameter")
+        return
+    field = _REQUIRED[kind]
+    value = obj.get(field)
+    if value is None or (kind == "chat" and (not isinstance(value, list) or not value)):
+        await refuse(app, send, tenant, 400, f"'{field}' is required" + (" (a non-empty list)" if kind == "chat"
+                     else ""), field, "missing_required_parameter")
+        return
+    stream = obj.get("stream", False)
+    if not isinstance(stream, bool) or (stream and kind == "embeddings"):
+        await refuse(app, send, tenant, 400, "'stream' must be true or false (and false for embeddings)", "stream",
+                     "invalid_value")
+        return
+    tier_header = headers.get(b"x-turbogate-tier")
+    try:
+        client_region = app.client_regions.region_of(headers.get(app.client_regions.header), scope)
+        session = session_of(headers.get(SESSION_HEADER))
+    except BadHeader as exc:
+        await refuse(app, send, tenant, 400, str(exc), exc.name, "invalid_value")
+        return
+    tokens_field = "max_tokens" if obj.get("max_tokens") is not None else "max_completion_tokens"
+    lease_id = leases.lease_of(headers.get(leases.LEASE_HEADER))
+    if lease_id is not None:  # the lease may have been granted or kept alive through another process
+        await app.lease_share.refresh(lease_id, arrival)
+    req = app.rt.flow.open(
+        tenant=tenant.name, model=model, tier_body=obj.get("service_tier"),
+        tier_header=None if tier_header is None else tier_header.decode("latin-1"),
+        max_tokens=obj.get(tokens_field), max_tokens_field=tokens_field, prompt_bytes=len(body),
+        stream=stream, now=arrival, lease=lease_id, client_region=client_region,
+        session=session)
+    if isinstance(req, Respond):
+        await refuse(app, send, tenant, req.status, req.message, req.param, req.code)
+        return
+    if app.meter.ask_stream_usage(obj, req) or "service_tier" in obj or req.priority is not None:
+        obj.pop("service_tier", None)
+        if req.priority is not None:
+            obj["priority"] = req.priority
+        try:
+            body = orjson.dumps(obj)
+        except orjson.JSONEncodeError:  # orjson decodes 1,024 levels of nesting but encodes only 254
+            await refuse(app, send, tenant, 400, f"request body nests deeper than {_MAX_DEPTH} levels", None,
+                         "invalid_json")
+            return
+    coalescing = app.coalescing
+    if coalescing is not None:  # an identical deterministic request may already be under way
+        decision = coalescing.decide(upstream_path, tenant, req, app.meter.key_body(obj, req))
+        if decision is not None:
+            await coalescing.serve(app, decision, send, receive, tenant, req, body, upstream_path)
+            return
+    await app._serve(receive, send, tenant, req, body, upstream_path)

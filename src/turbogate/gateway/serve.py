@@ -1,0 +1,116 @@
+"""A request's life after the edge, as the flow directs it (sched/flow.py): admitted or refused,
+queued, dispatched, retried, answered or cut off by its deadline.  This coroutine only waits for
+the flow's next step and carries it out — an upstream attempt (gateway/proxy.py) or the
+flow's own answer — and, whatever happens, leaves the flow, the usage record and the metrics
+knowing how the request ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from turbogate.asgi import Headers, Message, Receive, Send, send_error
+from turbogate.gateway.driver import Handle
+from turbogate.gateway.proxy import attempt
+from turbogate.gateway.runtime import TenantRt
+from turbogate.gateway.watch import Watch
+from turbogate.sched import FlowRequest, Respond, Tier
+from turbogate.sched.tiers import TIER_NAME
+
+if TYPE_CHECKING:
+    from turbogate.gateway.app import GatewayApp
+
+_TIER_HEADERS = {t: (b"x-turbogate-tier", t.value.encode()) for t in Tier}
+_DOWNGRADE = b"x-turbogate-downgrade"
+_REQUEST_ID = b"x-turbogate-request-id"  # the id of the request's usage record (docs/metering.md)
+
+
+def answer_headers(app: GatewayApp, req: FlowRequest) -> Headers:
+    """What every answer to ``req`` carries: the tier served, the usage record's id, the pool's
+    own headers (L3's ``Alt-Svc``) and, when it got less than it asked, why."""
+    headers = [_TIER_HEADERS[req.served], (_REQUEST_ID, app.meter.record_id(req).encode()),
+               *app.pool_headers[req.pool]]
+    if req.downgrade is not None:
+        headers.append((_DOWNGRADE, req.downgrade.encode()))
+    return headers
+
+
+async def serve(app: GatewayApp, receive: Receive, send: Send, tenant: TenantRt, req: FlowRequest, body: bytes,
+                upstream_path: str, count: bool = True) -> None:
+    """Serve ``req`` as the flow directs.  ``count``: False for a coalesced group's shared call,
+    whose members are counted one by one (gateway/coalesce.py)."""
+    task = asyncio.current_task()
+    assert task is not None
+    handle = Handle(task)
+    req.handle = handle
+    watch = Watch(receive, req, handle, req.arrival)
+    meter, flow, driver = app.meter, app.rt.flow, app.driver
+
+    async def tracked_send(message: Message) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            watch.finished = True  # from here a disconnect is the normal end, not the client leaving
+            await meter.record(req)  # durable before the client has the whole answer
+        await send(message)
+
+    tier_headers = answer_headers(app, req)
+    word = app.tier_words[req.served]
+    status = 499
+    observed_queue = False
+    app.watches.add(watch)
+    try:
+        refusal = await meter.admit(req) if req.tenant in meter.limits else None
+        if refusal is not None:  # a global tenant limit, across every gateway sharing the store
+            handle.respond = flow.refuse(req, 429, refusal.code, refusal.message, time.perf_counter(),
+                                         refusal.retry_after_s)
+        else:
+            driver.run(flow.arrive(req, req.arrival))
+        while True:
+            if handle.respond is not None:
+                status = await respond(app, tracked_send, req, handle.respond)
+                break
+            replica = handle.replica
+            if replica is None:
+                watch.start(app)  # a queued request may wait long: notice at once if its client leaves
+                await handle.next_step()
+                continue
+            handle.replica = None
+            if handle.retry:
+                app.metrics.retries.labels(replica.pool).inc()
+            elif not observed_queue:
+                observed_queue = True
+                app.metrics.observe_queue(TIER_NAME[req.served], (req.dispatched_at or req.arrival) - req.arrival)
+            sent = await attempt(app, req, replica, tracked_send, body, upstream_path, word, tier_headers)
+            if sent is not None:
+                status = sent
+                break
+    except asyncio.CancelledError:
+        if watch.gone:
+            task.uncancel()
+            status = 499
+        elif handle.cancelled and handle.respond is not None:  # the flow's deadline: answer its 504
+            task.uncancel()
+            status = await respond(app, tracked_send, req, handle.respond)
+        else:
+            raise
+    finally:
+        watch.finished = True
+        app.watches.discard(watch)
+        if watch.task is not None:
+            watch.task.cancel()
+        if not req.done:  # ended here without the flow knowing (a bug or shutdown): free its place
+            driver.run(flow.client_gone(req, time.perf_counter()))
+        meter.done(req)
+        if count:
+            app.metrics.count(tenant.label, TIER_NAME[req.asked], TIER_NAME[req.served], status)
+
+
+async def respond(app: GatewayApp, send: Send, req: FlowRequest, answer: Respond) -> int:
+    """Send the flow's own answer (a refusal, a shed, a deadline's 504); its status."""
+    headers = answer_headers(app, req)
+    if answer.retry_after_s is not None:
+        headers.append((b"retry-after", str(answer.retry_after_s).encode()))
+        app.metrics.shed.labels(answer.code, TIER_NAME[req.served]).inc()
+    await send_error(send, answer.status, answer.message, param=answer.param, code=answer.code, headers=headers)
+    return answer.status
