@@ -37,6 +37,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--conns", type=int, default=32)
     ap.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    ap.add_argument("--native", action="store_true",
+                    help="C frames too (py-spy --native): what each Python frame spends in C, system calls included")
     args = ap.parse_args()
     spy_bin = shutil.which("py-spy")
     if spy_bin is None:
@@ -51,9 +53,11 @@ def main() -> int:
         if len(cpus) >= 2:
             os.sched_setaffinity(gateway.process.pid, {cpus[1]})
         go.fixed_run(gateway.url, args.conns, 1.0, False)  # warm-up
-        spy = subprocess.Popen([spy_bin, "record", "--nonblocking", "-r", str(args.rate), "-f", args.format,
+        # --native needs the process stopped while its C stack is read (py-spy cannot do it nonblocking).
+        spy = subprocess.Popen([spy_bin, "record", *([] if args.native else ["--nonblocking"]), "-r", str(args.rate), "-f", args.format,
                                 "-o", str(args.out), "--pid", str(gateway.process.pid),
-                                "-d", str(int(args.seconds) + 1)], stderr=subprocess.DEVNULL)
+                                "-d", str(int(args.seconds) + 1), *(["--native"] if args.native else [])],
+                               stderr=subprocess.DEVNULL)
         time.sleep(0.5)  # py-spy attached before the load starts
         load = go.fixed_run(gateway.url, args.conns, args.seconds, False, gateway.process.pid)
         spy.wait(timeout=args.seconds + 30)

@@ -43,7 +43,7 @@ _PAUSE_AT = 64  # buffered chunks before we stop reading from the server (back-p
 
 class _Conn(asyncio.Protocol):
     __slots__ = ("_chunks", "_complete", "_ct", "_error", "_framed", "_headers", "_headers_done", "_keep_alive",
-                 "_now", "_paused", "_pool", "_timer", "_waiter", "closed", "completed_at", "fresh", "parser",
+                 "_loop", "_now", "_paused", "_pool", "_timer", "_waiter", "closed", "completed_at", "fresh", "parser",
                  "status", "transport")
 
     def __init__(self, pool: UpstreamPool) -> None:
@@ -78,6 +78,9 @@ class _Conn(asyncio.Protocol):
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not an asyncio.Transport subclass
+        # Kept for the futures and timers of its requests: asyncio.get_running_loop() makes a
+        # getpid() system call on every call in CPython 3.11 (its check that no fork happened).
+        self._loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:
         # One clock read per read from the socket: every chunk parsed from it arrived then.
@@ -156,7 +159,7 @@ class _Conn(asyncio.Protocol):
     async def _wait(self) -> None:
         if self.closed and not self._complete:
             raise self._error or UpstreamError("the connection closed", not self._headers_done)
-        self._waiter = asyncio.get_running_loop().create_future()
+        self._waiter = self._loop.create_future()
         try:
             await self._waiter
         finally:
@@ -351,7 +354,7 @@ class UpstreamPool:
                 while not conn._headers_done:  # (Conn._wait inlined: one coroutine less per request)
                     if conn.closed and not conn._complete:
                         raise conn._error or UpstreamError("the connection closed", not conn._headers_done)
-                    waiter = conn._waiter = asyncio.get_running_loop().create_future()
+                    waiter = conn._waiter = conn._loop.create_future()
                     try:
                         await waiter
                     finally:
@@ -380,7 +383,7 @@ class UpstreamPool:
             conn.transport.write(body)
         if timeout_s is not None:
             # A plain timer rather than asyncio.wait_for: one handle, no extra task per request.
-            conn._timer = asyncio.get_running_loop().call_later(timeout_s, conn._time_out, timeout_s)
+            conn._timer = conn._loop.call_later(timeout_s, conn._time_out, timeout_s)
         return Response(conn)
 
     def close(self) -> None:

@@ -80,6 +80,7 @@ class GatewayApp(AsgiApp):
         self._models_body = orjson.dumps({"object": "list", "data": models})
         self._openapi_body = openapi_document(config)
         self._started = False
+        self.loop: asyncio.AbstractEventLoop | None = None  # the event loop it started on
         self.watches: set[Watch] = set()
         self.metrics_token = config.metrics.token_sha256
         self.metrics_port = config.metrics.port
@@ -183,7 +184,7 @@ class GatewayApp(AsgiApp):
             self._metrics_server = MetricsServer(self, cfg.metrics.host or cfg.listen.host, self.metrics_port)
             await self._metrics_server.start()
         await self.meter.start()
-        loop = asyncio.get_running_loop()
+        loop = self.loop = asyncio.get_running_loop()
         self.rt.tasks = [loop.create_task(scrape_loop(self.rt, self.driver)), loop.create_task(sweep(self))]
         self.driver.run(())  # arm the flow's timer now: warm-ups and round-trip probes are due at start
 

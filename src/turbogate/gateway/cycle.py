@@ -50,7 +50,7 @@ class LeanCycle(RequestResponseCycle):
 
     def __init__(self, scope: Any, transport: asyncio.Transport, flow: FlowControl, logger: Any,
                  message_event: asyncio.Event, expect_100_continue: bool, keep_alive: bool,
-                 on_response: Any) -> None:
+                 on_response: Any, loop: asyncio.AbstractEventLoop | None = None) -> None:
         # The attributes uvicorn's protocol and cycle read, set directly (its __init__ takes 11).
         self.scope = scope
         self.transport = transport
@@ -72,6 +72,8 @@ class LeanCycle(RequestResponseCycle):
         self.expected_content_length = 0
         self._head: bytes | None = None  # the response head, until its body (or the turn's end)
         self._body_read = False  # receive() has handed the app a whole body
+        # The protocol's loop: asyncio.get_running_loop() costs a getpid() system call in CPython 3.11.
+        self._loop = loop
 
     def _flush_head(self) -> None:
         head = self._head
@@ -120,7 +122,7 @@ class LeanCycle(RequestResponseCycle):
         self.chunked_encoding = chunked
         head.append(_CRLF)
         self._head = b"".join(head)
-        asyncio.get_running_loop().call_soon(self._flush_head)
+        (self._loop or asyncio.get_running_loop()).call_soon(self._flush_head)
 
     def _body(self, message: Any) -> None:
         if message["type"] != "http.response.body":

@@ -195,7 +195,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         existing = self.cycle
         cycle = self.cycle = LeanCycle(scope, self.transport, self.flow, self.logger, asyncio.Event(),
                                        self.expect_100_continue,
-                                       http_version != "1.0" and parser.should_keep_alive(), self.on_response_complete)
+                                       http_version != "1.0" and parser.should_keep_alive(), self.on_response_complete,
+                                       self.loop)
         if existing is not None and not existing.response_complete:  # pipelined: waits for the one before it
             self.flow.pause_reading()
             self.pipeline.appendleft((cycle, app))

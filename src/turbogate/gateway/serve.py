@@ -41,7 +41,9 @@ async def serve(app: GatewayApp, receive: Receive, send: Send, tenant: TenantRt,
                 upstream_path: str, count: bool = True) -> None:
     """Serve ``req`` as the flow directs.  ``count``: False for a coalesced group's shared call,
     whose members are counted one by one (gateway/coalesce.py)."""
-    task = asyncio.current_task()
+    # The loop the app started on, when it is this one (CPython 3.11's current_task() without a
+    # loop makes a getpid() system call to find the running loop).
+    task = asyncio.current_task(app.loop) or asyncio.current_task()
     assert task is not None
     handle = Handle(task)
     req.handle = handle
