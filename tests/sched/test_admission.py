@@ -371,3 +371,72 @@ def test_headroom_covers_turbos_own_swing_unless_a_knee_guard_keeps_it_lean() ->
     assert headroom_slots(6.6, 18.3, 0.05, 32, staffing=False) == 3
     assert headroom_slots(6.6, 18.3, 0.01, 32) > 6  # a smaller risk keeps more
     assert headroom_slots(0.0, 18.3, 0.05, 32) == 0 and headroom_slots(20.0, 18.3, 0.05, 32) == 32
+
+
+def _state(adm: Admission) -> tuple[object, ...]:
+    """Everything a later decision reads (the heap only through its queued heads, as head() does)."""
+    queues = adm._queues
+    return (adm.snapshot(), adm.in_flight, adm.queued, adm._seq, dict(adm._active), dict(adm.dispatched),
+            {t: (q.share, dict(q.finish), {k: v for k, v in q.queued_by_tenant.items() if v}, q.in_flight,
+                 None if (h := q.head()) is None else (h.id, h.vtag)) for t, q in queues.items()},
+            adm._top_arrivals.value, adm._top_arrivals.at, adm._service_ewma_s, adm._samples)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["arrive", "arrive", "arrive", "complete", "complete", "cancel"]),
+                          st.sampled_from(list(Tier)), st.sampled_from(["a", "b", "c"]),
+                          st.floats(0.0, 2.0), st.integers(0, 3)), max_size=150),
+       st.integers(1, 6), st.booleans())
+def test_submit_now_decides_and_leaves_state_as_submit_then_next_dispatch(
+        ops: list[tuple[str, Tier, str, float, int]], slots: int, proven_short: bool) -> None:
+    # The flow's fused path for an arrival that finds nothing queued must be the two calls it
+    # replaces, down to the fair-queueing tags, the shares and the holdback's rate estimates.
+    policies = {t: TierPolicy(queue_bound=4, queue_budget_s=3.0, max_utilization=u, capacity_share=c, min_share=m)
+                for t, m, u, c in [(Tier.TURBO, 0.0, 1.0, 1.0), (Tier.STANDARD, 0.2, 0.7, 0.9),
+                                   (Tier.RELAX, 0.1, 0.5, 0.5)]}
+    tenants = {"b": TenantPolicy(weight=2.0), "c": TenantPolicy(max_in_flight=3)}
+    slow, fused = Admission(policies, tenants, min_samples=2), Admission(policies, tenants, min_samples=2)
+    mine: dict[int, tuple[Ticket, Ticket]] = {}  # arrival number -> (slow's ticket, fused's ticket)
+    now = 0.0
+    for n, (op, tier, tenant, gap, pick) in enumerate(ops):
+        now += gap
+        proven = max(1, slots - 2) if proven_short else None
+        if op == "arrive":
+            a, b = Ticket(tenant, tier, now, 1.0 + pick), Ticket(tenant, tier, now, 1.0 + pick)
+            empty = slow.queued == 0
+            assert empty == (fused.queued == 0)
+            decision = slow.submit(a, now, slots)
+            if isinstance(decision, Shed):
+                expected: object = (decision.status, decision.reason, decision.retry_after_s)
+            elif empty:
+                went = slow.next_dispatch(now, slots, proven)
+                assert went in (None, a)
+                expected = went is a
+            else:
+                expected = "queued"
+            got = fused.submit_now(b, now, slots, proven) if empty else fused.submit(b, now, slots)
+            if isinstance(got, Shed):
+                assert expected == (got.status, got.reason, got.retry_after_s)
+            elif isinstance(got, bool):
+                assert expected == got
+            else:
+                assert expected == "queued"
+            if not isinstance(decision, Shed):
+                mine[n] = (a, b)
+        elif op == "complete":
+            live = [k for k, (a, _) in mine.items() if a.state is State.DISPATCHED]
+            if live:
+                a, b = mine[live[pick % len(live)]]
+                slow.on_complete(a, now)
+                fused.on_complete(b, now)
+        else:
+            queued = [k for k, (a, _) in mine.items() if a.state is State.QUEUED]
+            if queued:
+                a, b = mine[queued[pick % len(queued)]]
+                assert slow.cancel(a) and fused.cancel(b)
+        # Queued work goes the same way on both, one dispatch at a time.
+        while (a_next := slow.next_dispatch(now, slots, proven)) is not None:
+            b_next = fused.next_dispatch(now, slots, proven)
+            assert b_next is not None and (b_next.id, b_next.tier) == (a_next.id, a_next.tier)
+        assert fused.next_dispatch(now, slots, proven) is None
+        assert _state(slow) == _state(fused)

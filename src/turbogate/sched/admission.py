@@ -312,6 +312,30 @@ class Admission:
     def submit(self, ticket: Ticket, now: float, slots: int) -> Admitted | Shed:
         """Queue ``ticket`` or refuse it.  An admitted ticket waits for ``next_dispatch``.
         ``slots`` must be > 0: a pool without any is the caller's answer to give."""
+        shed = self._admit(ticket, now, slots)
+        if shed is not None:
+            return shed
+        self._enqueue(ticket)
+        return Admitted(ticket)
+
+    def submit_now(self, ticket: Ticket, now: float, slots: int, proven: int | None = None) -> Shed | bool:
+        """``submit``, then ``next_dispatch``, fused for the usual arrival: one that finds nothing
+        queued, so L1's next choice is this ticket or none.  True: it is dispatched (as
+        ``next_dispatch`` would have returned it; the caller must ``requeue`` it if no replica
+        can take it), False: it waits queued, or the refusal.  The same decisions and state as
+        the two calls, without the heap push and pop or the walk over every tier."""
+        shed = self._admit(ticket, now, slots)
+        if shed is not None:
+            return shed
+        if self._queued == 0 and self._goes_alone(ticket.tier, now, slots, proven):
+            self._start(ticket, now)
+            return True
+        self._enqueue(ticket)
+        return False
+
+    def _admit(self, ticket: Ticket, now: float, slots: int) -> Shed | None:
+        """The refusals of ``submit``; for an admitted ticket, its fair-queueing tag and its
+        tenant's count (the caller queues it, or dispatches it at once)."""
         tier = ticket.tier
         policy = self.policies[tier]
         queue = self._queues[tier]
@@ -338,15 +362,40 @@ class Admission:
         self._seq += 1
         ticket.id = self._seq
         ticket.state = _QUEUED
-        start = max(queue.vtime, queue.finish.get(ticket.tenant, 0.0))
+        vtime = queue.vtime
+        finish = queue.finish.get(ticket.tenant, 0.0)
+        start = finish if finish > vtime else vtime  # (max(), without its call)
         ticket.vtag = start
-        queue.finish[ticket.tenant] = start + max(ticket.cost, 1e-9) / max(tenant.weight, 1e-9)
-        heapq.heappush(queue.heap, (start, ticket.id, ticket))
+        cost = 1e-9 if ticket.cost < 1e-9 else ticket.cost  # max(cost, 1e-9), as max() orders it
+        weight = 1e-9 if tenant.weight < 1e-9 else tenant.weight
+        queue.finish[ticket.tenant] = start + cost / weight
+        self._active[ticket.tenant] = active + 1
+        return None
+
+    def _enqueue(self, ticket: Ticket) -> None:
+        queue = self._queues[ticket.tier]
+        heapq.heappush(queue.heap, (ticket.vtag, ticket.id, ticket))
         queue.length += 1
         self._queued += 1
         queue.queued_by_tenant[ticket.tenant] = queue.queued_by_tenant.get(ticket.tenant, 0) + 1
-        self._active[ticket.tenant] = active + 1
-        return Admitted(ticket)
+
+    def _goes_alone(self, tier: Tier, now: float, slots: int, proven: int | None) -> bool:
+        """``next_dispatch``'s answer when the only queued ticket is one of ``tier``: with no
+        other tier waiting there is no owed turn and no line from a tier above, so it goes while
+        the pool is under the tier's holdback line and the tier under its capacity cap."""
+        in_flight = self.in_flight
+        if in_flight >= slots:
+            return False
+        policy = self.policies[tier]
+        if policy.max_utilization < 1.0:
+            top_rate = self._top_arrivals.read(now)
+            if self._holding(now, top_rate):
+                base = slots if proven is None or proven > slots else proven
+                ceiling = base - headroom_slots(top_rate, self._replenish_rate(now, base), self.headroom_risk, base,
+                                                self.headroom_staffing)
+                if in_flight >= max(1, min(math.floor(policy.max_utilization * base + 1e-9), ceiling)):
+                    return False
+        return self._queues[tier].in_flight < max(1, math.floor(policy.capacity_share * slots + 1e-9))
 
     def _fair_queue_share(self, queue: _TierQueue, tenant: str, bound: int) -> float:
         weights = {name: self._tenant(name).weight for name, n in queue.queued_by_tenant.items() if n > 0}
@@ -418,18 +467,24 @@ class Admission:
         return chosen
 
     def _take(self, ticket: Ticket, now: float) -> None:
+        queue = self._queues[ticket.tier]
+        queue.length -= 1
+        self._queued -= 1
+        self._dec_queued(queue, ticket.tenant)
+        self._start(ticket, now)
+
+    def _start(self, ticket: Ticket, now: float) -> None:
+        """``ticket`` leaves for its replica (taken off the queue, or never queued: ``submit_now``)."""
         tier = ticket.tier
         queue = self._queues[tier]
         ticket.state = _DISPATCHED
         ticket.dispatched_at = now
-        queue.length -= 1
-        self._queued -= 1
         queue.in_flight += 1
-        queue.vtime = max(queue.vtime, ticket.vtag)
+        if ticket.vtag > queue.vtime:
+            queue.vtime = ticket.vtag
         self.dispatched[tier] += 1
         for _other, q, _policy in self._order:
             q.share += SHARE_ALPHA * ((q is queue) - q.share)
-        self._dec_queued(queue, ticket.tenant)
         self.in_flight += 1
         if len(queue.finish) > 4096:  # forget tenants whose finish tag is already in the past
             queue.finish = {k: v for k, v in queue.finish.items() if v > queue.vtime}

@@ -47,7 +47,7 @@ from turbogate.sched.actions import (
     Probe,
     Respond,
 )
-from turbogate.sched.admission import Admission, Shed, TenantPolicy, Ticket, TierPolicy, clamp_retry
+from turbogate.sched.admission import Admission, Admitted, Shed, TenantPolicy, Ticket, TierPolicy, clamp_retry
 from turbogate.sched.guard import KneeGuard
 from turbogate.sched.leases import LeaseBook
 from turbogate.sched.load import ReplicaLoad
@@ -261,13 +261,26 @@ class Flow:
         if slots <= 0:
             return [self._no_replica(req, now)]
         ticket = Ticket(req.tenant, req.served if self._tiered else _STANDARD, req.arrival, req.cost, req)
-        decision = pool.admission.submit(ticket, now, slots)
+        admission = pool.admission
+        decision: Admitted | Shed | bool
+        if admission.queued == 0:  # the usual arrival: L1's choice is this request or none, in one call
+            decision = admission.submit_now(ticket, now, slots, counts[1])
+        else:
+            decision = admission.submit(ticket, now, slots)
         if type(decision) is Shed:
             return [self._refuse(req, decision.status, decision.reason, decision.message, now,
                                  decision.retry_after_s)]
         req.ticket = ticket
         req.phase = _QUEUED
         self._queue_timers[req.served].append((req.arrival + queue_limit_s, req))
+        if decision is True:  # L1 lets it go now: L2's pick, as the pump makes it
+            replica = self._pick_for(pool, ticket, now)
+            if replica is not None:
+                return [self._dispatch(req, replica, now, retry=False)]
+            admission.requeue(ticket)  # L1's slot total says yes, but no single replica has room
+            return []
+        if decision is False:  # it waits (the pump would find nothing to send either)
+            return []
         return self._pump(pool, now, None, counts)
 
     def _no_replica(self, req: FlowRequest, now: float) -> Respond:
@@ -291,15 +304,7 @@ class Flow:
             ticket = admission.next_dispatch(now, slots, proven)
             if ticket is None:
                 return actions
-            turbo = ticket.tier is _TURBO
-            beyond = 0  # slots past what a slow-start engine ran that Turbo may take (Picker._turbo_room)
-            if turbo:
-                if now - ticket.arrival >= TURBO_SLOW_START_PATIENCE_S:
-                    beyond = 1 << 30
-                elif admission.queued == admission.queue_length(Tier.TURBO):
-                    beyond = 1
-            replica = picker.pick(name, now, proven_only=turbo, engine_priority=pool.spec.priority_field,
-                                  beyond=beyond)
+            replica = self._pick_for(pool, ticket, now)
             if replica is None:  # L1's slot total says yes, but no single replica has room
                 admission.requeue(ticket)
                 return actions
@@ -308,6 +313,19 @@ class Flow:
             actions.append(self._dispatch(req, replica, now, retry=False))
             if admission.queued == 0:  # the usual end: next_dispatch would only say None
                 return actions
+
+    def _pick_for(self, pool: _Pool, ticket: Ticket, now: float) -> Replica | None:
+        """L2's replica for a ticket L1 just let go (``None``: no single replica has room)."""
+        turbo = ticket.tier is _TURBO
+        beyond = 0  # slots past what a slow-start engine ran that Turbo may take (Picker._turbo_room)
+        if turbo:
+            admission = pool.admission
+            if now - ticket.arrival >= TURBO_SLOW_START_PATIENCE_S:
+                beyond = 1 << 30
+            elif admission.queued == admission.queue_length(Tier.TURBO):
+                beyond = 1
+        return self.picker.pick(pool.spec.name, now, proven_only=turbo, engine_priority=pool.spec.priority_field,
+                                beyond=beyond)
 
     def _dispatch(self, req: FlowRequest, replica: Replica, now: float, *, retry: bool) -> Dispatch:
         if retry:
