@@ -1,7 +1,8 @@
 """CPU per request of the pure core (sched/) on the gateway's common path, in process.
 
 The gateway calls the flow for every request: ``open`` → ``arrive`` (a ``Dispatch`` when a
-replica has room) → ``finished``, and ``wake_at`` after each event batch (gateway/driver.py).
+replica has room) → ``finished``, and ``wake_at`` after an event batch that moved the flow's
+``timers_epoch`` (gateway/driver.py).
 This loop makes those calls with a fake clock on a flow built from a config like the one
 ``benchmarks/gateway_overhead.py`` writes (one pool, one scraped replica, ``max_concurrency``
 1024), a scrape every 0.5 s of fake time, and ``--connections`` requests kept in flight
@@ -58,26 +59,34 @@ def run(flow: Flow, requests: int, connections: int, start: float) -> tuple[floa
     upstream: deque[FlowRequest] = deque()  # dispatched, in dispatch order (the oldest answers first)
     open_count = 0
     served = queued = 0
+    looked = -1  # as the driver: wake_at only when the flow's timers_epoch moved since the last look
+
+    def wake() -> None:
+        nonlocal looked
+        if flow.timers_epoch != looked:
+            looked = flow.timers_epoch
+            flow.wake_at()
+
     while served < requests:
         now += STEP_S
         if now >= next_scrape:  # the scraper's view: what we run, no queue, a light KV cache
             replica = flow.picker.get(replica_id)
             load = ReplicaLoad(running=float(replica.in_flight), waiting=0.0, kv_usage=0.1)
             _collect(flow.scraped(replica_id, load, now), upstream)  # a grown limit lets queued ones go
-            flow.wake_at()
+            wake()
             next_scrape = now + SCRAPE_EVERY_S
         if open_count >= connections:
             req = upstream.popleft()
             req.prompt_tokens, req.completion_tokens = 20, 8
             _collect(flow.finished(req, now, 200), upstream)
-            flow.wake_at()
+            wake()
             open_count -= 1
             served += 1
         opened = flow.open(tenant="bench", model=MODEL, prompt_bytes=200, now=now)
         assert not isinstance(opened, Respond), opened
         if not _collect(flow.arrive(opened, now), upstream):
             queued += 1
-        flow.wake_at()
+        wake()
         open_count += 1
     # Close what is still open, so the next round starts from an idle flow.
     while upstream:

@@ -54,10 +54,10 @@ def main() -> int:
             os.sched_setaffinity(gateway.process.pid, {cpus[1]})
         go.fixed_run(gateway.url, args.conns, 1.0, False)  # warm-up
         # --native needs the process stopped while its C stack is read (py-spy cannot do it nonblocking).
-        spy = subprocess.Popen([spy_bin, "record", *([] if args.native else ["--nonblocking"]), "-r", str(args.rate), "-f", args.format,
+        mode = ["--native"] if args.native else ["--nonblocking"]
+        spy = subprocess.Popen([spy_bin, "record", *mode, "-r", str(args.rate), "-f", args.format,
                                 "-o", str(args.out), "--pid", str(gateway.process.pid),
-                                "-d", str(int(args.seconds) + 1), *(["--native"] if args.native else [])],
-                               stderr=subprocess.DEVNULL)
+                                "-d", str(int(args.seconds) + 1)], stderr=subprocess.DEVNULL)
         time.sleep(0.5)  # py-spy attached before the load starts
         load = go.fixed_run(gateway.url, args.conns, args.seconds, False, gateway.process.pid)
         spy.wait(timeout=args.seconds + 30)

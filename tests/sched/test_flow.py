@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from turbogate.sched import (
     Cancel,
@@ -288,3 +292,70 @@ def test_turbo_takes_a_probed_slot_when_the_engine_orders_its_queue_by_priority(
     flow.picker.on_metrics(r, ReplicaLoad(running=16, waiting=0, kv_usage=0.5), 0.0)
     assert flow.picker.pick("p", 0.1, proven_only=True) is None
     assert flow.picker.pick("p", 0.1, proven_only=True, engine_priority=True) is r
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["arrive", "arrive", "first_byte", "finish", "fail", "gone", "scrape",
+                                           "scrape_failed", "probe", "tick"]),
+                          st.sampled_from([None, "priority", "default", "flex"]),
+                          st.floats(0.0, 3.0), st.integers(0, 7)), max_size=80))
+def test_wake_at_comes_nearer_only_when_timers_epoch_grows(
+        ops: list[tuple[str, str | None, float, int]]) -> None:
+    # The gateway's driver asks wake_at only when timers_epoch changed: between two changes the
+    # next due time may only recede (gateway/driver.py), whatever the events in between.
+    base = policy(replicas=2, cap=2)
+    # A short first-byte watch, so its timers are often the nearest (at the default 60 s never).
+    flow = Flow(dataclasses.replace(base, picker=dataclasses.replace(base.picker, slow_first_byte_s=0.5)))
+    fresh(flow, 0.0)  # scraped replicas: no health-probe timer hides the requests' own timers
+    live: list[FlowRequest] = []
+    now = 0.0
+    epoch, wake = flow.timers_epoch, flow.wake_at()
+    for op, tier, gap, pick in ops:
+        now += gap
+        replica = flow.picker.replicas()[pick % 2]
+        if op == "arrive":
+            req = new(flow, now, tier)
+            flow.arrive(req, now)
+            live.append(req)
+        elif op == "scrape":
+            flow.scraped(replica.id, ReplicaLoad(running=replica.in_flight, waiting=pick % 3, kv_usage=0.1), now)
+        elif op == "scrape_failed":
+            flow.scraped(replica.id, ScrapeFailed("connect"), now)
+        elif op == "probe":
+            flow.probed(replica.id, pick % 2 == 0, now)
+        elif op == "tick":
+            flow.tick(now)
+        elif live:
+            req = live[pick % len(live)]
+            if op == "first_byte":
+                flow.first_byte(req, now)
+            elif op == "finish":
+                flow.finished(req, now, 500 if pick == 7 else 200)
+            elif op == "fail" and req.replica is not None:
+                flow.failed(req, now, [Failure.CONNECT, Failure.RESET, Failure.BROKEN][pick % 3])
+            elif op == "gone":
+                flow.client_gone(req, now)
+        if flow.timers_epoch == epoch:
+            assert flow.wake_at() >= wake, op
+        epoch, wake = flow.timers_epoch, flow.wake_at()
+
+
+def test_a_queued_request_dispatched_at_a_completion_moves_the_timers_epoch() -> None:
+    # Its first-byte watch is the nearest due time now: a driver that did not look again would
+    # sleep through it (the case the property above reaches only by luck).
+    base = policy(replicas=2, cap=2)
+    flow = Flow(dataclasses.replace(base, picker=dataclasses.replace(base.picker, slow_first_byte_s=0.5)))
+    fresh(flow, 0.0)
+    reqs = [new(flow, 0.0) for _ in range(6)]
+    for req in reqs:
+        flow.arrive(req, 0.0)
+    waiting = [r for r in reqs if r.replica is None]
+    assert waiting  # the holdback keeps some queued
+    for req in reqs:
+        if req.replica is not None:
+            flow.first_byte(req, 0.01)
+    epoch, wake = flow.timers_epoch, flow.wake_at()
+    assert wake == 10.0  # Standard's deadline
+    actions = flow.finished(next(r for r in reqs if r.replica is not None), 0.1)
+    assert dispatched(actions) == waiting[:1]
+    assert flow.wake_at() == 0.6 and flow.timers_epoch != epoch

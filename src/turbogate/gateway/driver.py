@@ -8,7 +8,8 @@ clock and carries out the actions, and decides nothing itself.
 * ``MeasureRtt`` / ``WarmUp`` start a round-trip probe / a warm-up request (gateway/regions.py)
   whose result goes back as ``flow.rtt_measured`` / ``flow.warmed``.
 
-One timer per process: after every event the driver arms the loop at ``flow.wake_at()``.
+One timer per process: after every event the driver arms the loop at ``flow.wake_at()`` — asked
+only when the flow's ``timers_epoch`` says a due time may have come nearer since it last asked.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class FlowDriver:
         self._on_health = on_health
         self._timer: asyncio.TimerHandle | None = None
         self._armed_at = math.inf
+        self._looked_at = -1  # the flow's timers_epoch when wake_at was last asked (-1: ask now)
         self._tasks: set[asyncio.Task[None]] = set()
 
     @staticmethod
@@ -112,6 +114,10 @@ class FlowDriver:
         self._arm()
 
     def _arm(self) -> None:
+        epoch = self.flow.timers_epoch
+        if epoch == self._looked_at:  # no due time came nearer since the last look: the timer stands
+            return
+        self._looked_at = epoch
         wake = self.flow.wake_at()
         if wake >= self._armed_at:
             return
@@ -127,6 +133,7 @@ class FlowDriver:
     def _fire(self) -> None:
         self._timer = None
         self._armed_at = math.inf
+        self._looked_at = -1  # nothing is armed now: look again after the tick
         self.run(self.flow.tick(time.perf_counter()))
 
     async def _run_probe(self, replica: Replica) -> None:

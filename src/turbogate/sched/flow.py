@@ -147,6 +147,10 @@ class Flow:
         self._rtt_probe_at = 0.0 if self.l3 else math.inf
         self._rtt_turn = 0
         self._warm: list[Replica] = self.picker.replicas() if policy.warmup else []  # joined: warm them up
+        #: Grows whenever a due time may have come nearer (a timer added, a probe moved up): a
+        #: driver whose timer is armed need not ask ``wake_at`` again until it changes, since due
+        #: times only recede otherwise (requests end, stale timers go).
+        self.timers_epoch = 0
 
     # ---- switches ----------------------------------------------------------------------------
     def set_tier(self, tier: Tier, on: bool) -> None:
@@ -250,6 +254,7 @@ class Flow:
         pool = self.pools[req.pool]
         deadline_s, queue_limit_s = self._limits[req.served]
         self._deadline_timers[req.served].append((req.arrival + deadline_s, req))
+        self.timers_epoch += 1
         if self._plain:
             replica = self.picker.pick_plain(req.pool, self.mode)
             if replica is None:
@@ -340,6 +345,7 @@ class Flow:
             self.guards[req.pool].dispatched(req.served is _TURBO, now - req.arrival, now)
         if self._watch_first_byte:  # plain proxies let engines queue: a slow first byte is normal there
             self._first_byte_timers.append((now + self._slow_first_byte_s, req, replica))
+            self.timers_epoch += 1
         return Dispatch(req, replica, retry)
 
     @staticmethod
@@ -463,6 +469,7 @@ class Flow:
             for change in changes:
                 if not change.healthy:
                     self._probe_at = min(self._probe_at, change.replica.next_probe_at)
+                    self.timers_epoch += 1
             out.extend(changes)
         return out
 
@@ -535,6 +542,7 @@ class Flow:
         self._health(out)
         for name in touched:
             self._pump(self.pools[name], now, out)
+        self.timers_epoch += 1
         return out
 
     # ---- replica signals -----------------------------------------------------------------------
@@ -551,6 +559,7 @@ class Flow:
         was = replica.health
         self.picker.on_probe(replica, ok, now)
         self._probe_at = self.picker.next_probe_at()
+        self.timers_epoch += 1
         out: list[Action] = []
         if self.policy.warmup and was is Health.EJECTED and replica.health is Health.HEALTHY:
             out.extend(self._warm_ups([replica]))  # it came back: warm it up
