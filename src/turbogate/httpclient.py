@@ -54,6 +54,8 @@ class _Conn(asyncio.Protocol):
         self.fresh = False  # True until its first request is sent
         self._now = 0.0  # when the bytes being parsed arrived
         self._paused = False  # reading paused for back-pressure (``_reset`` resumes it)
+        self._headers: dict[str, str] = {}
+        self._chunks: collections.deque[tuple[bytes, float]] = collections.deque()
         self._reset()
 
     def _reset(self) -> None:
@@ -63,14 +65,15 @@ class _Conn(asyncio.Protocol):
             self.transport.resume_reading()
         self.status = 0
         self._ct = b""
-        self._headers: dict[str, str] = {}
+        if self._headers:  # a Response holds the last answer's: a new one (the usual empty one is kept)
+            self._headers = {}
         self._framed = False  # Content-Length or Transfer-Encoding seen (else the body ends at close)
         self._headers_done = False
         self._complete = False
         self.completed_at = 0.0
         self._keep_alive = True
         self._paused = False
-        self._chunks: collections.deque[tuple[bytes, float]] = collections.deque()
+        self._chunks.clear()  # (read whole or dropped by now: nothing else holds it)
         self._waiter: asyncio.Future[None] | None = None
         self._error: UpstreamError | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -216,22 +219,30 @@ class Response:
                 return b""
             await conn._wait()
 
-    async def read(self) -> bytes:
+    def take_body(self) -> bytes | None:
+        """The whole body if all of it has come (the usual small answer), else ``None`` (then
+        ``read`` waits for it): no coroutine for an answer that needs no waiting."""
         conn = self._conn
-        if conn._complete:  # the usual small answer: all here already, no next_chunk round per piece
-            chunks = conn._chunks
-            parts = [chunk for chunk, _ in chunks]
-            if chunks:
-                self.chunk_at = chunks[-1][1]
-                chunks.clear()
-            self.completed_at = conn.completed_at
-            if conn._paused and conn.transport is not None:
-                conn._paused = False
-                conn.transport.resume_reading()
-        else:
-            parts = []
-            while chunk := await self.next_chunk():
-                parts.append(chunk)
+        if not conn._complete:
+            return None
+        chunks = conn._chunks
+        parts = [chunk for chunk, _ in chunks]
+        if chunks:
+            self.chunk_at = chunks[-1][1]
+            chunks.clear()
+        self.completed_at = conn.completed_at
+        if conn._paused and conn.transport is not None:
+            conn._paused = False
+            conn.transport.resume_reading()
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    async def read(self) -> bytes:
+        body = self.take_body()
+        if body is not None:
+            return body
+        parts = []
+        while chunk := await self.next_chunk():
+            parts.append(chunk)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def release(self) -> None:

@@ -55,7 +55,7 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, send: Sen
     try:
         if not req.stream or resp.status != 200:
             try:
-                data = await resp.read()
+                data = resp.take_body() or await resp.read()  # (an empty body is read again: b"")
             except UpstreamError as exc:
                 driver.run(flow.failed(req, time.perf_counter(), _failure(exc)))
                 return None
