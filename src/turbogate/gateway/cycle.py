@@ -11,8 +11,10 @@ Python of uvicorn's own cycle trimmed (issue 15).  Same ASGI behaviour, cheaper:
   joined, then the values joined by a tab (allowed in a value, so it cannot hide a bad byte),
   each mapped through a table of uvicorn's forbidden bytes (``bytes.translate``: one C pass).
 - No access-log branch and no default headers (the gateway turns both off).
+- **A whole body without a wait**: the usual request's body came with its headers, and the
+  first ``receive()`` hands it over at once instead of waiting on the already-set event.
 
-Everything else (body reading, ``100 Continue``, disconnects, pipelining) is uvicorn's
+Everything else (a body still arriving, ``100 Continue``, disconnects, pipelining) is uvicorn's
 ``RequestResponseCycle``; the guarded protocol (gateway/guard.py) creates this class instead.
 """
 
