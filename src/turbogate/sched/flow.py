@@ -302,9 +302,7 @@ class Flow:
         admission = pool.admission
         if admission.queued == 0:
             return actions
-        name = pool.spec.name
-        picker = self.picker
-        slots, proven = picker.slot_counts(name, now) if counts is None else counts
+        slots, proven = self.picker.slot_counts(pool.spec.name, now) if counts is None else counts
         while True:
             ticket = admission.next_dispatch(now, slots, proven)
             if ticket is None:
