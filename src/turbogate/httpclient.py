@@ -122,14 +122,18 @@ class _Conn(asyncio.Protocol):
         self.status = self.parser.get_status_code()
         self._keep_alive = self.parser.should_keep_alive()
         self._headers_done = True
-        self._wake()
+        waiter = self._waiter  # wake the request (inline: three parser callbacks a request)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def on_body(self, body: bytes) -> None:
         self._chunks.append((body, self._now))
         if len(self._chunks) >= _PAUSE_AT and not self._paused and self.transport is not None:
             self._paused = True
             self.transport.pause_reading()
-        self._wake()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def on_message_complete(self) -> None:
         self._complete = True
@@ -137,14 +141,11 @@ class _Conn(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._wake()
-
-    # helpers
-    def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    # helpers
     def _fail(self, exc: UpstreamError) -> None:
         if self._error is None:
             self._error = exc

@@ -10,7 +10,7 @@ import logging
 import pytest
 from uvicorn.protocols.http.flow_control import FlowControl
 
-from turbogate.gateway.cycle import LeanCycle
+from turbogate.gateway.cycle import LeanCycle, RequestEvent
 
 
 class _Recorder:
@@ -32,7 +32,7 @@ def _cycle(method: str = "POST", keep_alive: bool = True) -> tuple[LeanCycle, _R
     inner = _Recorder()
     done: list[int] = []
     cycle = LeanCycle({"method": method}, inner, FlowControl(inner), logging.getLogger("test"),  # type: ignore[arg-type]
-                      asyncio.Event(), False, keep_alive, lambda: done.append(1))
+                      RequestEvent(), False, keep_alive, lambda: done.append(1))
     return cycle, inner, done
 
 
@@ -154,3 +154,38 @@ async def test_a_body_still_arriving_is_received_piece_by_piece() -> None:
     cycle.more_body = False
     cycle.message_event.set()
     assert await cycle.receive() == {"type": "http.request", "body": b"c", "more_body": False}
+
+
+async def test_the_request_event_wakes_every_waiter_once_and_forgets_a_cancelled_one() -> None:
+    event = RequestEvent()
+    assert not event.is_set()
+    first, second = asyncio.ensure_future(event.wait()), asyncio.ensure_future(event.wait())
+    gone = asyncio.ensure_future(event.wait())
+    await asyncio.sleep(0)
+    assert not (first.done() or second.done() or gone.done())
+    gone.cancel()
+    await asyncio.sleep(0)
+    event.set()
+    assert await asyncio.wait_for(asyncio.gather(first, second), 5) == [True, True]
+    assert gone.cancelled() and event.is_set()
+    assert await event.wait()  # already set: no wait
+    event.clear()
+    third = asyncio.ensure_future(event.wait())
+    await asyncio.sleep(0)
+    assert not third.done()  # cleared: waits again
+    event.set()
+    assert await asyncio.wait_for(third, 5)
+
+
+async def test_a_response_that_ends_while_its_disconnect_is_awaited_wakes_the_watcher() -> None:
+    cycle, _, _ = _cycle()
+    cycle.body += b"{}"
+    cycle.more_body = False
+    cycle.message_event.set()
+    await cycle.receive()  # the body; the event is cleared for what comes next
+    watcher = asyncio.ensure_future(cycle.receive())  # a queued request's watch for its client leaving
+    await asyncio.sleep(0)
+    assert not watcher.done()
+    await cycle.send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
+    await cycle.send({"type": "http.response.body", "body": b""})
+    assert await asyncio.wait_for(watcher, 5) == {"type": "http.disconnect"}

@@ -47,11 +47,51 @@ def _values_of(name: bytes, names: list[bytes], values: tuple[bytes, ...]) -> li
     return [value for at, value in enumerate(values) if names[at] == name]
 
 
+class RequestEvent:
+    """``asyncio.Event``'s job in one request cycle (the request's body came, or the response
+    ended, or the client left), for less: made without an ``__init__`` call (class defaults until
+    first used), and the protocol's hot callbacks read ``value`` before calling ``set()``.
+    Waiting is the rare path (a body still arriving, a queued request watching its client)."""
+
+    value = False  #: set, not yet cleared
+    _waiters: list[asyncio.Future[None]] | None = None
+
+    def is_set(self) -> bool:
+        return self.value
+
+    def set(self) -> None:
+        if not self.value:
+            self.value = True
+            waiters, self._waiters = self._waiters, None
+            for fut in waiters or ():
+                if not fut.done():
+                    fut.set_result(None)
+
+    def clear(self) -> None:
+        self.value = False
+
+    async def wait(self) -> bool:
+        if self.value:
+            return True
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._waiters is None:
+            self._waiters = []
+        self._waiters.append(fut)
+        try:
+            await fut
+        finally:
+            if self._waiters is not None and fut in self._waiters:
+                self._waiters.remove(fut)
+        return True
+
+
 class LeanCycle(RequestResponseCycle):
     """uvicorn's request cycle with a leaner ``send`` (see the module docstring)."""
 
+    message_event: RequestEvent  # type: ignore[assignment]
+
     def __init__(self, scope: Any, transport: asyncio.Transport, flow: FlowControl, logger: Any,
-                 message_event: asyncio.Event, expect_100_continue: bool, keep_alive: bool,
+                 message_event: RequestEvent, expect_100_continue: bool, keep_alive: bool,
                  on_response: Any, loop: asyncio.AbstractEventLoop | None = None) -> None:
         # The attributes uvicorn's protocol and cycle read, set directly (its __init__ takes 11).
         self.scope = scope
@@ -153,7 +193,8 @@ class LeanCycle(RequestResponseCycle):
             if self.expected_content_length != 0:
                 raise RuntimeError("Response content shorter than Content-Length")
             self.response_complete = True
-            self.message_event.set()
+            if not self.message_event.value:  # (cleared by the body's receive(): a watcher may wait)
+                self.message_event.set()
             if not self.keep_alive:
                 self.transport.close()
             self.on_response()
@@ -164,7 +205,7 @@ class LeanCycle(RequestResponseCycle):
         if not (self.more_body or self._body_read or self.disconnected or self.response_complete
                 or self.waiting_for_100_continue):
             self._body_read = True
-            self.message_event.clear()  # a later receive() waits for the disconnect, as uvicorn's does
+            self.message_event.value = False  # a later receive() waits for the disconnect, as uvicorn's does
             if self.flow.read_paused:  # a large body paused reading: resume it, as uvicorn's receive() does
                 self.flow.resume_reading()
             body = bytes(self.body)

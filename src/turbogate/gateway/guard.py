@@ -27,13 +27,14 @@ import urllib.parse
 from typing import Any
 
 import httptools
-from uvicorn.protocols.http.flow_control import service_unavailable
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT, service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from turbogate.asgi import AsgiApp, error_body
 from turbogate.config import GatewayConfig, Limits
 from turbogate.gateway.busypoll import BusyPoll
-from turbogate.gateway.cycle import LeanCycle
+from turbogate.gateway.cycle import LeanCycle, RequestEvent
+from turbogate.gateway.sweeper import Sweeper
 
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 _END = b"\r\n\r\n"
@@ -53,32 +54,7 @@ def _config_of(app: Any) -> GatewayConfig | None:
     return None
 
 
-class _Sweeper:
-    """One timer per event loop checks every guarded connection's deadlines twice a second, so
-    a request costs no timer of its own (a timer armed and cancelled per request was measurable)."""
-
-    def __init__(self) -> None:
-        self.live: set[GuardedHttpToolsProtocol] = set()
-        self._handle: asyncio.TimerHandle | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def add(self, conn: GuardedHttpToolsProtocol) -> None:
-        self.live.add(conn)
-        loop = conn.loop
-        if self._handle is None or self._loop is not loop or loop.is_closed():
-            self._loop = loop
-            self._handle = loop.call_later(_SWEEP_S, self._sweep)
-
-    def _sweep(self) -> None:
-        self._handle = None
-        now = time.monotonic()
-        for conn in list(self.live):
-            conn.check(now)
-        if self.live and self._loop is not None:
-            self._handle = self._loop.call_later(_SWEEP_S, self._sweep)
-
-
-_SWEEPER = _Sweeper()
+_SWEEPER = Sweeper(_SWEEP_S)
 _HEADERS, _BODY, _OTHER = 0, 1, 2  # what the connection's next bytes are
 #: 0 for ``?%#``: a request target without them is its own path (no query to split, nothing to
 #: unquote).  Translating and looking for 0 is one C pass; ``b"?" in url`` raises and clears a
@@ -87,6 +63,8 @@ _PATH_BYTES = bytes(0 if c in b"?%#" else 1 for c in range(256))
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    cycle: LeanCycle  # the only cycle this protocol makes (None until the first request, as in uvicorn)
+
     def __init__(self, config: Any, server_state: Any, app_state: dict[str, Any],
                  _loop: asyncio.AbstractEventLoop | None = None) -> None:
         super().__init__(config, server_state, app_state, _loop)
@@ -145,7 +123,17 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         elif self._phase == _BODY:
             self._body_bytes += len(data)
             self._last = time.monotonic()
-        super().data_received(data)
+        # uvicorn's data_received, without its keep-alive timer check (the sweeper keeps that timeout).
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            self.logger.warning("Invalid HTTP request received.")
+            self.send_400_response("Invalid HTTP request received.")
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
 
     def handle_websocket_upgrade(self) -> None:
         # The WebSocket protocol (lease heartbeats) owns the connection now; this protocol never sees its
@@ -193,7 +181,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             app = service_unavailable
             self.logger.warning("Exceeded concurrency limit.")
         existing = self.cycle
-        cycle = self.cycle = LeanCycle(scope, self.transport, self.flow, self.logger, asyncio.Event(),
+        cycle = self.cycle = LeanCycle(scope, self.transport, self.flow, self.logger, RequestEvent(),
                                        self.expect_100_continue,
                                        http_version != "1.0" and parser.should_keep_alive(), self.on_response_complete,
                                        self.loop)
@@ -207,10 +195,25 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             task.add_done_callback(self.tasks.discard)
             self.tasks.add(task)
 
+    def on_body(self, body: bytes) -> None:  # uvicorn's, with the event's set() called once
+        cycle = self.cycle  # (None for an upgrade: uvicorn's order of the checks below keeps that safe)
+        if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
+            return
+        cycle.body += body
+        if len(cycle.body) > HIGH_WATER_LIMIT:
+            self.flow.pause_reading()
+        if not cycle.message_event.value:
+            cycle.message_event.set()
+
     def on_message_complete(self) -> None:
         self._phase = _HEADERS
         self._header_bytes = 0
-        super().on_message_complete()
+        cycle = self.cycle  # uvicorn's own from here
+        if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
+            return
+        cycle.more_body = False
+        if not cycle.message_event.value:  # (a body just set it: the usual case)
+            cycle.message_event.set()
 
     def on_response_complete(self) -> None:
         if self._phase == _BODY:  # answered without reading its whole body (e.g. a 413): stop watching it

@@ -118,11 +118,20 @@ class Metering:
         journal at once, or — where the journal cannot be written — in the store."""
         fut = self._submit(req)
         if fut is not None:
-            try:
-                await fut
-            except Exception:  # a store bug must not cost the client its answer: logged, counted
-                self.store.lost += 1
-                log.exception("usage record %s not stored", self.record_id(req))
+            await self.stored(req, fut)
+
+    def durable(self, req: FlowRequest) -> asyncio.Future[None] | None:
+        """``record`` without a coroutine for the usual record, durable at once: None then, else
+        the future to pass to ``stored``."""
+        return self._submit(req)
+
+    async def stored(self, req: FlowRequest, fut: asyncio.Future[None]) -> None:
+        """Wait for the store to hold ``req``'s record (from ``durable``)."""
+        try:
+            await fut
+        except Exception:  # a store bug must not cost the client its answer: logged, counted
+            self.store.lost += 1
+            log.exception("usage record %s not stored", self.record_id(req))
 
     def follower_send(self, send: Send, req: FlowRequest, leader: FlowRequest) -> Send:
         """A coalesced follower's ``send``: its own record id in the headers, and its own record

@@ -11,8 +11,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from turbogate.asgi import Headers, Message, Receive, Send, send_error
-from turbogate.gateway.driver import Handle
+from turbogate.asgi import Headers, Receive, Send, send_error
 from turbogate.gateway.proxy import attempt
 from turbogate.gateway.runtime import TenantRt
 from turbogate.gateway.watch import Watch
@@ -45,16 +44,11 @@ async def serve(app: GatewayApp, receive: Receive, send: Send, tenant: TenantRt,
     # loop makes a getpid() system call to find the running loop).
     task = asyncio.current_task(app.loop) or asyncio.current_task()
     assert task is not None
-    handle = Handle(task)
-    req.handle = handle
-    watch = Watch(receive, req, handle, req.arrival)
     meter, flow, driver = app.meter, app.rt.flow, app.driver
-
-    async def tracked_send(message: Message) -> None:
-        if message["type"] == "http.response.body" and not message.get("more_body", False):
-            watch.finished = True  # from here a disconnect is the normal end, not the client leaving
-            await meter.record(req)  # durable before the client has the whole answer
-        await send(message)
+    # The request's one object in the shell: the driver's handle, the send that stores its
+    # usage record before the last byte, and the watch for its client leaving (gateway/watch.py).
+    watch = req.handle = Watch(task, receive, send, req, meter, req.arrival)
+    tracked_send = watch.send
 
     tier_headers = answer_headers(app, req)
     word = app.tier_words[req.served]
@@ -64,21 +58,21 @@ async def serve(app: GatewayApp, receive: Receive, send: Send, tenant: TenantRt,
     try:
         refusal = await meter.admit(req) if req.tenant in meter.limits else None
         if refusal is not None:  # a global tenant limit, across every gateway sharing the store
-            handle.respond = flow.refuse(req, 429, refusal.code, refusal.message, time.perf_counter(),
-                                         refusal.retry_after_s)
+            watch.respond = flow.refuse(req, 429, refusal.code, refusal.message, time.perf_counter(),
+                                        refusal.retry_after_s)
         else:
             driver.run(flow.arrive(req, req.arrival))
         while True:
-            if handle.respond is not None:
-                status = await respond(app, tracked_send, req, handle.respond)
+            if watch.respond is not None:
+                status = await respond(app, tracked_send, req, watch.respond)
                 break
-            replica = handle.replica
+            replica = watch.replica
             if replica is None:
                 watch.start(app)  # a queued request may wait long: notice at once if its client leaves
-                await handle.next_step()
+                await watch.next_step()
                 continue
-            handle.replica = None
-            if handle.retry:
+            watch.replica = None
+            if watch.retry:
                 app.metrics.retries.labels(replica.pool).inc()
             elif not observed_queue:
                 observed_queue = True
@@ -91,16 +85,16 @@ async def serve(app: GatewayApp, receive: Receive, send: Send, tenant: TenantRt,
         if watch.gone:
             task.uncancel()
             status = 499
-        elif handle.cancelled and handle.respond is not None:  # the flow's deadline: answer its 504
+        elif watch.cancelled and watch.respond is not None:  # the flow's deadline: answer its 504
             task.uncancel()
-            status = await respond(app, tracked_send, req, handle.respond)
+            status = await respond(app, tracked_send, req, watch.respond)
         else:
             raise
     finally:
         watch.finished = True
         app.watches.discard(watch)
-        if watch.task is not None:
-            watch.task.cancel()
+        if watch.watcher is not None:
+            watch.watcher.cancel()
         if not req.done:  # ended here without the flow knowing (a bug or shutdown): free its place
             driver.run(flow.client_gone(req, time.perf_counter()))
         meter.done(req)

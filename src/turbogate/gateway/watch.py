@@ -1,4 +1,8 @@
-"""Noticing a client that leaves: what ends a request's life from the client's side.
+"""One request's object in the gateway's shell (``Watch``): the driver's handle on it, the
+``send`` that stores its usage record before the answer's last byte, and the watch for its client
+leaving — one object a request, where three were (a ``Handle``, a watch and a closure).
+
+Noticing a client that leaves is what ends a request's life from the client's side.
 
 Queued requests are watched at once; running ones only after ``WATCH_AFTER_S`` (by the sweeper):
 a watcher task per request was a large share of the gateway's CPU per request, and a quick
@@ -16,41 +20,62 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from turbogate.asgi import Receive
+from turbogate.asgi import Message, Receive, Send
 from turbogate.gateway.driver import Handle
 from turbogate.sched import FlowRequest
 
 if TYPE_CHECKING:
     from turbogate.gateway.app import GatewayApp
+    from turbogate.gateway.metering import Metering
 
 WATCH_AFTER_S = 0.05
 SWEEP_S = 0.05
 
 
-class Watch:
-    """One request's watch for its client leaving (see the module docstring)."""
+class Watch(Handle):
+    """One request in the shell (see the module docstring): the driver's ``Handle`` on its
+    coroutine (``task``), its ``send``, and its watch (``watcher``: a task waiting on ``receive``;
+    ``cycle``: uvicorn's cycle, whose flag the sweeper polls)."""
 
-    __slots__ = ("born", "cycle", "finished", "gone", "handle", "receive", "req", "task")
+    __slots__ = ("_send", "born", "cycle", "finished", "gone", "meter", "receive", "req", "watcher")
 
-    def __init__(self, receive: Receive, req: FlowRequest, handle: Handle, born: float) -> None:
+    def __init__(self, task: asyncio.Task[object], receive: Receive, send: Send, req: FlowRequest,
+                 meter: Metering, born: float) -> None:
+        # Handle's fields set here, not by its __init__: one Python call a request less.
+        self.task = task
+        self.replica = None
+        self.retry = False
+        self.respond = None
+        self.cancelled = False
+        self.waiter = None
         self.receive = receive
+        self._send = send
         self.req = req
-        self.handle = handle
+        self.meter = meter
         self.born = born
         self.finished = False
         self.gone = False
-        self.task: asyncio.Task[None] | None = None
-        self.cycle: object | None = None  # uvicorn's request cycle, when its flag is polled
+        self.watcher: asyncio.Task[None] | None = None
+        self.cycle: object | None = None
+
+    async def send(self, message: Message) -> None:
+        """The server's ``send``, with the usage record made durable before the last byte."""
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.finished = True  # from here a disconnect is the normal end, not the client leaving
+            stored = self.meter.durable(self.req)
+            if stored is not None:  # the store must hold it first (a Turbo budget's spend)
+                await self.meter.stored(self.req, stored)
+        await self._send(message)
 
     def start(self, app: GatewayApp) -> None:
-        if self.task is not None or self.cycle is not None:
+        if self.watcher is not None or self.cycle is not None:
             return
         cycle = getattr(self.receive, "__self__", None)
         if cycle is not None and hasattr(cycle, "disconnected"):
             self.cycle = cycle
             self.poll(app)
         else:
-            self.task = asyncio.get_running_loop().create_task(self._watch(app))
+            self.watcher = asyncio.get_running_loop().create_task(self._watch(app))
 
     def poll(self, app: GatewayApp) -> None:
         if getattr(self.cycle, "disconnected", False):
@@ -66,8 +91,8 @@ class Watch:
             return
         self.gone = True
         app.driver.run(app.rt.flow.client_gone(self.req, time.perf_counter()))
-        if not self.handle.cancelled:
-            self.handle.task.cancel()
+        if not self.cancelled:
+            self.task.cancel()
 
 
 async def sweep(app: GatewayApp) -> None:
@@ -79,5 +104,5 @@ async def sweep(app: GatewayApp) -> None:
         for w in list(app.watches):
             if w.cycle is not None:
                 w.poll(app)
-            elif w.task is None and w.born < watch_before:
+            elif w.watcher is None and w.born < watch_before:
                 w.start(app)

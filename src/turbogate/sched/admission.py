@@ -244,7 +244,8 @@ class Admission:
         self._active: dict[str, int] = tenant_counts if tenant_counts is not None else {}
         self._seq = 0
         self.in_flight = 0
-        self._queued = 0
+        #: Tickets waiting in any tier (read on every arrival and completion: an attribute, not a property).
+        self.queued = 0
         self._service_ewma_s = 0.0
         self._samples = 0
         self._min_samples = min_samples
@@ -260,10 +261,6 @@ class Admission:
 
     def tier_in_flight(self, tier: Tier) -> int:
         return self._queues[tier].in_flight
-
-    @property
-    def queued(self) -> int:
-        return self._queued
 
     @property
     def service_estimate_s(self) -> float | None:
@@ -327,7 +324,7 @@ class Admission:
         shed = self._admit(ticket, now, slots)
         if shed is not None:
             return shed
-        if self._queued == 0 and self._goes_alone(ticket.tier, now, slots, proven):
+        if self.queued == 0 and self._goes_alone(ticket.tier, now, slots, proven):
             self._start(ticket, now)
             return True
         self._enqueue(ticket)
@@ -376,7 +373,7 @@ class Admission:
         queue = self._queues[ticket.tier]
         heapq.heappush(queue.heap, (ticket.vtag, ticket.id, ticket))
         queue.length += 1
-        self._queued += 1
+        self.queued += 1
         queue.queued_by_tenant[ticket.tenant] = queue.queued_by_tenant.get(ticket.tenant, 0) + 1
 
     def _goes_alone(self, tier: Tier, now: float, slots: int, proven: int | None) -> bool:
@@ -426,7 +423,7 @@ class Admission:
         part of ``slots`` the engines have shown they run (``Picker.proven_slots``): holdback
         lines are drawn on it, so the headroom kept for Turbo is real engine capacity."""
         in_flight = self.in_flight
-        if in_flight >= slots or self._queued == 0:
+        if in_flight >= slots or self.queued == 0:
             return None
         base = slots if proven is None else min(proven, slots)
         # The most the lower tiers may hold: never more than leaves Turbo its needed headroom.
@@ -469,7 +466,7 @@ class Admission:
     def _take(self, ticket: Ticket, now: float) -> None:
         queue = self._queues[ticket.tier]
         queue.length -= 1
-        self._queued -= 1
+        self.queued -= 1
         self._dec_queued(queue, ticket.tenant)
         self._start(ticket, now)
 
@@ -515,7 +512,7 @@ class Admission:
         self.in_flight -= 1
         self.dispatched[ticket.tier] -= 1
         queue.length += 1
-        self._queued += 1
+        self.queued += 1
         queue.queued_by_tenant[ticket.tenant] = queue.queued_by_tenant.get(ticket.tenant, 0) + 1
         heapq.heappush(queue.heap, (ticket.vtag, ticket.id, ticket))
 
@@ -544,7 +541,7 @@ class Admission:
         queue = self._queues[ticket.tier]
         ticket.state = _DONE
         queue.length -= 1
-        self._queued -= 1
+        self.queued -= 1
         self._dec_queued(queue, ticket.tenant)
         self._release_tenant(ticket.tenant)
         return True

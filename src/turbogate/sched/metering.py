@@ -57,10 +57,11 @@ class UsageRecord:
     @property
     def turbo_units(self) -> float:
         """What this record charges against the tenant's Turbo budget."""
-        return self.cost_units if self.tier_served == Tier.TURBO.value else 0.0
+        return self.cost_units if self.tier_served == _TURBO_NAME else 0.0
 
 
 _TURBO, _RELAX = Tier.TURBO, Tier.RELAX  # read per request: module names, not class attributes
+_TURBO_NAME = Tier.TURBO.value  # (an enum's .value is a Python-level descriptor: three calls a read)
 
 
 def cost_units(served: Tier, prompt_tokens: int, completion_tokens: int, policy: MeteringPolicy) -> float:

@@ -125,7 +125,10 @@ class Picker:
         return doubts
 
     def take_health_changes(self) -> Sequence[HealthChange]:
-        changes, self._changes = _taken(self._changes)
+        changes = self._changes
+        if not changes:  # the usual case, after every event: nothing to hand over, nothing to allocate
+            return ()
+        self._changes = []
         return changes
 
     # ---- state -----------------------------------------------------------------------------
@@ -387,7 +390,8 @@ class Picker:
         replica.in_flight += 1
         if replica.in_flight > replica.peak_in_flight:
             replica.peak_in_flight = replica.in_flight
-        self._refresh(replica)
+        if self._pools[replica.pool].indexed:  # (small pools keep no running sums: no call per dispatch)
+            self._refresh(replica)
 
     # ---- outcomes --------------------------------------------------------------------------
     def on_response(self, replica: Replica, status: int, latency_s: float, now: float) -> None:
@@ -403,7 +407,8 @@ class Picker:
             replica.served += 1
             prev = replica.service_s
             replica.service_s = latency_s if prev is None else prev + 0.2 * (latency_s - prev)
-        self._refresh(replica, now)
+        if self._pools[replica.pool].indexed:
+            self._refresh(replica, now)
 
     def on_failure(self, replica: Replica, now: float, *, hard: bool, dispatched: bool = True,
                    reason: str = "") -> None:
