@@ -359,3 +359,26 @@ def test_a_queued_request_dispatched_at_a_completion_moves_the_timers_epoch() ->
     actions = flow.finished(next(r for r in reqs if r.replica is not None), 0.1)
     assert dispatched(actions) == waiting[:1]
     assert flow.wake_at() == 0.6 and flow.timers_epoch != epoch
+
+
+def test_requests_that_end_in_turn_leave_no_timers_and_need_no_new_look() -> None:
+    # The driver asks wake_at only when timers_epoch moves: a timer no nearer than its last
+    # answer does not move it, and an ended request's timers go as it ends (not at the next
+    # tick, which may be seconds away: they would keep the request alive until then).
+    base = policy(replicas=2, cap=2)
+    flow = Flow(dataclasses.replace(base, picker=dataclasses.replace(base.picker, slow_first_byte_s=0.5)))
+    fresh(flow, 0.0)
+    epoch, looks, now = -1, 0, 0.0
+    for i in range(300):
+        now += 0.01
+        req = new(flow, now, "priority" if i % 3 == 0 else None)
+        for step in (lambda: flow.arrive(req, now), lambda: flow.first_byte(req, now + 0.002),
+                     lambda: flow.finished(req, now + 0.004)):
+            step()
+            if flow.timers_epoch != epoch:  # as gateway/driver.py's _arm
+                epoch, looks = flow.timers_epoch, looks + 1
+                flow.wake_at()
+        assert req.done
+    assert looks <= 4  # the first request of each tier, and the first look: not one a request
+    timers = [*flow._deadline_timers.values(), *flow._queue_timers.values(), flow._first_byte_timers]
+    assert sum(len(q) for q in timers) == 0

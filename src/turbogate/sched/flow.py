@@ -151,6 +151,9 @@ class Flow:
         #: driver whose timer is armed need not ask ``wake_at`` again until it changes, since due
         #: times only recede otherwise (requests end, stale timers go).
         self.timers_epoch = 0
+        # What wake_at last said (inf: never asked).  A timer added no nearer than that cannot
+        # move the driver's timer, which is armed at it or before: no epoch change, no new look.
+        self._wake_floor = math.inf
 
     # ---- switches ----------------------------------------------------------------------------
     def set_tier(self, tier: Tier, on: bool) -> None:
@@ -253,8 +256,10 @@ class Flow:
         """Admit ``req``: dispatch it, queue it, or refuse it."""
         pool = self.pools[req.pool]
         deadline_s, queue_limit_s = self._limits[req.served]
-        self._deadline_timers[req.served].append((req.arrival + deadline_s, req))
-        self.timers_epoch += 1
+        due = req.arrival + deadline_s
+        self._deadline_timers[req.served].append((due, req))
+        if due < self._wake_floor:
+            self.timers_epoch += 1
         if self._plain:
             replica = self.picker.pick_plain(req.pool, self.mode)
             if replica is None:
@@ -277,7 +282,10 @@ class Flow:
                                  decision.retry_after_s)]
         req.ticket = ticket
         req.phase = _QUEUED
-        self._queue_timers[req.served].append((req.arrival + queue_limit_s, req))
+        due = req.arrival + queue_limit_s
+        self._queue_timers[req.served].append((due, req))
+        if due < self._wake_floor:
+            self.timers_epoch += 1
         if decision is True:  # L1 lets it go now: L2's pick, as the pump makes it
             replica = self._pick_for(pool, ticket, now)
             if replica is not None:
@@ -342,8 +350,10 @@ class Flow:
         if self.guards and not retry and req.pool in self.guards:  # signals for an online knee
             self.guards[req.pool].dispatched(req.served is _TURBO, now - req.arrival, now)
         if self._watch_first_byte:  # plain proxies let engines queue: a slow first byte is normal there
-            self._first_byte_timers.append((now + self._slow_first_byte_s, req, replica))
-            self.timers_epoch += 1
+            due = now + self._slow_first_byte_s
+            self._first_byte_timers.append((due, req, replica))
+            if due < self._wake_floor:
+                self.timers_epoch += 1
         return Dispatch(req, replica, retry)
 
     @staticmethod
@@ -358,6 +368,14 @@ class Flow:
         self._leave_upstream(req)
         req.phase = _DONE
         req.status = status
+        # Let go of ended requests' timers at the queues' fronts now (wake_at does too, but the
+        # driver need not ask it per request): they would keep those requests alive till a tick.
+        for q in (self._deadline_timers[req.served], self._queue_timers[req.served]):
+            while q and q[0][1].phase is _DONE:
+                q.popleft()
+        fb = self._first_byte_timers
+        while fb and (fb[0][1].phase is not _UPSTREAM or fb[0][1].replica is not fb[0][2]):
+            fb.popleft()
         self._meter(req, status, now)
         if req.ticket is not None:
             self.pools[req.pool].admission.on_complete(req.ticket, now, count_service=count_service)
@@ -475,6 +493,7 @@ class Flow:
     def wake_at(self) -> float:
         """When ``tick`` next has work (math.inf: nothing is due)."""
         if self._warm:
+            self._wake_floor = 0.0
             return 0.0  # replicas joined: their warm-ups are due now
         due = min(self._probe_at, self._health_at, self._rtt_probe_at)
         for q in self._tier_timers:
@@ -487,6 +506,7 @@ class Flow:
             fb.popleft()
         if fb and fb[0][0] < due:
             due = fb[0][0]
+        self._wake_floor = due
         return due
 
     def tick(self, now: float) -> list[Action]:
