@@ -100,6 +100,9 @@ async def serve(app: GatewayApp, receive: Receive, send: Send, tenant: TenantRt,
         meter.done(req)
         if count:
             app.metrics.count(tenant.label, TIER_NAME[req.asked], TIER_NAME[req.served], status)
+        # The request and its watch point at each other: part the two, so reference counting
+        # frees both now (a cycle left each request's objects, its cycle's included, to the GC).
+        req.handle = None
 
 
 async def respond(app: GatewayApp, send: Send, req: FlowRequest, answer: Respond) -> int:
