@@ -10,7 +10,7 @@ import logging
 import pytest
 from uvicorn.protocols.http.flow_control import FlowControl
 
-from turbogate.gateway.cycle import LeanCycle, RequestEvent
+from turbogate.gateway.cycle import LeanCycle, RequestEvent, whole_body
 
 
 class _Recorder:
@@ -189,3 +189,18 @@ async def test_a_response_that_ends_while_its_disconnect_is_awaited_wakes_the_wa
     await cycle.send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
     await cycle.send({"type": "http.response.body", "body": b""})
     assert await asyncio.wait_for(watcher, 5) == {"type": "http.disconnect"}
+
+
+async def test_whole_body_takes_a_lean_cycles_body_once_and_leaves_other_receives_alone() -> None:
+    cycle, _, _ = _cycle()
+    cycle.body += b'{"a":1}'
+    assert whole_body(cycle.receive) is None  # more of it may come: read it with receive()
+    cycle.more_body = False
+    cycle.message_event.set()
+    assert whole_body(cycle.receive) == b'{"a":1}'
+    assert whole_body(cycle.receive) is None  # taken: a second read waits for the disconnect
+
+    async def other_receive() -> dict[str, object]:
+        return {"type": "http.request", "body": b"x", "more_body": False}
+
+    assert whole_body(other_receive) is None

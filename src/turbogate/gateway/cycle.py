@@ -12,7 +12,8 @@ Python of uvicorn's own cycle trimmed (issue 15).  Same ASGI behaviour, cheaper:
   each mapped through a table of uvicorn's forbidden bytes (``bytes.translate``: one C pass).
 - No access-log branch and no default headers (the gateway turns both off).
 - **A whole body without a wait**: the usual request's body came with its headers, and the
-  first ``receive()`` hands it over at once instead of waiting on the already-set event.
+  first ``receive()`` hands it over at once instead of waiting on the already-set event (or,
+  through ``whole_body``, without any coroutine).
 
 Everything else (a body still arriving, ``100 Continue``, disconnects, pipelining) is uvicorn's
 ``RequestResponseCycle``; the guarded protocol (gateway/guard.py) creates this class instead.
@@ -200,17 +201,24 @@ class LeanCycle(RequestResponseCycle):
                 self.transport.close()
             self.on_response()
 
-    async def receive(self) -> Any:
-        # The usual request: its whole body came with its headers, and this is the app's first
-        # read; uvicorn's receive() would wait on the already-set event and then clear it.
-        if not (self.more_body or self._body_read or self.disconnected or self.response_complete
+    def take_whole_body(self) -> bytes | None:
+        """The request's whole body if it came with its headers and nothing has read it yet (what
+        the first ``receive()`` returns at once), else None; uvicorn's ``receive()`` would wait on
+        the already-set event and then clear it."""
+        if (self.more_body or self._body_read or self.disconnected or self.response_complete
                 or self.waiting_for_100_continue):
-            self._body_read = True
-            self.message_event.value = False  # a later receive() waits for the disconnect, as uvicorn's does
-            if self.flow.read_paused:  # a large body paused reading: resume it, as uvicorn's receive() does
-                self.flow.resume_reading()
-            body = bytes(self.body)
-            self.body = bytearray()
+            return None
+        self._body_read = True
+        self.message_event.value = False  # a later receive() waits for the disconnect, as uvicorn's does
+        if self.flow.read_paused:  # a large body paused reading: resume it, as uvicorn's receive() does
+            self.flow.resume_reading()
+        body = bytes(self.body)
+        self.body = bytearray()
+        return body
+
+    async def receive(self) -> Any:
+        body = self.take_whole_body()
+        if body is not None:
             return {"type": "http.request", "body": body, "more_body": False}
         return await super().receive()
 
@@ -225,3 +233,10 @@ class LeanCycle(RequestResponseCycle):
             self._body(message)
         else:
             raise RuntimeError(f"Unexpected ASGI message '{message['type']}' sent, after response already completed.")
+
+
+def whole_body(receive: Any) -> bytes | None:
+    """``LeanCycle.take_whole_body`` when ``receive`` is a lean cycle's (the usual request under
+    ``turbogate serve``: no coroutine to read its body), else None: read it with ``receive()``."""
+    cycle = getattr(receive, "__self__", None)
+    return cycle.take_whole_body() if type(cycle) is LeanCycle else None

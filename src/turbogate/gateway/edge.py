@@ -17,6 +17,7 @@ import orjson
 
 from turbogate.asgi import BodyTooLarge, Receive, Scope, Send, read_body, send_error
 from turbogate.gateway import leases
+from turbogate.gateway.cycle import whole_body
 from turbogate.gateway.regions import SESSION_HEADER, BadHeader, session_of
 from turbogate.gateway.runtime import TenantRt
 from turbogate.sched import Respond
@@ -52,8 +53,12 @@ async def proxy(app: GatewayApp, scope: Scope, receive: Receive, send: Send, kin
         await refuse(app, send, tenant, 413, f"request body is {int(length)} bytes, over the limit of {max_body}",
                      None, "body_too_large")
         return
+    body = whole_body(receive)  # the usual request: its body came with its headers (no coroutine)
     try:
-        body = await read_body(receive, max_body)
+        if body is None:
+            body = await read_body(receive, max_body)
+        elif len(body) > max_body:
+            raise BodyTooLarge
     except BodyTooLarge:
         await refuse(app, send, tenant, 413, f"request body is over the limit of {max_body} bytes", None,
                      "body_too_large")

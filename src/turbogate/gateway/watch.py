@@ -100,9 +100,14 @@ async def sweep(app: GatewayApp) -> None:
     those already watched by their flag.  Runs for the app's life."""
     while True:
         await asyncio.sleep(SWEEP_S)
-        watch_before = time.perf_counter() - WATCH_AFTER_S
-        for w in list(app.watches):
-            if w.cycle is not None:
-                w.poll(app)
-            elif w.watcher is None and w.born < watch_before:
-                w.start(app)
+        _sweep_once(app, time.perf_counter() - WATCH_AFTER_S)
+
+
+def _sweep_once(app: GatewayApp, watch_before: float) -> None:
+    # A function of its own: a loop variable in sweep() would keep the last watch it saw (and
+    # its request) alive while it sleeps.
+    for w in list(app.watches):
+        if w.cycle is not None:
+            w.poll(app)
+        elif w.watcher is None and w.born < watch_before:
+            w.start(app)
