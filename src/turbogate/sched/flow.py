@@ -370,9 +370,12 @@ class Flow:
         req.status = status
         # Let go of ended requests' timers at the queues' fronts now (wake_at does too, but the
         # driver need not ask it per request): they would keep those requests alive till a tick.
-        for q in (self._deadline_timers[req.served], self._queue_timers[req.served]):
-            while q and q[0][1].phase is _DONE:
-                q.popleft()
+        q = self._deadline_timers[req.served]
+        while q and q[0][1].phase is _DONE:
+            q.popleft()
+        q = self._queue_timers[req.served]
+        while q and q[0][1].phase is _DONE:
+            q.popleft()
         fb = self._first_byte_timers
         while fb and (fb[0][1].phase is not _UPSTREAM or fb[0][1].replica is not fb[0][2]):
             fb.popleft()
