@@ -372,9 +372,8 @@ def test_requests_that_end_in_turn_leave_no_timers_and_need_no_new_look() -> Non
     for i in range(300):
         now += 0.01
         req = new(flow, now, "priority" if i % 3 == 0 else None)
-        for step in (lambda: flow.arrive(req, now), lambda: flow.first_byte(req, now + 0.002),
-                     lambda: flow.finished(req, now + 0.004)):
-            step()
+        for step, at in ((flow.arrive, now), (flow.first_byte, now + 0.002), (flow.finished, now + 0.004)):
+            step(req, at)
             if flow.timers_epoch != epoch:  # as gateway/driver.py's _arm
                 epoch, looks = flow.timers_epoch, looks + 1
                 flow.wake_at()
