@@ -41,13 +41,7 @@ class Watch(Handle):
 
     def __init__(self, task: asyncio.Task[object], receive: Receive, send: Send, req: FlowRequest,
                  meter: Metering, born: float) -> None:
-        # Handle's fields set here, not by its __init__: one Python call a request less.
-        self.task = task
-        self.replica = None
-        self.retry = False
-        self.respond = None
-        self.cancelled = False
-        self.waiter = None
+        super().__init__(task)
         self.receive = receive
         self._send = send
         self.req = req
