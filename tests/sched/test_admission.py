@@ -343,6 +343,53 @@ def test_a_burst_of_turbo_dispatches_does_not_make_standard_owed() -> None:
     assert adm.next_dispatch(460.0, slots) is turbo
 
 
+def test_a_spell_of_turbo_alone_does_not_leave_standard_owed() -> None:
+    """Turbo alone for a while (nothing of Standard queued: a night's traffic, or the light run
+    before a benchmark's overload), then Standard arrives.  Standard was kept from nothing, so
+    it is not owed: queued Turbo still goes first."""
+    policies = {**POLICIES, Tier.STANDARD: TierPolicy(max_utilization=0.8, min_share=0.2)}
+    adm = Admission(policies)
+    slots = 1
+    for i in range(300):
+        t = submit(adm, Tier.TURBO, float(i), slots)
+        assert adm.next_dispatch(float(i), slots) is t
+        adm.on_complete(t, float(i))
+    submit(adm, Tier.STANDARD, 300.0, slots)
+    turbo = submit(adm, Tier.TURBO, 300.0, slots)
+    assert adm.next_dispatch(300.0, slots) is turbo
+
+
+def test_an_owed_tier_gets_its_minimum_interleaved_not_its_shortfall_in_one_block() -> None:
+    """Standard is kept short for 200 dispatches (its cap is full while Turbo takes every slot
+    that frees), then its requests finish.  From there it gets its minimum share, one dispatch
+    in a few, and not every dispatch until its long shortfall is made up while Turbo waits."""
+    policies = {**POLICIES, Tier.STANDARD: TierPolicy(capacity_share=0.5, max_utilization=1.0, min_share=0.2)}
+    adm = Admission(policies)
+    slots = 4
+    standard = [submit(adm, Tier.STANDARD, 0.0, slots) for _ in range(2)]
+    assert drain(adm, 0.0, slots) == standard  # its cap: half the pool
+    for _ in range(10):
+        submit(adm, Tier.STANDARD, 0.0, slots)
+    running: deque[Ticket] = deque()
+    for i in range(200):  # Turbo takes every slot that frees; Standard stays at its cap
+        running.append(submit(adm, Tier.TURBO, i * 0.01, slots))
+        assert drain(adm, i * 0.01, slots) == [running[-1]]
+        if len(running) == 2:
+            adm.on_complete(running.popleft(), i * 0.01)
+    for t in standard:
+        adm.on_complete(t, 2.0)
+    order = []
+    for i in range(200, 240):  # both tiers always queued; one slot frees at a time
+        while adm.queue_length(Tier.TURBO) < 3:
+            submit(adm, Tier.TURBO, i * 0.01, slots)
+        t = adm.next_dispatch(i * 0.01, slots)
+        assert t is not None
+        order.append(t.tier)
+        adm.on_complete(t, i * 0.01)
+    assert order[:10].count(Tier.TURBO) >= 6, order  # no block of Standard ahead of Turbo
+    assert 0.2 <= order.count(Tier.STANDARD) / len(order) <= 0.35, order  # and still its minimum
+
+
 def test_a_finished_ticket_is_not_kept() -> None:
     """L1 holds a ticket only while it queues (and, lazily, until its heap entry surfaces):
     a gateway that runs for months must not keep every request it ever admitted."""

@@ -12,12 +12,16 @@ How the next request is chosen (``next_dispatch``):
   sustained overload every lower-tier head is old, and an age bonus would turn the tiers into
   FIFO (measured: Turbo p95 TTFT 29 ms → 8.6 s at 2× load with 10 s aging).
 * **Minimum shares against starvation.**  Each tier's share of recent dispatches is tracked
-  (an EWMA over about the last ``1 / SHARE_ALPHA`` dispatches).  A tier with requests queued
-  whose share is below its ``min_share`` is *owed*: its head goes next, past the holdback
-  (its ``capacity_share`` cap still holds).  So under any load Standard gets at least
-  ``min_share`` of the dispatches and Relax never starves to zero, while Turbo keeps strict
-  precedence for the rest — and a tier that already gets more than its minimum (the usual case)
-  never jumps ahead, so the holdback's headroom stays Turbo's.
+  (an EWMA over about the last ``1 / SHARE_ALPHA`` dispatches), counting only the dispatches
+  made while the tier had requests queued: a tier with nothing waiting is kept from nothing (a
+  night of Turbo alone must not leave Standard owed in the morning).  A tier with requests
+  queued whose share is below its ``min_share`` is *owed*: its head goes next, past the holdback
+  (its ``capacity_share`` cap still holds).  A share never falls more than one dispatch below
+  ``min_share``, so an owed tier gets its minimum from then on, interleaved with Turbo, and not
+  a long shortfall repaid in one block while Turbo waits (seconds, on a small fleet).  So under
+  any load Standard gets at least ``min_share`` of the dispatches and Relax never starves to
+  zero, while Turbo keeps strict precedence for the rest — and a tier that already gets more
+  than its minimum (the usual case) never jumps ahead, so the holdback's headroom stays Turbo's.
 * **Caps and holdback.**  A tier dispatches only while its own in-flight count is under
   ``capacity_share × slots`` and — the *priority holdback* — the pool's total in-flight count
   is under ``max_utilization × slots``: lower tiers stop short of full use so that headroom
@@ -205,7 +209,8 @@ class _TierQueue:
     length: int = 0
     in_flight: int = 0
     vtime: float = 0.0
-    share: float = 0.0  # EWMA of this tier's share of the pool's dispatches
+    share: float = 0.0  # EWMA of this tier's share of the pool's dispatches while it had requests queued
+    share_floor: float = 0.0  # the lowest share falls: one dispatch short of min_share (owed, but by one)
     finish: dict[str, float] = field(default_factory=dict)
     queued_by_tenant: dict[str, int] = field(default_factory=dict)
 
@@ -241,6 +246,7 @@ class Admission:
         self._at_or_above = {t: tuple(self._queues[u] for u in TIERS[: RANK[t] + 1]) for t in TIERS}
         for _tier, queue, policy in self._order:  # nobody is owed anything before the first dispatch
             queue.share = policy.min_share
+            queue.share_floor = policy.min_share * (1.0 - SHARE_ALPHA)
         self._active: dict[str, int] = tenant_counts if tenant_counts is not None else {}
         self._seq = 0
         self.in_flight = 0
@@ -481,7 +487,14 @@ class Admission:
             queue.vtime = ticket.vtag
         self.dispatched[tier] += 1
         for _other, q, _policy in self._order:
-            q.share += SHARE_ALPHA * ((q is queue) - q.share)
+            if q is queue:
+                q.share += SHARE_ALPHA * (1.0 - q.share)
+            elif q.length:  # a tier with nothing queued is not kept from anything: its share stands
+                # Owed by one dispatch at most: a tier kept short for a while (Turbo's backlog
+                # while a cold gateway learns its limits) gets its minimum from then on,
+                # interleaved with Turbo, not its past shortfall in one block ahead of Turbo.
+                share = q.share * (1.0 - SHARE_ALPHA)
+                q.share = share if share > q.share_floor else q.share_floor
         self.in_flight += 1
         if len(queue.finish) > 4096:  # forget tenants whose finish tag is already in the past
             queue.finish = {k: v for k, v in queue.finish.items() if v > queue.vtime}
