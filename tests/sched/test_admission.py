@@ -38,6 +38,15 @@ def drain(adm: Admission, now: float, slots: int) -> list[Ticket]:
     return out
 
 
+def serve_one_at_a_time(adm: Admission, tiers: list[Tier], times: range, slots: int) -> None:
+    """At each time, one request of each of ``tiers`` in turn: submitted, dispatched at once, done."""
+    for i in times:
+        for tier in tiers:
+            t = submit(adm, tier, float(i), slots)
+            assert adm.next_dispatch(float(i), slots) is t
+            adm.on_complete(t, float(i))
+
+
 def test_turbo_goes_before_older_standard_when_a_slot_frees() -> None:
     adm = Admission(POLICIES)
     slots = 4
@@ -329,15 +338,8 @@ def test_a_burst_of_turbo_dispatches_does_not_make_standard_owed() -> None:
     policies = {**POLICIES, Tier.STANDARD: TierPolicy(max_utilization=0.8, min_share=0.2)}
     adm = Admission(policies)
     slots = 1
-    for i in range(400):  # alternate: Standard's recent share is about 0.5
-        for tier in (Tier.TURBO, Tier.STANDARD):
-            t = submit(adm, tier, float(i), slots)
-            assert adm.next_dispatch(float(i), slots) is t
-            adm.on_complete(t, float(i))
-    for i in range(400, 460):
-        t = submit(adm, Tier.TURBO, float(i), slots)
-        assert adm.next_dispatch(float(i), slots) is t
-        adm.on_complete(t, float(i))
+    serve_one_at_a_time(adm, [Tier.TURBO, Tier.STANDARD], range(400), slots)  # Standard's share: about 0.5
+    serve_one_at_a_time(adm, [Tier.TURBO], range(400, 460), slots)
     submit(adm, Tier.STANDARD, 460.0, slots)
     turbo = submit(adm, Tier.TURBO, 460.0, slots)
     assert adm.next_dispatch(460.0, slots) is turbo
@@ -350,10 +352,7 @@ def test_a_spell_of_turbo_alone_does_not_leave_standard_owed() -> None:
     policies = {**POLICIES, Tier.STANDARD: TierPolicy(max_utilization=0.8, min_share=0.2)}
     adm = Admission(policies)
     slots = 1
-    for i in range(300):
-        t = submit(adm, Tier.TURBO, float(i), slots)
-        assert adm.next_dispatch(float(i), slots) is t
-        adm.on_complete(t, float(i))
+    serve_one_at_a_time(adm, [Tier.TURBO], range(300), slots)
     submit(adm, Tier.STANDARD, 300.0, slots)
     turbo = submit(adm, Tier.TURBO, 300.0, slots)
     assert adm.next_dispatch(300.0, slots) is turbo
