@@ -381,3 +381,23 @@ def test_requests_that_end_in_turn_leave_no_timers_and_need_no_new_look() -> Non
     assert looks <= 4  # the first request of each tier, and the first look: not one a request
     timers = [*flow._deadline_timers.values(), *flow._queue_timers.values(), flow._first_byte_timers]
     assert sum(len(q) for q in timers) == 0
+
+
+def test_an_unscraped_replica_is_probed_for_health_only_while_idle() -> None:
+    """A replica without metrics is probed every health interval, but not while it answers a
+    request: its answers show its health, and a probe there can cost one (llama_cpp.server cuts
+    the stream it is sending when its /v1/models probe waits for the model's lock)."""
+    pool = PoolSpec("p", ("m",), (ReplicaSpec("r0", 2, scraped=False),))
+    flow = Flow(FlowPolicy(tiers=TIERS, tenants=(TenantSpec("acme", ALL_TIERS, Tier.STANDARD),), pools=(pool,),
+                           picker=PickerConfig(initial_limit=2), health_interval_s=1.0))
+
+    def probes(now: float) -> list[object]:
+        return [a for a in flow.tick(now) if isinstance(a, Probe)]
+
+    assert probes(0.0)  # idle: probed
+    req = new(flow, 0.5)
+    assert dispatched(flow.arrive(req, 0.5)) == [req]
+    assert not probes(1.5) and not probes(2.6)  # answering: its answers are the health signal
+    flow.first_byte(req, 3.0)
+    flow.finished(req, 3.1, 200)
+    assert probes(3.7)  # idle again: probed again

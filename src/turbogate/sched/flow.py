@@ -552,7 +552,12 @@ class Flow:
             self._probe_at = self.picker.next_probe_at()
         if now >= self._health_at:
             self._health_at = now + self.policy.health_interval_s
-            out.extend(Probe(r) for r in self.picker.replicas() if not r.scraped and r.health is Health.HEALTHY)
+            # Only idle ones: a replica answering requests shows its health in them (their failures and
+            # slow first bytes count against it), and a probe there can cost an answer:
+            # llama_cpp.server cuts the stream it is sending when another request waits for its model
+            # lock, and its /v1/models takes that lock (interrupt_requests, on by default).
+            out.extend(Probe(r) for r in self.picker.replicas()
+                       if not r.scraped and r.health is Health.HEALTHY and r.in_flight == 0)
         if now >= self._rtt_probe_at:
             self._rtt_probe_at = now + self.regions.policy.probe_interval_s
             self._rtt_turn += 1
