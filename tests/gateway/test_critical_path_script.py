@@ -1,0 +1,32 @@
+"""benchmarks/critical_path.py stays runnable: at a small size it prints its one JSON object with
+every hop of every request timed, in both proxies.  It times a request by wrapping turbogate's own
+methods (the HTTP server's ``data_received``, the upstream client's ``_send`` and
+``data_received``, the cycle's ``_body``): a renamed method fails here, not in a later full run.
+The figures themselves are read from full runs (docs/gateway.md, "Eighth pass")."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "critical_path.py"
+HOPS = ("own_request_us", "upstream_write_us", "upstream_wait_us", "own_answer_us", "client_write_us", "resident_us")
+
+
+def test_every_request_is_timed_at_every_hop_in_both_proxies() -> None:
+    out = subprocess.run([sys.executable, str(SCRIPT), "--seconds", "0.5", "--store", "memory"], check=True,
+                         capture_output=True, text=True, timeout=240)
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1, out.stdout
+    paths = json.loads(lines[0])["paths"]
+    for name in ("turbogate", "python_floor"):
+        run, hops = paths[name]["run"], paths[name]["segments_us"]
+        assert run["errors"] == 0 and run["requests"] > 20, run
+        assert set(hops) == set(HOPS), hops
+        for hop in HOPS:  # every request but the run's last (its end has no next request to close it)
+            assert hops[hop]["n"] >= run["requests"] - 1, (name, hop, hops[hop], run)
+            assert 0 <= hops[hop]["p50"] <= hops[hop]["p99"], (name, hop, hops[hop])
+        assert hops["resident_us"]["p50"] >= hops["own_request_us"]["p50"], hops
+    assert paths["stub_direct"]["run"]["errors"] == 0
