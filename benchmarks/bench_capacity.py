@@ -102,13 +102,21 @@ def cpu_self_s() -> float:
 
 
 async def trial(url: str, model: str, rate: float, seconds: float, seed: int, stream: bool,
-                tokens: int | None = None) -> dict[str, float]:
+                tokens: int | None = None, upstream_pids: list[int] | None = None) -> dict[str, float]:
+    """One open-loop trial; with ``upstream_pids``, also the share of a core that the rest of the
+    machine (not this process, not the upstream, not softirq) took meanwhile: ``others_cpu_share``."""
     schedule = make_schedule(rate, seconds, seed, tokens or (4 if stream else 1))
-    cpu0 = cpu_self_s()
+    cpu0, t0 = cpu_self_s(), time.perf_counter()
+    up0, machine0 = (cpu_of_tree(upstream_pids), machine_cpu()) if upstream_pids else (0.0, (0.0, 0.0, 0.0))
     async with Runner(make_target(url, stream)) as runner:
         await runner.execute(schedule)
         recs = runner.records
     cpu = cpu_self_s() - cpu0
+    noise: dict[str, float] = {}
+    if upstream_pids:
+        busy, _soft, niced = (x - x0 for x, x0 in zip(machine_cpu(), machine0, strict=True))
+        others = max(0.0, busy - cpu - (cpu_of_tree(upstream_pids) - up0) - niced)
+        noise["others_cpu_share"] = round(others / (time.perf_counter() - t0), 2)
     lags = np.array([r.dispatch_lag_s for r in recs if r.sent_s is not None])
     ok = [r for r in recs if r.ok]
     end = max((r.end_s or 0.0) for r in recs) if recs else seconds
@@ -121,6 +129,7 @@ async def trial(url: str, model: str, rate: float, seconds: float, seed: int, st
         "lag_p90_ms": round(float(np.percentile(lags, 90)) * 1000, 3),
         "lag_p99_ms": round(float(np.percentile(lags, 99)) * 1000, 3),
         "bench_cpu_us_per_request": round(cpu * 1e6 / max(1, len(recs)), 1),
+        **noise,
     }
 
 
@@ -165,26 +174,40 @@ def realtime(on: bool) -> bool:
     return True
 
 
-async def streaming_on_one_core(url: str, args: argparse.Namespace) -> dict[str, object]:
+async def streaming_on_one_core(url: str, args: argparse.Namespace, upstream_pid: int) -> dict[str, object]:
     """The bench's event loop pinned to one core, sending ``--stream-rate`` 8-token streams,
     ``--stream-trials`` times: the headline figures are the median trial's (by p99 lag), each
-    trial is listed, so one disturbed trial on a shared machine shows as what it is."""
+    trial is listed, so one disturbed trial on a shared machine shows as what it is.  A trial
+    during which the rest of the machine took more than QUIET_OTHERS of a core is listed but not
+    counted, and run again (up to ``--stream-noisy-retries`` times in all); ``machine_quiet`` says
+    whether every counted trial was quiet."""
     # Warm-up at the trial's own rate: the upstream's accept queue, its connections' buffers and the
     # caches are then those of the steady state (a 100 req/s warm-up left the first trial's p99 at
     # ~10 ms and the next ones' at 0.2-1 ms).
     await trial(url, MODEL, args.stream_rate, 1.0, 0, True, args.stream_tokens)
     rt = args.realtime and realtime(True)
     trials: list[dict[str, float]] = []
+    noisy: list[dict[str, float]] = []
     try:
-        for k in range(max(1, args.stream_trials)):
-            trials.append(await trial(url, MODEL, args.stream_rate, args.trial_s, 7 + k, True, args.stream_tokens))
+        seed = 7
+        while len(trials) < max(1, args.stream_trials):
+            t = await trial(url, MODEL, args.stream_rate, args.trial_s, seed, True, args.stream_tokens, [upstream_pid])
+            seed += 1
+            if t["others_cpu_share"] > QUIET_OTHERS and len(noisy) < args.stream_noisy_retries:
+                noisy.append(t)
+            else:
+                trials.append(t)
     finally:
         if rt:
             realtime(False)
     median = sorted(trials, key=lambda t: t["lag_p99_ms"])[len(trials) // 2]
     return {**median, "tokens": args.stream_tokens, "realtime_priority": rt,
             "trials_lag_p99_ms": [t["lag_p99_ms"] for t in trials],
-            "trials_bench_cpu_us_per_request": [t["bench_cpu_us_per_request"] for t in trials]}
+            "trials_bench_cpu_us_per_request": [t["bench_cpu_us_per_request"] for t in trials],
+            "trials_others_cpu_share": [t["others_cpu_share"] for t in trials],
+            "noisy_trials_not_counted": [{"lag_p99_ms": t["lag_p99_ms"], "others_cpu_share": t["others_cpu_share"]}
+                                         for t in noisy],
+            "machine_quiet": all(t["others_cpu_share"] <= QUIET_OTHERS for t in trials)}
 
 
 def cpu_of(pid: int) -> float | None:
@@ -352,13 +375,26 @@ async def workers_max(url: str, workers: int, args: argparse.Namespace, upstream
 
     async def passes(rate: float) -> bool:
         # A spike of other load fails a trial far more often than it passes one: a failure counts
-        # only once --workers-retries more trials at the same rate have failed too.
-        for _ in range(1 + args.workers_retries):
+        # only once --workers-retries more trials at the same rate have failed too.  A failure
+        # while the rest of the machine took more than QUIET_OTHERS of a core says nothing about
+        # the bench: it is run again (up to --workers-noisy-retries times a rate) and not counted.
+        # A neighbour's spell once bounded the 2-worker search at 250 req/s, where quiet trials
+        # passed 484 with one worker.
+        failures = noisy = 0
+        while True:
             t = await workers_trial(url, workers, rate, args.trial_s, upstream_pids, exchange, args.workers_backlog_ms)
             trials.append(t)
             if t["verdict"] == "pass":
                 return True
-        return False
+            if cast(float, t["competing_cpu_share"]) > QUIET_OTHERS:
+                if noisy < args.workers_noisy_retries:
+                    noisy += 1
+                    t["counted"] = False
+                    continue
+                t["noisy"] = True  # counted, but the verdict it bounds is not a quiet machine's
+            failures += 1
+            if failures > args.workers_retries:
+                return False
 
     lo, hi = 0.0, None
     rate, cap = args.workers_start * workers, args.workers_max_rate * workers
@@ -438,14 +474,19 @@ async def workers_block(args: argparse.Namespace, url: str, upstream_pid: int) -
     # Other load takes the cores the workers need, and not evenly between the two searches: a ratio
     # measured while the rest of the machine used more than QUIET_OTHERS of a core is not a verdict.
     others = max((cast(float, t["competing_cpu_share"]) for t in (_at(t1, one), _at(t2, two)) if t), default=None)
-    quiet = others is not None and others <= QUIET_OTHERS
+    # ...and neither search may have been bounded by a failure counted while the machine was busy.
+    noisy_bounds = sum(1 for t in (*t1, *t2) if t.get("noisy"))
+    quiet = others is not None and others <= QUIET_OTHERS and not noisy_bounds
     return {"max_rps_1_worker": one, "max_rps_2_workers": two, "ratio": ratio, "acceptance_ratio": 1.8,
             "holds": ratio is not None and ratio >= 1.8 and not one_capped and quiet,
             "machine_quiet": quiet, "competing_cpu_share_at_max": others,
+            "noisy_trials_not_counted": sum(1 for t in (*t1, *t2) if t.get("counted") is False),
+            "noisy_failures_counted": noisy_bounds,
             "capped": {"1_worker": one_capped, "2_workers": two_capped},
             "exchange": exchange.describe(), "events_per_answer": exchange.events,
             "upstream": "nginx (fixed answer)" if nginx else args.upstream,
-            "search": {"retries": args.workers_retries, "start_rps_per_worker": args.workers_start,
+            "search": {"retries": args.workers_retries, "noisy_retries": args.workers_noisy_retries,
+                       "start_rps_per_worker": args.workers_start,
                        "step_rps_per_worker": args.workers_step or "x2",
                        "precision": args.workers_precision, "max_rps_per_worker": args.workers_max_rate},
             "at_max_1_worker": _at(t1, one), "at_max_2_workers": _at(t2, two),
@@ -475,7 +516,7 @@ async def main_async(args: argparse.Namespace, url: str, upstream_pid: int) -> d
         if len(cpus) >= 2:  # the emulator on one core, this process (the bench) on another
             pinned = pin(upstream_pid, {cpus[1]}) and pin(0, {cpus[0]})
         try:
-            streaming = await streaming_on_one_core(url, args)
+            streaming = await streaming_on_one_core(url, args, upstream_pid)
         finally:
             if pinned:
                 pin(0, set(cpus))
@@ -500,6 +541,9 @@ def main() -> int:
     ap.add_argument("--stream-tokens", type=int, default=8, help="Tokens (chunks) per stream in that trial.")
     ap.add_argument("--stream-trials", type=int, default=3,
                     help="How many times that trial runs; its figures are the median trial's (by p99 lag).")
+    ap.add_argument("--stream-noisy-retries", type=int, default=3,
+                    help=f"Trials of that block run while the rest of the machine took more than {QUIET_OTHERS} "
+                         "of a core are listed, not counted, and run again, up to this many in all (default 3).")
     ap.add_argument("--realtime", action="store_true",
                     help="Run the one-core streaming trial at SCHED_FIFO priority (root; for a machine shared "
                          "with other work, where even a pinned process gets only a share of its core).")
@@ -533,6 +577,10 @@ def main() -> int:
     wk.add_argument("--workers-retries", type=int, default=1,
                     help="Repeat a failing trial this many times before the rate counts as failed (default 1): "
                          "a burst of other load makes a trial fail far more often than pass.")
+    wk.add_argument("--workers-noisy-retries", type=int, default=3,
+                    help="Run a trial that failed while the rest of the machine took more than "
+                         f"{QUIET_OTHERS} of a core again, this many times a rate, without counting it (default 3); "
+                         "past that it counts, and the result says machine_quiet: false.")
     wk.add_argument("--workers-max-rate", type=float, default=40000.0,
                     help="Stop searching here, per worker (req/s); a maximum at this cap is flagged, not a limit.")
     ap.add_argument("--upstream", choices=("stub", "emulator"), default="stub",
@@ -545,9 +593,9 @@ def main() -> int:
     ap.add_argument("--only", default=",".join(PARTS), help=f"Comma-separated parts to run: {', '.join(PARTS)}.")
     args = ap.parse_args()
     if (args.workers_events < 1 or args.workers_start <= 0 or not 0 < args.workers_precision < 1
-            or args.workers_retries < 0):
+            or args.workers_retries < 0 or args.workers_noisy_retries < 0):
         ap.error("--workers-events must be >= 1, --workers-start > 0, --workers-precision between 0 and 1 "
-                 "and --workers-retries >= 0")
+                 "and --workers-retries, --workers-noisy-retries >= 0")
     unknown = set(args.only.split(",")) - set(PARTS)
     if unknown:
         ap.error(f"--only: unknown part(s) {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
