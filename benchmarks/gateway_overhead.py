@@ -13,7 +13,8 @@ the cheapest Python proxy there is in front of it (benchmarks/floor_proxy.py: wh
 its event loop alone cost here), turbogate with ``listen.busy_poll_us`` (``--busy-poll-us``;
 opt-in) in front of it, and the emulator directly and through turbogate — p50/p99 and req/s per
 path and connection count, and the gateway's CPU per request (user + system time of its process
-during its run).
+during its run), with the share of the machine's CPU time its hypervisor stole meanwhile
+(``steal_share``: on a virtual machine, neighbours at work, and CPU figures that read high).
 The stub is pinned to one core and the proxies to another where there are two; ``--realtime``
 runs the one-connection runs at SCHED_FIFO priority (root), a stand-in for dedicated cores on
 a machine shared with other work (a sequential client takes little CPU from anyone).
@@ -244,12 +245,25 @@ def set_realtime(pid: int, on: bool) -> bool:
     return True
 
 
+def steal_seconds() -> float | None:
+    """CPU seconds the hypervisor took from this (virtual) machine's CPUs so far, all of them
+    together (Linux /proc/stat's steal column); None where it cannot be read."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def fixed_run(url: str, conns: int, seconds: float, realtime: bool, pid: int | None = None) -> dict[str, object]:
-    """One wrk-style run from a separate process; with ``pid``, that process's CPU per request too."""
+    """One wrk-style run from a separate process; with ``pid``, that process's CPU per request too,
+    and the share of the machine's CPU time the hypervisor stole meanwhile (``steal_share``: a
+    virtual machine's neighbours at work; its CPU figures then read high)."""
     ctx = mp.get_context("spawn")
     queue: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
     worker = ctx.Process(target=_fixed_worker, args=(url, conns, seconds, realtime, queue))
     cpu0 = cpu_seconds(pid) if pid else 0.0
+    steal0, t0 = steal_seconds(), time.monotonic()
     worker.start()
     result: dict[str, object] = queue.get(timeout=seconds + 60)
     worker.join()
@@ -257,6 +271,9 @@ def fixed_run(url: str, conns: int, seconds: float, realtime: bool, pid: int | N
         cpu = cpu_seconds(pid) - cpu0
         n = int(result["requests"])  # type: ignore[call-overload]
         result["server_cpu_us_per_request"] = round(cpu * 1e6 / n, 1) if n else None
+        steal1 = steal_seconds()
+        if steal0 is not None and steal1 is not None:
+            result["steal_share"] = round((steal1 - steal0) / ((time.monotonic() - t0) * (os.cpu_count() or 1)), 3)
     return result
 
 
@@ -410,6 +427,7 @@ def run_fixed(args: argparse.Namespace, tmp: Path, services: list[Service],
     busiest = f"c{max(conns)}"
     cpu = runs["turbogate_to_stub"][busiest].get("server_cpu_us_per_request")
     result["gateway_cpu_us_per_request"] = cpu
+    result["steal_share_during_gateway_cpu_run"] = runs["turbogate_to_stub"][busiest].get("steal_share")
     result["gateway_cpu_holds"] = cpu is not None and float(cpu) <= 150.0  # type: ignore[arg-type]
     return result
 
