@@ -593,9 +593,9 @@ def main() -> int:
     ap.add_argument("--only", default=",".join(PARTS), help=f"Comma-separated parts to run: {', '.join(PARTS)}.")
     args = ap.parse_args()
     if (args.workers_events < 1 or args.workers_start <= 0 or not 0 < args.workers_precision < 1
-            or args.workers_retries < 0 or args.workers_noisy_retries < 0):
+            or args.workers_retries < 0 or args.workers_noisy_retries < 0 or args.stream_noisy_retries < 0):
         ap.error("--workers-events must be >= 1, --workers-start > 0, --workers-precision between 0 and 1 "
-                 "and --workers-retries, --workers-noisy-retries >= 0")
+                 "and --workers-retries, --workers-noisy-retries, --stream-noisy-retries >= 0")
     unknown = set(args.only.split(",")) - set(PARTS)
     if unknown:
         ap.error(f"--only: unknown part(s) {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
