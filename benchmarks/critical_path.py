@@ -77,8 +77,10 @@ def _instrument(marks: dict[str, tuple[type, str]], out: str) -> None:
         wrap(cls, name, tag)
 
     def dump(*_: object) -> None:
-        Path(out).write_text(json.dumps(notes))
+        partial = Path(out + ".partial")  # renamed when whole: the parent never reads half a file
+        partial.write_text(json.dumps(notes))
         notes.clear()
+        os.replace(partial, out)
     signal.signal(signal.SIGUSR2, dump)
 
 
@@ -126,11 +128,10 @@ def measure(proc: subprocess.Popen[bytes], url: str, notes_file: Path, seconds: 
     notes_file.unlink(missing_ok=True)
     proc.send_signal(signal.SIGUSR2)
     deadline = time.monotonic() + 30
-    while not notes_file.exists() or not notes_file.stat().st_size:
+    while not notes_file.exists():
         if time.monotonic() > deadline:
             raise RuntimeError(f"no timestamps came back in {notes_file}")
         time.sleep(0.05)
-    time.sleep(0.2)  # (a large file may still be being written)
     return {"run": run, "segments_us": segments(json.loads(notes_file.read_text()))}
 
 
