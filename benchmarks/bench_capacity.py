@@ -70,7 +70,7 @@ from turbogate.bench.runner import Runner, Target
 from turbogate.bench.shapes import Constant, shape_steps
 from turbogate.bench.workers import COUNTERS, WorkerJob, WorkerPool, merge, p99_lag_ms, split
 from turbogate.bench.workload import TruncNormal, Workload
-from turbogate.procs import Service, start_emulator
+from turbogate.procs import Service, machine_cpu_seconds, start_emulator
 from turbogate.results.schema import RequestRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -234,13 +234,10 @@ def machine_cpu() -> tuple[float, float, float]:
     /proc/stat; zeros elsewhere).  Busy − (workers + parent + upstream) is what everything else took
     over a trial; softirq is mostly the kernel's loopback networking, charged to no process; the
     niced user time (processes at nice > 0) barely competes with a bench at normal priority."""
-    try:
-        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except OSError:
+    t = machine_cpu_seconds()
+    if t is None:
         return 0.0, 0.0, 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
-    return (user + nice + system + irq + steal) / tick, softirq / tick, nice / tick
+    return t["user"] + t["nice"] + t["system"] + t["irq"] + t["steal"], t["softirq"], t["nice"]
 
 
 @dataclass(frozen=True)

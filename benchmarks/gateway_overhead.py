@@ -40,7 +40,7 @@ import aiohttp
 import httpx
 
 from turbogate.config import hash_key
-from turbogate.procs import Service, free_port, start_emulator, start_gateway, wait_healthy
+from turbogate.procs import Service, free_port, machine_cpu_seconds, start_emulator, start_gateway, wait_healthy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from floor_proxy import start_floor_proxy
@@ -245,16 +245,6 @@ def set_realtime(pid: int, on: bool) -> bool:
     return True
 
 
-def steal_seconds() -> float | None:
-    """CPU seconds the hypervisor took from this (virtual) machine's CPUs so far, all of them
-    together (Linux /proc/stat's steal column); None where it cannot be read."""
-    try:
-        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
-        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def fixed_run(url: str, conns: int, seconds: float, realtime: bool, pid: int | None = None) -> dict[str, object]:
     """One wrk-style run from a separate process; with ``pid``, that process's CPU per request too,
     and the share of the machine's CPU time the hypervisor stole meanwhile (``steal_share``: a
@@ -263,7 +253,7 @@ def fixed_run(url: str, conns: int, seconds: float, realtime: bool, pid: int | N
     queue: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
     worker = ctx.Process(target=_fixed_worker, args=(url, conns, seconds, realtime, queue))
     cpu0 = cpu_seconds(pid) if pid else 0.0
-    steal0, t0 = steal_seconds(), time.monotonic()
+    machine0, t0 = machine_cpu_seconds(), time.monotonic()
     worker.start()
     result: dict[str, object] = queue.get(timeout=seconds + 60)
     worker.join()
@@ -271,9 +261,10 @@ def fixed_run(url: str, conns: int, seconds: float, realtime: bool, pid: int | N
         cpu = cpu_seconds(pid) - cpu0
         n = int(result["requests"])  # type: ignore[call-overload]
         result["server_cpu_us_per_request"] = round(cpu * 1e6 / n, 1) if n else None
-        steal1 = steal_seconds()
-        if steal0 is not None and steal1 is not None:
-            result["steal_share"] = round((steal1 - steal0) / ((time.monotonic() - t0) * (os.cpu_count() or 1)), 3)
+        machine1 = machine_cpu_seconds()
+        if machine0 is not None and machine1 is not None:  # (CPU seconds the hypervisor took)
+            steal = machine1["steal"] - machine0["steal"]
+            result["steal_share"] = round(steal / ((time.monotonic() - t0) * (os.cpu_count() or 1)), 3)
     return result
 
 

@@ -76,6 +76,23 @@ class Service:
         self.stop()
 
 
+_CPU_KINDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def machine_cpu_seconds() -> dict[str, float] | None:
+    """The whole machine's CPU seconds so far, by kind (``user``, ``nice``, ``system``, ``idle``,
+    ``iowait``, ``irq``, ``softirq``, ``steal``: Linux ``/proc/stat``'s first line, all CPUs
+    together); None where it cannot be read.  Benchmarks take the difference over a run."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        values = [int(x) for x in fields[: len(_CPU_KINDS)]]
+    except (OSError, ValueError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    values += [0] * (len(_CPU_KINDS) - len(values))
+    return {kind: v / tick for kind, v in zip(_CPU_KINDS, values, strict=True)}
+
+
 def wait_healthy(url: str, process: subprocess.Popen[bytes] | None = None, timeout: float = 30.0,
                  path: str = "/health") -> None:
     """Poll ``url + path`` until it answers 200, the process dies, or ``timeout`` passes."""
