@@ -22,7 +22,14 @@ has 5 wrapped calls a request, the floor 4), so the figures sit a little above a
 run's.  The question it answers (issue 15): is a one-connection request's added latency the
 proxy's own code, or the machine's hand-overs — and does the proxy's own code ever stall?
 
-    python benchmarks/critical_path.py [--seconds 3] [--store sqlite|memory]
+    python benchmarks/critical_path.py [--seconds 3] [--store sqlite|memory] [--floor-work 0,0 60,45 118,91]
+
+``--floor-work`` adds *calibrated floors*: the floor proxy again, with that many µs of busy
+interpreter work before each forward (request side, answer side; floor_proxy.py ``--work-us``).
+Their added p50s draw what a proxy's own work costs a one-connection client on this machine once
+the longer round trip's hand-overs are counted, so the added latency turbogate would have with
+less own work can be read off a measured curve rather than guessed.  ``summary`` gives, per path,
+the added p50 over the stub, the own work at p50, and the rest (the hand-overs' excess).
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gateway_overhead as go  # benchmarks/ is not a package: import it from beside this file
+from floor_proxy import parse_work
 from openai_stub import start_listening, start_stub
 from turbogate.procs import free_port, wait_healthy
 
@@ -121,6 +129,21 @@ def segments(notes: list[tuple[str, int]]) -> dict[str, dict[str, float]]:
     return out
 
 
+def summary(paths: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per proxy: its added p50 over the stub alone, its own work at p50 (both sides), and the
+    rest of the added p50, which is what its hand-overs cost beyond the stub's own (all ms)."""
+    direct = float(paths["stub_direct"]["run"]["p50_ms"])
+    out: dict[str, dict[str, float]] = {}
+    for name, path in paths.items():
+        if "segments_us" not in path:
+            continue
+        added = float(path["run"]["p50_ms"]) - direct
+        own = (path["segments_us"]["own_request_us"]["p50"] + path["segments_us"]["own_answer_us"]["p50"]) / 1e3
+        out[name] = {"added_p50_ms": round(added, 3), "own_work_p50_ms": round(own, 3),
+                     "handover_excess_ms": round(added - own, 3)}
+    return out
+
+
 def measure(proc: subprocess.Popen[bytes], url: str, notes_file: Path, seconds: float) -> dict[str, object]:
     go.fixed_run(url, 1, 1.0, False)  # warm-up
     proc.send_signal(signal.SIGUSR2)  # drop the warm-up's notes
@@ -143,6 +166,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=3.0, help="length of each path's one-connection run")
     ap.add_argument("--store", choices=("sqlite", "memory"), default="sqlite",
                     help="the gateway's store (sqlite: the default config's)")
+    ap.add_argument("--floor-work", nargs="*", type=parse_work, default=[(0.0, 0.0)], metavar="REQUEST,ANSWER",
+                    help="run the floor once per value, with that many µs of busy work before each forward, "
+                         "request side and answer side (default: 0,0 only)")
     args = ap.parse_args()
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     stub_cpus, proxy_cpus = ({cpus[0]}, {cpus[1]}) if len(cpus) >= 2 else (None, None)
@@ -164,21 +190,23 @@ def main() -> int:
         wait_healthy(gateway_url, gateway, timeout=60)
         if proxy_cpus:
             os.sched_setaffinity(gateway.pid, proxy_cpus)
-        floor, floor_url = start_listening(Path(__file__).resolve(), ["--child-floor", str(tmp / "floor.json"),
-                                                                      "--upstream", stub_url], "the floor proxy",
-                                           proxy_cpus)
-        children.append(floor)
-        result = {
-            "turbogate": measure(gateway, gateway_url, tmp / "gateway.json", args.seconds),
-            "python_floor": measure(floor, floor_url, tmp / "floor.json", args.seconds),
-            "stub_direct": {"run": go.fixed_run(stub_url, 1, args.seconds, False, stub.pid)},
-        }
+        result = {"turbogate": measure(gateway, gateway_url, tmp / "gateway.json", args.seconds)}
+        for request_us, answer_us in args.floor_work:
+            name = "python_floor" if request_us == answer_us == 0 else f"python_floor_work_{request_us:g}_{answer_us:g}"
+            notes = tmp / f"{name}.json"
+            floor, floor_url = start_listening(
+                Path(__file__).resolve(), ["--child-floor", str(notes), "--upstream", stub_url,
+                                           "--work-us", f"{request_us},{answer_us}"], "the floor proxy", proxy_cpus)
+            children.append(floor)
+            result[name] = measure(floor, floor_url, notes, args.seconds)
+            floor.kill()
+        result["stub_direct"] = {"run": go.fixed_run(stub_url, 1, args.seconds, False, stub.pid)}
     finally:
         for child in children:
             child.kill()
             child.wait()
-    print(json.dumps({"paths": result, "store": args.store, "seconds": args.seconds, "cpus": len(cpus),
-                      "load_average_1m": round(os.getloadavg()[0], 2)}))
+    print(json.dumps({"paths": result, "summary": summary(result), "store": args.store, "seconds": args.seconds,
+                      "cpus": len(cpus), "load_average_1m": round(os.getloadavg()[0], 2)}))
     return 0
 
 

@@ -8,7 +8,12 @@ auth, no queue, no record.  What turbogate adds over this is the price of its lo
 adds over nginx is the price of Python and its event loop on this machine (gateway_overhead.py
 measures all of them side by side).
 
-    python benchmarks/floor_proxy.py --upstream http://127.0.0.1:PORT [--port 0]
+    python benchmarks/floor_proxy.py --upstream http://127.0.0.1:PORT [--port 0] [--work-us REQUEST,ANSWER]
+
+``--work-us`` makes it a *calibrated* floor: before forwarding each request (each answer) it runs
+that many µs of ordinary interpreter work (dicts, lists, a JSON round trip) on the event loop, a
+stand-in for a gateway's own code at the same place.  benchmarks/critical_path.py uses it to tell
+a proxy's own work apart from what the machine's hand-overs cost as the round trip grows.
 
 prints ``listening on http://HOST:PORT`` as its first line once it accepts connections.
 """
@@ -17,12 +22,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import subprocess
+import time
 from pathlib import Path
 
 import httptools
 
 from openai_stub import start_listening  # beside this file (benchmarks/ is not a package)
+
+_SAMPLE = {"model": "m", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 8,
+           "stream": False, "metadata": {"tenant": "t", "tier": "turbo", "n": [1, 2, 3]}}
+
+
+def busy_work(us: float) -> None:
+    """Run ordinary interpreter work (it allocates, hashes and walks objects, as a gateway's code
+    does) until ``us`` µs have passed: unlike a bare spin it also leaves the caches as such code
+    would."""
+    if us <= 0:
+        return
+    deadline = time.perf_counter_ns() + int(us * 1000)
+    while time.perf_counter_ns() < deadline:
+        doc = json.loads(json.dumps(_SAMPLE))
+        doc["headers"] = {f"h{i}": str(i) for i in range(8)}
+        sorted(doc["headers"].items())
 
 
 class _Upstream(asyncio.Protocol):
@@ -43,6 +66,7 @@ class _Upstream(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         answer, self.buf = b"".join(self.buf), []
+        busy_work(_Client.answer_work_us)
         self.client.answer(answer)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -51,6 +75,8 @@ class _Upstream(asyncio.Protocol):
 
 class _Client(asyncio.Protocol):
     upstream_addr: tuple[str, int] = ("127.0.0.1", 0)
+    request_work_us: float = 0.0  # --work-us: busy work before each forward, each way
+    answer_work_us: float = 0.0
 
     def __init__(self) -> None:
         self.parser = httptools.HttpRequestParser(self)
@@ -82,6 +108,7 @@ class _Client(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         request, self.buf = b"".join(self.buf), []
+        busy_work(self.request_work_us)
         if self.upstream is None:
             self.pending.append(request)
         else:
@@ -113,6 +140,14 @@ async def serve(host: str, port: int) -> None:
         await server.serve_forever()
 
 
+def parse_work(text: str) -> tuple[float, float]:
+    """``REQUEST,ANSWER`` µs of busy work (``--work-us``); one number is both."""
+    parts = [float(p) for p in text.split(",")]
+    if len(parts) not in (1, 2) or any(p < 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"--work-us wants REQUEST,ANSWER µs, each >= 0; got {text!r}")
+    return parts[0], parts[-1]
+
+
 def start_floor_proxy(upstream_url: str, cpus: set[int] | None = None) -> tuple[subprocess.Popen[bytes], str]:
     """Start the floor proxy as a child process in front of ``upstream_url``; its URL once it listens."""
     return start_listening(Path(__file__).resolve(), ["--upstream", upstream_url], "the floor proxy", cpus)
@@ -123,9 +158,13 @@ def main() -> None:
     ap.add_argument("--upstream", required=True, help="http://HOST:PORT of the server to forward to")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--work-us", type=parse_work, default=(0.0, 0.0), metavar="REQUEST,ANSWER",
+                    help="µs of busy interpreter work before forwarding each request and each answer "
+                         "(a calibrated floor; default 0,0)")
     args = ap.parse_args()
     host, _, port = args.upstream.removeprefix("http://").rstrip("/").partition(":")
     _Client.upstream_addr = (host, int(port))
+    _Client.request_work_us, _Client.answer_work_us = args.work_us
     import uvloop
 
     uvloop.run(serve(args.host, args.port))
