@@ -129,18 +129,22 @@ def segments(notes: list[tuple[str, int]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def summary(paths: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per proxy: its added p50 over the stub alone, its own work at p50 (both sides), and the
-    rest of the added p50, which is what its hand-overs cost beyond the stub's own (all ms)."""
+def summary(paths: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | bool]]:
+    """Per proxy: its added p50 over the stub alone, its own work at p50 (both sides), the rest of
+    the added p50, which is what its hand-overs cost beyond the stub's own (all ms), and its p99
+    against issue 15's one-connection limit (2 × the stub's direct p99 + 0.5 ms)."""
     direct = float(paths["stub_direct"]["run"]["p50_ms"])
-    out: dict[str, dict[str, float]] = {}
+    limit = 2 * float(paths["stub_direct"]["run"]["p99_ms"]) + 0.5
+    out: dict[str, dict[str, float | bool]] = {}
     for name, path in paths.items():
         if "segments_us" not in path:
             continue
         added = float(path["run"]["p50_ms"]) - direct
         own = (path["segments_us"]["own_request_us"]["p50"] + path["segments_us"]["own_answer_us"]["p50"]) / 1e3
+        p99 = float(path["run"]["p99_ms"])
         out[name] = {"added_p50_ms": round(added, 3), "own_work_p50_ms": round(own, 3),
-                     "handover_excess_ms": round(added - own, 3)}
+                     "handover_excess_ms": round(added - own, 3), "p99_ms": p99, "p99_limit_ms": round(limit, 3),
+                     "p99_holds": p99 <= limit}
     return out
 
 

@@ -40,3 +40,4 @@ def test_every_request_is_timed_at_every_hop_in_both_proxies() -> None:
     for figures in result["summary"].values():
         # the added p50 splits into own work and the rest, each rounded to the µs
         assert abs(figures["added_p50_ms"] - figures["own_work_p50_ms"] - figures["handover_excess_ms"]) <= 0.002
+        assert figures["p99_holds"] == (figures["p99_ms"] <= figures["p99_limit_ms"]), figures
