@@ -70,7 +70,7 @@ from turbogate.bench.runner import Runner, Target
 from turbogate.bench.shapes import Constant, shape_steps
 from turbogate.bench.workers import COUNTERS, WorkerJob, WorkerPool, merge, p99_lag_ms, split
 from turbogate.bench.workload import TruncNormal, Workload
-from turbogate.procs import Service, machine_cpu_seconds, start_emulator
+from turbogate.procs import Service, machine_cpu_seconds, pin_process, start_emulator
 from turbogate.results.schema import RequestRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -147,15 +147,6 @@ async def sweep(url: str, model: str, args: argparse.Namespace, stream: bool) ->
         best = rate
         rate += 500.0
     return best, trials
-
-
-def pin(pid: int, cpus: set[int]) -> bool:
-    """Pin a process to ``cpus`` where the OS allows it; False where it cannot (not Linux)."""
-    try:
-        os.sched_setaffinity(pid, cpus)
-    except (AttributeError, OSError):
-        return False
-    return True
 
 
 def realtime(on: bool) -> bool:
@@ -511,13 +502,13 @@ async def main_async(args: argparse.Namespace, url: str, upstream_pid: int) -> d
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         pinned = False
         if len(cpus) >= 2:  # the emulator on one core, this process (the bench) on another
-            pinned = pin(upstream_pid, {cpus[1]}) and pin(0, {cpus[0]})
+            pinned = pin_process(upstream_pid, {cpus[1]}) and pin_process(0, {cpus[0]})
         try:
             streaming = await streaming_on_one_core(url, args, upstream_pid)
         finally:
             if pinned:
-                pin(0, set(cpus))
-                pin(upstream_pid, set(cpus))
+                pin_process(0, set(cpus))
+                pin_process(upstream_pid, set(cpus))
         result["streaming"] = {**streaming, "bench_pinned_to_one_core": pinned,
                                "acceptance_lag_p99_ms": 1.0,
                                "holds": float(streaming["lag_p99_ms"]) <= 1.0}  # type: ignore[arg-type]

@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gateway_overhead as go  # benchmarks/ is not a package: import it from beside this file
 from floor_proxy import parse_work
 from openai_stub import start_listening, start_stub
-from turbogate.procs import free_port, wait_healthy
+from turbogate.procs import free_port, pin_process, wait_healthy
 
 #: (segment, from mark, to mark): a mark is a wrapped method's tag, "_end" when it returned.
 SEGMENTS = [
@@ -193,7 +193,7 @@ def main() -> int:
         gateway_url = f"http://127.0.0.1:{port}"
         wait_healthy(gateway_url, gateway, timeout=60)
         if proxy_cpus:
-            os.sched_setaffinity(gateway.pid, proxy_cpus)
+            pin_process(gateway.pid, proxy_cpus)  # every thread: the store's writer too
         result = {"turbogate": measure(gateway, gateway_url, tmp / "gateway.json", args.seconds)}
         for request_us, answer_us in args.floor_work:
             name = "python_floor" if request_us == answer_us == 0 else f"python_floor_work_{request_us:g}_{answer_us:g}"

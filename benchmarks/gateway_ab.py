@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from turbogate.procs import Service, start_service
+from turbogate.procs import Service, pin_process, start_service
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gateway_overhead as go  # benchmarks/ is not a package: import it from beside this file
@@ -65,7 +65,7 @@ def main() -> int:
             gateways[name] = start_service(f"gateway-{name}", ["serve", "--config", str(cfg), "--workers", "1"],
                                            log_dir=tmp, env={"PYTHONPATH": str(src)})
             if len(cpus) >= 2:
-                os.sched_setaffinity(gateways[name].process.pid, {cpus[1]})
+                pin_process(gateways[name].process.pid, {cpus[1]})
             go.fixed_run(gateways[name].url, args.conns, 1.0, False)  # warm-up
         rounds: dict[str, list[float]] = {name: [] for name in trees}
         rates: dict[str, list[float]] = {name: [] for name in trees}

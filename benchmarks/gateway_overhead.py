@@ -40,7 +40,15 @@ import aiohttp
 import httpx
 
 from turbogate.config import hash_key
-from turbogate.procs import Service, free_port, machine_cpu_seconds, start_emulator, start_gateway, wait_healthy
+from turbogate.procs import (
+    Service,
+    free_port,
+    machine_cpu_seconds,
+    pin_process,
+    start_emulator,
+    start_gateway,
+    wait_healthy,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from floor_proxy import start_floor_proxy
@@ -374,8 +382,8 @@ def run_fixed(args: argparse.Namespace, tmp: Path, services: list[Service],
         services.append(gw_poll)
     if proxy_cpus and upstream_cpus:
         for pid in (gw_stub.process.pid, gw_emu.process.pid, *([gw_poll.process.pid] if gw_poll else [])):
-            os.sched_setaffinity(pid, proxy_cpus)
-        os.sched_setaffinity(emulator.process.pid, upstream_cpus)
+            pin_process(pid, proxy_cpus)  # every thread: the store's writer too
+        pin_process(emulator.process.pid, upstream_cpus)
     paths: dict[str, tuple[str, list[int]]] = {
         "stub_direct": (stub_url, [stub.pid]),
         "turbogate_to_stub": (gw_stub.url, [gw_stub.process.pid, stub.pid]),

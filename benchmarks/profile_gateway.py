@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from turbogate.procs import start_gateway
+from turbogate.procs import pin_process, start_gateway
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gateway_overhead as go  # benchmarks/ is not a package: import it from beside this file
@@ -51,7 +51,7 @@ def main() -> int:
     gateway = start_gateway(cfg, "--workers", "1", log_dir=tmp)
     try:
         if len(cpus) >= 2:
-            os.sched_setaffinity(gateway.process.pid, {cpus[1]})
+            pin_process(gateway.process.pid, {cpus[1]})
         go.fixed_run(gateway.url, args.conns, 1.0, False)  # warm-up
         # --native needs the process stopped while its C stack is read (py-spy cannot do it nonblocking).
         mode = ["--native"] if args.native else ["--nonblocking"]

@@ -93,6 +93,28 @@ def machine_cpu_seconds() -> dict[str, float] | None:
     return {kind: v / tick for kind, v in zip(_CPU_KINDS, values, strict=True)}
 
 
+def pin_process(pid: int, cpus: set[int]) -> bool:
+    """Pin every thread of process ``pid`` (0: this one) to ``cpus``; threads it starts later
+    inherit it from the thread that starts them.  False where nothing could be pinned (the process
+    is gone, or the OS does not allow it: not Linux).  Linux's ``sched_setaffinity(pid)`` pins one
+    thread only, so a process pinned that way after start-up keeps, say, a store's writer thread
+    free to run on a benchmark's other core."""
+    try:
+        threads = [int(t.name) for t in Path(f"/proc/{pid or os.getpid()}/task").iterdir()]
+    except (OSError, ValueError):
+        threads = [pid]
+    pinned = 0
+    for tid in threads:
+        try:
+            os.sched_setaffinity(tid, cpus)
+            pinned += 1
+        except ProcessLookupError:  # the thread ended meanwhile
+            continue
+        except (AttributeError, OSError):
+            return False
+    return pinned > 0
+
+
 def wait_healthy(url: str, process: subprocess.Popen[bytes] | None = None, timeout: float = 30.0,
                  path: str = "/health") -> None:
     """Poll ``url + path`` until it answers 200, the process dies, or ``timeout`` passes."""
