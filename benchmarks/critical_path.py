@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gateway_overhead as go  # benchmarks/ is not a package: import it from beside this file
 from floor_proxy import parse_work
 from openai_stub import start_listening, start_stub
-from turbogate.procs import free_port, pin_process, wait_healthy
+from turbogate.procs import free_port, machine_facts, pin_process, wait_healthy
 
 #: (segment, from mark, to mark): a mark is a wrapped method's tag, "_end" when it returned.
 SEGMENTS = [
@@ -210,7 +210,8 @@ def main() -> int:
             child.kill()
             child.wait()
     print(json.dumps({"paths": result, "summary": summary(result), "store": args.store, "seconds": args.seconds,
-                      "cpus": len(cpus), "load_average_1m": round(os.getloadavg()[0], 2)}))
+                      "cpus": len(cpus), "load_average_1m": round(os.getloadavg()[0], 2),
+                      "machine": machine_facts()}))
     return 0
 
 

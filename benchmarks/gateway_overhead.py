@@ -44,6 +44,7 @@ from turbogate.procs import (
     Service,
     free_port,
     machine_cpu_seconds,
+    machine_facts,
     pin_process,
     start_emulator,
     start_gateway,
@@ -405,7 +406,7 @@ def run_fixed(args: argparse.Namespace, tmp: Path, services: list[Service],
     runs = fixed_connections(paths, conns, args.fixed_seconds, args.realtime)
     result: dict[str, object] = {"paths": runs, "nginx": nginx is not None, "realtime_1_connection": args.realtime,
                                  "seconds": args.fixed_seconds, "cpus": os.cpu_count(),
-                                 "load_average_1m": round(os.getloadavg()[0], 2)}
+                                 "load_average_1m": round(os.getloadavg()[0], 2), "machine": machine_facts()}
     if 1 in conns:
         direct, gw = runs["stub_direct"]["c1"], runs["turbogate_to_stub"]["c1"]
         d50, d99 = float(direct["p50_ms"]), float(direct["p99_ms"])  # type: ignore[arg-type]

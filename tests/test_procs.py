@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from turbogate.procs import pin_process
+from turbogate.procs import machine_facts, pin_process
 
 # A child that starts a second thread, says so, and waits for stdin to close.
 _CHILD = """
@@ -52,3 +52,16 @@ def test_a_process_that_is_gone_is_reported() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait(timeout=30)
     assert pin_process(child.pid, {sorted(os.sched_getaffinity(0))[0]}) is False
+
+
+def test_machine_facts_name_what_they_know_and_none_for_the_rest() -> None:
+    facts = machine_facts()
+    assert set(facts) == {"kernel", "virtual_machine", "cpuidle_driver", "cpuidle_governor", "guest_halt_poll_ns",
+                          "kernel_idle_settings"}
+    assert facts["virtual_machine"] in (True, False, None)
+    assert facts["guest_halt_poll_ns"] is None or isinstance(facts["guest_halt_poll_ns"], int)
+    assert isinstance(facts["kernel_idle_settings"], list)
+    cmdline = Path("/proc/cmdline")
+    if cmdline.exists():  # each setting named is one of the kernel's own, word for word
+        words = cmdline.read_text().split()
+        assert all(word in words for word in facts["kernel_idle_settings"]), facts

@@ -93,6 +93,33 @@ def machine_cpu_seconds() -> dict[str, float] | None:
     return {kind: v / tick for kind, v in zip(_CPU_KINDS, values, strict=True)}
 
 
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def machine_facts() -> dict[str, object]:
+    """What decides how dear an idle core's wake-up is, for a benchmark's JSON: whether this is a
+    virtual machine, the cpuidle driver and governor, the guest halt-polling window, and the
+    kernel command line's idle-related settings (None or empty where unknown, e.g. not Linux).
+    One-connection latency moves with these far more than with the code (docs/gateway.md, ninth
+    pass)."""
+    cpuinfo = _read("/proc/cpuinfo")
+    poll_ns = _read("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
+    cmdline = (_read("/proc/cmdline") or "").split(" -- ", 1)[0].split()
+    return {
+        "kernel": os.uname().release if hasattr(os, "uname") else None,
+        "virtual_machine": None if cpuinfo is None else " hypervisor" in cpuinfo,
+        "cpuidle_driver": _read("/sys/devices/system/cpu/cpuidle/current_driver"),
+        "cpuidle_governor": _read("/sys/devices/system/cpu/cpuidle/current_governor"),
+        "guest_halt_poll_ns": int(poll_ns) if poll_ns is not None and poll_ns.isdigit() else None,
+        "kernel_idle_settings": [t for t in cmdline if t.startswith(("haltpoll", "cpuidle", "idle=", "nested",
+                                                                     "nohz", "intel_idle", "processor."))],
+    }
+
+
 def pin_process(pid: int, cpus: set[int]) -> bool:
     """Pin every thread of process ``pid`` (0: this one) to ``cpus``; threads it starts later
     inherit it from the thread that starts them.  False where nothing could be pinned (the process
