@@ -97,7 +97,7 @@ def child_gateway(out: str, argv: list[str]) -> None:
     from turbogate.cli import main
     from turbogate.gateway import cycle, guard
     _instrument({"in": (guard.GuardedHttpToolsProtocol, "data_received"), "up": (httpclient.UpstreamPool, "_send"),
-                 "answer": (httpclient._Conn, "data_received"), "out": (cycle.LeanCycle, "_body")}, out)
+                 "answer": (httpclient._Conn, "data_received"), "out": (cycle.LeanCycle, "send_whole")}, out)
     sys.argv = ["turbogate", *argv]
     main()
 

@@ -1,7 +1,7 @@
 """benchmarks/critical_path.py stays runnable: at a small size it prints its one JSON object with
 every hop of every request timed, in both proxies.  It times a request by wrapping turbogate's own
 methods (the HTTP server's ``data_received``, the upstream client's ``_send`` and
-``data_received``, the cycle's ``_body``): a renamed method fails here, not in a later full run.
+``data_received``, the cycle's ``send_whole``): a renamed method fails here, not in a later full run.
 A calibrated floor (``--floor-work``) must spend at least the busy work it was given on each
 side.  The figures themselves are read from full runs (docs/gateway.md, "Eighth pass" and
 "Ninth pass")."""

@@ -204,3 +204,54 @@ async def test_whole_body_takes_a_lean_cycles_body_once_and_leaves_other_receive
         return {"type": "http.request", "body": b"x", "more_body": False}
 
     assert whole_body(other_receive) is None
+
+
+# ---- send_whole: the proxy route's usual answer in one call ---------------------------------
+
+_ANSWER_HEADERS = [(b"Content-Type", b"application/json"), (b"x-turbogate-tier", b"turbo")]
+
+
+async def test_a_whole_answer_is_the_same_bytes_as_its_two_messages_in_one_write() -> None:
+    whole, inner, done = _cycle()
+    assert whole.send_whole(200, _ANSWER_HEADERS, b'{"a":1}')
+    messages, expected, _ = _cycle()
+    await messages.send({"type": "http.response.start", "status": 200,
+                         "headers": [*_ANSWER_HEADERS, (b"content-length", b"7")]})
+    await messages.send({"type": "http.response.body", "body": b'{"a":1}'})
+    assert inner.writes == expected.writes
+    assert inner.writes == [b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-turbogate-tier: turbo\r\n"
+                            b"content-length: 7\r\n\r\n{\"a\":1}"]
+    assert whole.response_complete and whole.message_event.value and done == [1] and not inner.closed
+    await asyncio.sleep(0)
+    assert len(inner.writes) == 1
+    assert not whole.send_whole(200, _ANSWER_HEADERS, b"{}")  # a second answer is not sent
+    assert len(inner.writes) == 1
+
+
+async def test_a_whole_answer_on_a_closing_connection_says_so_and_closes() -> None:
+    cycle, inner, done = _cycle(keep_alive=False)
+    assert cycle.send_whole(502, [], b"")
+    assert inner.writes == [b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"]
+    assert inner.closed and done == [1]
+
+
+@pytest.mark.parametrize("why", ["started", "disconnected", "paused", "head"])
+async def test_a_whole_answer_that_cannot_take_the_short_way_does_nothing(why: str) -> None:
+    cycle, inner, done = _cycle(method="HEAD" if why == "head" else "POST")
+    if why == "started":
+        await cycle.send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    elif why == "disconnected":
+        cycle.disconnected = True
+    elif why == "paused":
+        cycle.flow.pause_writing()
+    assert not cycle.send_whole(200, _ANSWER_HEADERS, b"{}")
+    assert done == [] and not cycle.response_complete
+    if why != "started":
+        assert inner.writes == [] and not cycle.response_started
+
+
+async def test_a_whole_answer_with_a_bad_header_is_refused_and_nothing_is_written() -> None:
+    cycle, inner, done = _cycle()
+    with pytest.raises(RuntimeError, match="Invalid HTTP header"):
+        cycle.send_whole(200, [(b"content-type", b"a\r\nset-cookie: x")], b"{}")
+    assert inner.writes == [] and done == [] and not cycle.response_started

@@ -10,6 +10,9 @@ Python of uvicorn's own cycle trimmed (issue 15).  Same ASGI behaviour, cheaper:
 - **One check of the headers**, not two regular-expression searches per header: the names
   joined, then the values joined by a tab (allowed in a value, so it cannot hide a bad byte),
   each mapped through a table of uvicorn's forbidden bytes (``bytes.translate``: one C pass).
+- **A whole answer in one call** (``send_whole``): the proxy route's usual JSON answer, head and
+  body built and written at once, without the two ASGI messages and their two coroutines
+  (``Watch.send_whole`` uses it; any other ``send`` gets the messages).
 - No access-log branch and no default headers (the gateway turns both off).
 - **A whole body without a wait**: the usual request's body came with its headers, and the
   first ``receive()`` hands it over at once instead of waiting on the already-set event (or,
@@ -41,6 +44,14 @@ _SEP = b": "
 _CLOSE = b"connection: close\r\n"
 _CHUNKED = b"transfer-encoding: chunked\r\n"
 _LAST_CHUNK = b"0\r\n\r\n"
+
+
+def _check(names: tuple[bytes, ...], values: tuple[bytes, ...]) -> None:
+    """Refuse a response whose header names or values hold a byte uvicorn forbids there."""
+    if 0 in b"".join(names).translate(_NAME_BYTES):
+        raise RuntimeError("Invalid HTTP header name.")
+    if 0 in b"\t".join(values).translate(_VALUE_BYTES):
+        raise RuntimeError("Invalid HTTP header value.")
 
 
 def _values_of(name: bytes, names: list[bytes], values: tuple[bytes, ...]) -> list[bytes]:
@@ -138,10 +149,7 @@ class LeanCycle(RequestResponseCycle):
         if headers:
             # Whole-list passes in C (zip, join, translate, split, map), no Python loop per header.
             names, values = zip(*headers, strict=True)
-            if 0 in b"".join(names).translate(_NAME_BYTES):
-                raise RuntimeError("Invalid HTTP header name.")
-            if 0 in b"\t".join(values).translate(_VALUE_BYTES):
-                raise RuntimeError("Invalid HTTP header value.")
+            _check(names, values)
             lowered = b"\n".join(names).lower().split(b"\n")  # a valid name holds no newline
             if b"transfer-encoding" in lowered and b"chunked" in [
                     value.lower() for value in _values_of(b"transfer-encoding", lowered, values)]:
@@ -194,12 +202,43 @@ class LeanCycle(RequestResponseCycle):
         if not more_body:
             if self.expected_content_length != 0:
                 raise RuntimeError("Response content shorter than Content-Length")
-            self.response_complete = True
-            if not self.message_event.value:  # (cleared by the body's receive(): a watcher may wait)
-                self.message_event.set()
-            if not self.keep_alive:
-                self.transport.close()
-            self.on_response()
+            self._complete()
+
+    def _complete(self) -> None:
+        """The response's last byte is written: wake whoever waits on the cycle, and let the
+        protocol go on (the next request, or the close)."""
+        self.response_complete = True
+        if not self.message_event.value:  # (cleared by the body's receive(): a watcher may wait)
+            self.message_event.set()
+        if not self.keep_alive:
+            self.transport.close()
+        self.on_response()
+
+    def send_whole(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+        """A whole answer at once, in one write: what ``send`` does with a start message and one
+        last body message, without the two messages, their two coroutines and the parse of
+        headers the gateway made itself (the proxy route's usual JSON answer).  ``headers`` must
+        not carry ``content-length``, ``transfer-encoding`` or ``connection``: this adds the
+        first and the last.  False, having done nothing, where it cannot take this path (the
+        response began, the client's socket is paused or gone, a HEAD): send the messages."""
+        if self.response_started or self.disconnected or self.flow.write_paused or self.scope["method"] == "HEAD":
+            return False
+        if headers:  # the same checks as _start's, in C: one pass over the names, one over the values
+            names, values = zip(*headers, strict=True)
+            _check(names, values)
+            lines = _CRLF.join(map(_SEP.join, zip(b"\n".join(names).lower().split(b"\n"), values, strict=True)))
+            out = [STATUS_LINE[status], lines, _CRLF, b"content-length: %d\r\n" % len(body)]
+        else:
+            out = [STATUS_LINE[status], b"content-length: %d\r\n" % len(body)]
+        self.response_started = True
+        self.waiting_for_100_continue = False
+        self.chunked_encoding = False
+        if not self.keep_alive:
+            out.append(_CLOSE)
+        out += (_CRLF, body)
+        self.transport.write(b"".join(out))
+        self._complete()
+        return True
 
     def take_whole_body(self) -> bytes | None:
         """The request's whole body if it came with its headers and nothing has read it yet (what

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from turbogate.asgi import Send, error_body
+from turbogate.asgi import error_body
 from turbogate.gateway.sse import SSERewriter, tag_json_body
 from turbogate.gateway.usage_scan import hold_done, take_json_usage, take_stream_usage
 from turbogate.httpclient import UpstreamError
@@ -18,6 +18,7 @@ from turbogate.sched.tiers import TIER_NAME
 
 if TYPE_CHECKING:
     from turbogate.gateway.app import GatewayApp
+    from turbogate.gateway.watch import Watch
 
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
@@ -36,10 +37,13 @@ def _failure(exc: UpstreamError) -> Failure:
     return Failure.RESET if exc.before_response else Failure.BROKEN
 
 
-async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, send: Send, body: bytes, path: str,
+async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, watch: Watch, body: bytes, path: str,
                   tier_name: str, tier_headers: list[tuple[bytes, bytes]]) -> int | None:
     """Run one attempt; the HTTP status sent to the client, or ``None`` when the client got
-    nothing yet and the flow has a next step for the request (a retry, or an error answer)."""
+    nothing yet and the flow has a next step for the request (a retry, or an error answer).
+    ``watch``: the request's object in the shell, whose ``send`` stores the usage record
+    before the answer's last byte."""
+    send = watch.send
     io = app.rt.replicas[replica.id]
     client = io.client_for(req.served)  # the tier's DSCP-marked pool, if it has one
     assert client is not None
@@ -68,10 +72,8 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, send: Sen
             ctype = resp.content_type
             if status == 200 and ctype.startswith(b"application/json"):
                 data = tag_json_body(data, tier_name)
-            await send({"type": "http.response.start", "status": status, "headers": [
-                (b"content-type", ctype), (b"content-length", str(len(data)).encode()), *tier_headers,
-                _timing(l1, l2, end - start)]})
-            await send({"type": "http.response.body", "body": data})
+            await watch.send_whole(status, [(b"content-type", ctype), *tier_headers, _timing(l1, l2, end - start)],
+                                   data)
             return status
         headers_at = time.perf_counter()  # engines answer a stream's headers before prefill: an L3 round trip
         try:

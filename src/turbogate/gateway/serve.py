@@ -77,7 +77,7 @@ async def serve(app: GatewayApp, receive: Receive, send: Send, tenant: TenantRt,
             elif not observed_queue:
                 observed_queue = True
                 app.metrics.observe_queue(TIER_NAME[req.served], (req.dispatched_at or req.arrival) - req.arrival)
-            sent = await attempt(app, req, replica, tracked_send, body, upstream_path, word, tier_headers)
+            sent = await attempt(app, req, replica, watch, body, upstream_path, word, tier_headers)
             if sent is not None:
                 status = sent
                 break
