@@ -357,7 +357,8 @@ class Admission:
                             f"{policy.queue_bound} places, more than its share")
             return Shed(503, "queue_full", self.retry_after_s(tier, slots),
                         f"the {tier.value} queue is full ({policy.queue_bound} waiting)")
-        predicted = self.predicted_wait_s(tier, slots)
+        # Nothing queued and a slot free: the prediction is 0, under any budget (the usual arrival).
+        predicted = self.predicted_wait_s(tier, slots) if self.queued or self.in_flight >= slots else None
         if predicted is not None and predicted > self._queue_limits[tier]:
             return Shed(503, "queue_time_budget", clamp_retry(predicted - policy.queue_limit_s),
                         f"expected queue time {predicted:.1f}s exceeds the {tier.value} budget "
@@ -486,6 +487,16 @@ class Admission:
         if ticket.vtag > queue.vtime:
             queue.vtime = ticket.vtag
         self.dispatched[tier] += 1
+        if not self.queued:  # (the usual dispatch: no other tier waits, so only this one's share moves)
+            queue.share += SHARE_ALPHA * (1.0 - queue.share)
+        else:
+            self._update_shares(queue)
+        self.in_flight += 1
+        if len(queue.finish) > 4096:  # forget tenants whose finish tag is already in the past
+            queue.finish = {k: v for k, v in queue.finish.items() if v > queue.vtime}
+
+    def _update_shares(self, queue: _TierQueue) -> None:
+        """Each tier's recent share of dispatches, after one to ``queue``'s tier."""
         for _other, q, _policy in self._order:
             if q is queue:
                 q.share += SHARE_ALPHA * (1.0 - q.share)
@@ -495,9 +506,6 @@ class Admission:
                 # interleaved with Turbo, not its past shortfall in one block ahead of Turbo.
                 share = q.share * (1.0 - SHARE_ALPHA)
                 q.share = share if share > q.share_floor else q.share_floor
-        self.in_flight += 1
-        if len(queue.finish) > 4096:  # forget tenants whose finish tag is already in the past
-            queue.finish = {k: v for k, v in queue.finish.items() if v > queue.vtime}
 
     @staticmethod
     def _dec_queued(queue: _TierQueue, tenant: str) -> None:
