@@ -12,8 +12,9 @@ wrapping five of its methods in the child process; its code is not changed.  Per
 - ``upstream_wait_us``: the write returned → the answer's bytes arrive (the stub's work, the
   wake-ups both ways, and whatever the proxy still ran before it slept);
 - ``own_answer_us``: the answer arrives → the client write begins (turbogate: parse, usage,
-  the flow's ``finished``, the tier tag, the response head, the usage record made durable);
-- ``client_write_us``: the client ``write()``;
+  the flow's ``finished``, the tier tag, the usage record made durable);
+- ``client_write_us``: the client ``write()`` (turbogate: the lean cycle's ``send_whole``, which
+  also builds the response head);
 - ``resident_us``: all of the above, the request's whole stay in the proxy.
 
 p50 and p99 of each, with the run's own p50/p99 latency (from the client, in another process) and
