@@ -53,12 +53,17 @@ class Watch(Handle):
         self.watcher: asyncio.Task[None] | None = None
         self.cycle: object | None = None
 
+    def _last_byte(self) -> asyncio.Future[None] | None:
+        """The answer's last byte is next: the request is finished, and its usage record is made
+        durable; the future to await first where the store must hold it (a Turbo budget's spend)."""
+        self.finished = True  # from here a disconnect is the normal end, not the client leaving
+        return self.meter.durable(self.req)
+
     async def send(self, message: Message) -> None:
         """The server's ``send``, with the usage record made durable before the last byte."""
         if message["type"] == "http.response.body" and not message.get("more_body", False):
-            self.finished = True  # from here a disconnect is the normal end, not the client leaving
-            stored = self.meter.durable(self.req)
-            if stored is not None:  # the store must hold it first (a Turbo budget's spend)
+            stored = self._last_byte()
+            if stored is not None:
                 await self.meter.stored(self.req, stored)
         await self._send(message)
 
@@ -66,9 +71,8 @@ class Watch(Handle):
         """``send`` of a whole answer (its start and its one body message), made durable first as
         ``send`` does, and written in one go where the server is the lean cycle
         (``LeanCycle.send_whole``).  ``headers`` without ``content-length``: it is added."""
-        self.finished = True
-        stored = self.meter.durable(self.req)
-        if stored is not None:  # the store must hold it first (a Turbo budget's spend)
+        stored = self._last_byte()
+        if stored is not None:
             await self.meter.stored(self.req, stored)
         cycle = getattr(self._send, "__self__", None)
         if type(cycle) is LeanCycle and cycle.send_whole(status, headers, body):
