@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -142,3 +143,37 @@ def test_done_event_is_held_for_the_final_byte() -> None:
     assert hold_done(b'data: {"a":1}\n\ndata: [DONE]\n\n') == (b'data: {"a":1}\n\n', b"data: [DONE]\n\n")
     assert hold_done(b'data: {"a":1}\n\n') == (b'data: {"a":1}\n\n', b"")
     assert hold_done(b"data: [DONE]\n\n") == (b"", b"data: [DONE]\n\n")
+
+
+_OLD_USAGE_TABLE = """CREATE TABLE usage (
+  id TEXT PRIMARY KEY, ts REAL NOT NULL, tenant TEXT NOT NULL, model TEXT NOT NULL, tier_asked TEXT NOT NULL,
+  tier_served TEXT NOT NULL, status INTEGER NOT NULL, prompt_tokens INTEGER NOT NULL,
+  completion_tokens INTEGER NOT NULL, queue_s REAL NOT NULL, latency_s REAL NOT NULL, cost_units REAL NOT NULL,
+  downgrade TEXT);
+CREATE INDEX usage_by_tenant_ts ON usage (tenant, ts);
+CREATE INDEX usage_by_ts ON usage (ts);"""
+
+
+@pytest.mark.parametrize("made_before", [False, True], ids=["new", "made-before"])
+async def test_sqlite_usage_table_keyed_by_time_and_an_older_one_still_works(tmp_path: Path, made_before: bool) -> None:
+    path = tmp_path / "state.sqlite3"
+    if made_before:  # a database from before the usage table was keyed by (ts, id)
+        with sqlite3.connect(path) as db:
+            db.executescript(_OLD_USAGE_TABLE)
+    s = SqliteStore(path)
+    await s.open()
+    try:
+        records = [rec(2), rec(0, tenant="beta"), rec(1, tier="standard")]
+        await s.add_usage(records)
+        assert await s.add_usage(records[:1]) == {}  # a replay meets its own key
+        assert [r.id for r in await s.usage(None, 0, 2000)] == ["g-0", "g-1", "g-2"]  # in time order
+        assert [r.id for r in await s.usage("acme", 1000.5, 2000)] == ["g-1", "g-2"]
+    finally:
+        await s.close()
+    with sqlite3.connect(path) as db:
+        indexes = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type='index' AND tbl_name='usage'")}
+        sql = db.execute("SELECT sql FROM sqlite_master WHERE name='usage'").fetchone()[0]
+    if made_before:
+        assert "usage_by_ts" in indexes and "WITHOUT ROWID" not in sql
+    else:
+        assert indexes == set() and "PRIMARY KEY (ts, id)) WITHOUT ROWID" in sql
