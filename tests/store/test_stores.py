@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from turbogate.gateway.usage_scan import take_json_usage, take_stream_usage
 from turbogate.sched import Flow
 from turbogate.sched.metering import LimitPolicy, UsageRecord, period_key
 from turbogate.store import MemoryStore, Store, summarize
+from turbogate.store.base import Spent
 from turbogate.store.redis_store import RedisStore
 from turbogate.store.redisproc import RedisServer
 from turbogate.store.resilient import ResilientStore
@@ -120,6 +122,20 @@ async def test_redis_down_buffers_on_disk_and_replays(tmp_path: Path) -> None:
         await rs.close()
     finally:
         server.stop()
+
+
+async def test_a_store_that_does_not_answer_is_logged_as_such(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    class Hung(MemoryStore):
+        async def add_usage(self, records: Sequence[UsageRecord]) -> Spent:
+            await asyncio.Event().wait()  # never answers
+            return {}
+
+    rs = ResilientStore(Hung(), tmp_path / "buf", timeout_s=0.05, name="SQLite store x")
+    await rs.open()
+    with caplog.at_level("WARNING", logger="turbogate.store"):
+        assert await rs.add_usage([rec(0)]) == {}  # buffered on disk, not lost
+    assert rs.degraded and rs.buffered == 1
+    assert "SQLite store x unreachable (add usage: no answer in 0.05 s)" in caplog.text
 
 
 def test_token_counts_from_json_and_streams() -> None:

@@ -116,7 +116,7 @@ class ResilientStore:
             return await asyncio.wait_for(call, self.timeout_s)
         except (StoreUnavailable, TimeoutError) as exc:
             self._down(what, exc)
-            raise StoreUnavailable(f"{self.name}: {what}: {exc or 'timed out'}") from exc
+            raise StoreUnavailable(f"{self.name}: {what}: {self._why(exc)}") from exc
 
     def _down(self, what: str, exc: BaseException) -> None:
         self.degraded = True
@@ -124,7 +124,11 @@ class ResilientStore:
         if now - self._logged_at >= self.retry_interval_s:
             self._logged_at = now
             log.warning("%s unreachable (%s: %s): serving within local limits, buffering usage in %s",
-                        self.name, what, exc or "timed out", self.buffer.path)
+                        self.name, what, self._why(exc), self.buffer.path)
+
+    def _why(self, exc: BaseException) -> str:
+        # A timeout's message is empty (and the exception itself is truthy): say what happened.
+        return str(exc) or f"no answer in {self.timeout_s:g} s"
 
     async def open(self) -> None:
         try:
