@@ -74,7 +74,7 @@ from turbogate.bench.runner import Runner, Target
 from turbogate.bench.shapes import Constant, shape_steps
 from turbogate.bench.workers import COUNTERS, WorkerJob, WorkerPool, merge, p99_lag_ms, split
 from turbogate.bench.workload import TruncNormal, Workload
-from turbogate.procs import Service, machine_cpu_seconds, pin_process, start_emulator
+from turbogate.procs import QUIET_STEAL, Service, machine_cpu_seconds, pin_process, start_emulator
 from turbogate.results.schema import RequestRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -84,11 +84,6 @@ LAG_LIMIT_S = 0.005
 #: Most of a core the rest of the machine may take from the bench (``competing_cpu_share``) in the
 #: maximum-rate trials for the ratio to count.
 QUIET_OTHERS = 0.1
-#: Most of the machine's CPU time the hypervisor may steal over a trial (``steal_share``) for it to
-#: count as quiet.  Other processes show in ``others_cpu_share``; a neighbouring virtual machine
-#: shows only here.  One-core streaming trials at 1,000 req/s read a p99 lag of 0.28-0.34 ms with
-#: steal at 0.004-0.005, 1.7-2.4 ms at 0.018-0.021 and 5.5 ms at 0.043 (docs/gateway.md, "Tenth pass").
-QUIET_STEAL = 0.01
 #: Events per streamed answer in the workers block (chosen by measurement: see docs/bench.md).
 DEFAULT_EVENTS = 512
 MODEL = "llama-3.2-1b"

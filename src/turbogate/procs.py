@@ -78,6 +78,13 @@ class Service:
 
 _CPU_KINDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
+#: Most of the machine's CPU time the hypervisor may take over a benchmark run (``steal`` in
+#: /proc/stat over the run's wall time and CPUs) for its latency figures to count as a quiet
+#: machine's.  A neighbouring virtual machine's work shows in no process here, only as steal:
+#: one-core streaming bench trials read a p99 dispatch lag of 0.28-0.34 ms at 0.004-0.005 steal,
+#: 1.7-2.4 ms at 0.018-0.021 (benchmarks/bench_capacity.py; docs/gateway.md, "Tenth pass").
+QUIET_STEAL = 0.01
+
 
 def machine_cpu_seconds() -> dict[str, float] | None:
     """The whole machine's CPU seconds so far, by kind (``user``, ``nice``, ``system``, ``idle``,
