@@ -74,7 +74,7 @@ from turbogate.bench.runner import Runner, Target
 from turbogate.bench.shapes import Constant, shape_steps
 from turbogate.bench.workers import COUNTERS, WorkerJob, WorkerPool, merge, p99_lag_ms, split
 from turbogate.bench.workload import TruncNormal, Workload
-from turbogate.procs import QUIET_STEAL, Service, machine_cpu_seconds, pin_process, start_emulator
+from turbogate.procs import QUIET_STEAL, Service, machine_cpu_seconds, pin_process, start_emulator, steal_seconds
 from turbogate.results.schema import RequestRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -112,7 +112,7 @@ async def trial(url: str, model: str, rate: float, seconds: float, seed: int, st
     schedule = make_schedule(rate, seconds, seed, tokens or (4 if stream else 1))
     cpu0, t0 = cpu_self_s(), time.perf_counter()
     up0, machine0 = (cpu_of_tree(upstream_pids), machine_cpu()) if upstream_pids else (0.0, (0.0, 0.0, 0.0))
-    steal0 = steal_s()
+    steal0 = steal_seconds()
     async with Runner(make_target(url, stream)) as runner:
         await runner.execute(schedule)
         recs = runner.records
@@ -122,7 +122,7 @@ async def trial(url: str, model: str, rate: float, seconds: float, seed: int, st
         busy, _soft, niced = (x - x0 for x, x0 in zip(machine_cpu(), machine0, strict=True))
         others = max(0.0, busy - cpu - (cpu_of_tree(upstream_pids) - up0) - niced)
         noise["others_cpu_share"] = round(others / (time.perf_counter() - t0), 2)
-        noise["steal_share"] = round((steal_s() - steal0) / (time.perf_counter() - t0) / (os.cpu_count() or 1), 3)
+        noise["steal_share"] = round((steal_seconds() - steal0) / (time.perf_counter() - t0) / (os.cpu_count() or 1), 3)
     lags = np.array([r.dispatch_lag_s for r in recs if r.sent_s is not None])
     ok = [r for r in recs if r.ok]
     end = max((r.end_s or 0.0) for r in recs) if recs else seconds
@@ -233,12 +233,6 @@ def cpu_of_tree(pids: list[int]) -> float:
     return total
 
 
-def steal_s() -> float:
-    """CPU seconds the hypervisor has taken from this virtual machine so far, all CPUs (0 elsewhere)."""
-    t = machine_cpu_seconds()
-    return t["steal"] if t is not None else 0.0
-
-
 def machine_cpu() -> tuple[float, float, float]:
     """Busy (softirq aside), softirq and niced-user CPU seconds of the whole machine so far (Linux
     /proc/stat; zeros elsewhere).  Busy − (workers + parent + upstream) is what everything else took
@@ -313,7 +307,7 @@ async def workers_trial(url: str, workers: int, rate: float, seconds: float, ups
     try:
         start_wall = await pool.start()
         t0, parent0, up0, machine0 = time.perf_counter(), cpu_self_s(), cpu_of_tree(upstream_pids), machine_cpu()
-        steal0 = steal_s()
+        steal0 = steal_seconds()
         first = {pid: last.get(pid, cpu_of(pid) or 0.0) for pid in pool.pids}
         sampler = asyncio.get_running_loop().create_task(sample(start_wall))
         try:
@@ -323,7 +317,7 @@ async def workers_trial(url: str, workers: int, rate: float, seconds: float, ups
         wall = time.perf_counter() - t0
         parent, up = cpu_self_s() - parent0, cpu_of_tree(upstream_pids) - up0
         busy, soft, niced = (x - x0 for x, x0 in zip(machine_cpu(), machine0, strict=True))
-        stolen = steal_s() - steal0
+        stolen = steal_seconds() - steal0
     finally:
         pool.close()
     recs = merge(per_worker)

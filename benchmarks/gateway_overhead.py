@@ -46,11 +46,11 @@ from turbogate.procs import (
     QUIET_STEAL,
     Service,
     free_port,
-    machine_cpu_seconds,
     machine_facts,
     pin_process,
     start_emulator,
     start_gateway,
+    steal_seconds,
     wait_healthy,
 )
 
@@ -265,7 +265,7 @@ def fixed_run(url: str, conns: int, seconds: float, realtime: bool, pid: int | N
     queue: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
     worker = ctx.Process(target=_fixed_worker, args=(url, conns, seconds, realtime, queue))
     cpu0 = cpu_seconds(pid) if pid else 0.0
-    machine0, t0 = machine_cpu_seconds(), time.monotonic()
+    steal0, t0 = steal_seconds(), time.monotonic()
     worker.start()
     result: dict[str, object] = queue.get(timeout=seconds + 60)
     worker.join()
@@ -273,10 +273,8 @@ def fixed_run(url: str, conns: int, seconds: float, realtime: bool, pid: int | N
         cpu = cpu_seconds(pid) - cpu0
         n = int(result["requests"])  # type: ignore[call-overload]
         result["server_cpu_us_per_request"] = round(cpu * 1e6 / n, 1) if n else None
-        machine1 = machine_cpu_seconds()
-        if machine0 is not None and machine1 is not None:  # (CPU seconds the hypervisor took)
-            steal = machine1["steal"] - machine0["steal"]
-            result["steal_share"] = round(steal / ((time.monotonic() - t0) * (os.cpu_count() or 1)), 3)
+        steal = steal_seconds() - steal0  # CPU seconds the hypervisor took
+        result["steal_share"] = round(steal / ((time.monotonic() - t0) * (os.cpu_count() or 1)), 3)
     return result
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from turbogate.procs import machine_facts, pin_process
+from turbogate.procs import machine_cpu_seconds, machine_facts, pin_process, steal_seconds
 
 # A child that starts a second thread, says so, and waits for stdin to close.
 _CHILD = """
@@ -65,3 +65,12 @@ def test_machine_facts_name_what_they_know_and_none_for_the_rest() -> None:
     if cmdline.exists():  # each setting named is one of the kernel's own, word for word
         words = cmdline.read_text().split()
         assert all(word in words for word in facts["kernel_idle_settings"]), facts
+
+
+def test_steal_is_the_machine_counters_steal_and_never_goes_back() -> None:
+    first = steal_seconds()
+    counters = machine_cpu_seconds()
+    later = steal_seconds()
+    assert 0.0 <= first <= later
+    if counters is not None:  # Linux: the same counter /proc/stat gives
+        assert first <= counters["steal"] <= later

@@ -100,6 +100,14 @@ def machine_cpu_seconds() -> dict[str, float] | None:
     return {kind: v / tick for kind, v in zip(_CPU_KINDS, values, strict=True)}
 
 
+def steal_seconds() -> float:
+    """CPU seconds the hypervisor has taken from this virtual machine so far, all CPUs together
+    (0 where /proc/stat cannot be read): a run's share is the difference over its wall time and
+    CPUs, to hold against ``QUIET_STEAL``."""
+    t = machine_cpu_seconds()
+    return t["steal"] if t is not None else 0.0
+
+
 def _read(path: str) -> str | None:
     try:
         return Path(path).read_text().strip()
