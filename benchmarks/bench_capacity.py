@@ -160,7 +160,8 @@ def realtime(on: bool) -> bool:
 
     On a machine shared with other work, a process pinned to one core still gets only a share of
     it; real-time priority stands in for the dedicated core the figure is about.  The bench only
-    takes the CPU it needs (about 15 % of a core at 1,000 streams/s), so others keep the rest."""
+    takes the CPU it needs (about a third of a core at 1,000 8-token streams/s: 333-352 µs a
+    request in the tenth pass's trials), so others keep the rest."""
     try:
         if on:
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
