@@ -14,7 +14,7 @@ from turbogate.gateway.usage_scan import take_json_usage, take_stream_usage
 from turbogate.sched import Flow
 from turbogate.sched.metering import LimitPolicy, UsageRecord, period_key
 from turbogate.store import MemoryStore, Store, summarize
-from turbogate.store.base import Spent
+from turbogate.store.base import Spent, record_from_json, record_to_json
 from turbogate.store.redis_store import RedisStore
 from turbogate.store.redisproc import RedisServer
 from turbogate.store.resilient import ResilientStore
@@ -181,7 +181,8 @@ async def test_sqlite_usage_table_keyed_by_time_and_an_older_one_still_works(tmp
     try:
         records = [rec(2), rec(0, tenant="beta"), rec(1, tier="standard")]
         await s.add_usage(records)
-        assert await s.add_usage(records[:1]) == {}  # a replay meets its own key
+        assert await s.add_usage(records[:1]) == {}  # a replay meets its own key...
+        assert await s.add_usage([record_from_json(record_to_json(records[1]))]) == {}  # ...from a journal too
         assert [r.id for r in await s.usage(None, 0, 2000)] == ["g-0", "g-1", "g-2"]  # in time order
         assert [r.id for r in await s.usage("acme", 1000.5, 2000)] == ["g-1", "g-2"]
     finally:
