@@ -17,6 +17,7 @@ during its run), with the share of the machine's CPU time its hypervisor stole m
 (``steal_share``: on a virtual machine, neighbours at work, and CPU figures that read high).
 ``machine_quiet`` says whether every run the verdicts read had at most ``QUIET_STEAL``
 (turbogate.procs) of steal; a verdict from a run that was not quiet is a neighbour's as much.
+A fixed-connection run with more steal is run again (``--noisy-retries``, 2), for every path alike.
 The stub is pinned to one core and the proxies to another where there are two; ``--realtime``
 runs the one-connection runs at SCHED_FIFO priority (root), a stand-in for dedicated cores on
 a machine shared with other work (a sequential client takes little CPU from anyone).
@@ -314,9 +315,12 @@ def start_nginx(tmp: Path, upstream_url: str, cpus: set[int] | None) -> tuple[su
 
 
 def fixed_connections(paths: dict[str, tuple[str, list[int]]], conns: list[int], seconds: float,
-                      realtime: bool) -> dict[str, dict[str, dict[str, object]]]:
+                      realtime: bool, noisy_retries: int = 0) -> dict[str, dict[str, dict[str, object]]]:
     """Every path at every connection count; ``paths``: name → (url, pids of its server processes;
-    the first one's CPU is reported).  One-connection runs at real-time priority with ``realtime``."""
+    the first one's CPU is reported).  One-connection runs at real-time priority with ``realtime``.
+    A run during which the hypervisor stole more than ``QUIET_STEAL`` is run again, up to
+    ``noisy_retries`` times; the one with the least steal counts, with the others' steal shares
+    beside it (``noisy_runs_not_counted``)."""
     out: dict[str, dict[str, dict[str, object]]] = {name: {} for name in paths}
     for k in conns:
         rt = realtime and k == 1
@@ -326,12 +330,25 @@ def fixed_connections(paths: dict[str, tuple[str, list[int]]], conns: list[int],
                     set_realtime(pid, True)
             try:
                 fixed_run(url, k, min(1.0, seconds), rt)  # warm-up: connections, caches
-                out[name][f"c{k}"] = fixed_run(url, k, seconds, rt, pids[0] if pids else None)
+                tries: list[dict[str, object]] = []
+                while len(tries) <= max(0, noisy_retries):
+                    tries.append(fixed_run(url, k, seconds, rt, pids[0] if pids else None))
+                    if _steal(tries[-1]) <= QUIET_STEAL:
+                        break
+                run = min(tries, key=_steal)  # the quietest (by steal alone, never by its figures)
+                if len(tries) > 1:
+                    run["noisy_runs_not_counted"] = [t.get("steal_share") for t in tries if t is not run]
+                out[name][f"c{k}"] = run
             finally:
                 if rt:
                     for pid in pids:
                         set_realtime(pid, False)
     return out
+
+
+def _steal(run: dict[str, object]) -> float:
+    steal = run.get("steal_share")
+    return float(steal) if isinstance(steal, float | int) else 0.0
 
 
 def write_config(path: Path, emulator_urls: list[str], engine: str = "emulator", busy_poll_us: int = 0) -> None:
@@ -404,7 +421,7 @@ def run_fixed(args: argparse.Namespace, tmp: Path, services: list[Service],
     paths["emulator_direct"] = (emulator.url, [emulator.process.pid])
     paths["turbogate_to_emulator"] = (gw_emu.url, [gw_emu.process.pid, emulator.process.pid])
     conns = [int(c) for c in args.fixed_conns.split(",")]
-    runs = fixed_connections(paths, conns, args.fixed_seconds, args.realtime)
+    runs = fixed_connections(paths, conns, args.fixed_seconds, args.realtime, args.noisy_retries)
     result: dict[str, object] = {"paths": runs, "nginx": nginx is not None, "realtime_1_connection": args.realtime,
                                  "seconds": args.fixed_seconds, "cpus": os.cpu_count(),
                                  "load_average_1m": round(os.getloadavg()[0], 2), "machine": machine_facts()}
@@ -454,6 +471,9 @@ def main() -> None:
     parser.add_argument("--realtime", action="store_true",
                         help="one-connection runs at SCHED_FIFO priority (root; for a machine shared with other work)")
     parser.add_argument("--only-fixed", action="store_true", help="only the fixed-connection runs")
+    parser.add_argument("--noisy-retries", type=int, default=2,
+                        help=f"run a fixed-connection run again when the hypervisor stole more than {QUIET_STEAL} of "
+                             "the machine's CPU time during it, up to this many times (default 2; 0: never)")
     parser.add_argument("--busy-poll-us", type=int, default=500,
                         help="also run the gateway with listen.busy_poll_us at this window (0: not)")
     args = parser.parse_args()
