@@ -74,7 +74,15 @@ from turbogate.bench.runner import Runner, Target
 from turbogate.bench.shapes import Constant, shape_steps
 from turbogate.bench.workers import COUNTERS, WorkerJob, WorkerPool, merge, p99_lag_ms, split
 from turbogate.bench.workload import TruncNormal, Workload
-from turbogate.procs import QUIET_STEAL, Service, machine_cpu_seconds, pin_process, start_emulator, steal_seconds
+from turbogate.procs import (
+    QUIET_STEAL,
+    Service,
+    machine_cpu_seconds,
+    pin_process,
+    start_emulator,
+    steal_mark,
+    steal_share_since,
+)
 from turbogate.results.schema import RequestRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -112,7 +120,7 @@ async def trial(url: str, model: str, rate: float, seconds: float, seed: int, st
     schedule = make_schedule(rate, seconds, seed, tokens or (4 if stream else 1))
     cpu0, t0 = cpu_self_s(), time.perf_counter()
     up0, machine0 = (cpu_of_tree(upstream_pids), machine_cpu()) if upstream_pids else (0.0, (0.0, 0.0, 0.0))
-    steal0 = steal_seconds()
+    steal_at = steal_mark()
     async with Runner(make_target(url, stream)) as runner:
         await runner.execute(schedule)
         recs = runner.records
@@ -122,7 +130,7 @@ async def trial(url: str, model: str, rate: float, seconds: float, seed: int, st
         busy, _soft, niced = (x - x0 for x, x0 in zip(machine_cpu(), machine0, strict=True))
         others = max(0.0, busy - cpu - (cpu_of_tree(upstream_pids) - up0) - niced)
         noise["others_cpu_share"] = round(others / (time.perf_counter() - t0), 2)
-        noise["steal_share"] = round((steal_seconds() - steal0) / (time.perf_counter() - t0) / (os.cpu_count() or 1), 3)
+        noise["steal_share"] = steal_share_since(steal_at)
     lags = np.array([r.dispatch_lag_s for r in recs if r.sent_s is not None])
     ok = [r for r in recs if r.ok]
     end = max((r.end_s or 0.0) for r in recs) if recs else seconds
@@ -308,7 +316,7 @@ async def workers_trial(url: str, workers: int, rate: float, seconds: float, ups
     try:
         start_wall = await pool.start()
         t0, parent0, up0, machine0 = time.perf_counter(), cpu_self_s(), cpu_of_tree(upstream_pids), machine_cpu()
-        steal0 = steal_seconds()
+        steal_at = steal_mark()
         first = {pid: last.get(pid, cpu_of(pid) or 0.0) for pid in pool.pids}
         sampler = asyncio.get_running_loop().create_task(sample(start_wall))
         try:
@@ -318,7 +326,7 @@ async def workers_trial(url: str, workers: int, rate: float, seconds: float, ups
         wall = time.perf_counter() - t0
         parent, up = cpu_self_s() - parent0, cpu_of_tree(upstream_pids) - up0
         busy, soft, niced = (x - x0 for x, x0 in zip(machine_cpu(), machine0, strict=True))
-        stolen = steal_seconds() - steal0
+        steal_share = steal_share_since(steal_at)
     finally:
         pool.close()
     recs = merge(per_worker)
@@ -365,7 +373,7 @@ async def workers_trial(url: str, workers: int, rate: float, seconds: float, ups
             "upstream_cpu_us_per_request": round(up * 1e6 / max(1, len(recs)), 1),
             "others_cpu_share": round(others / wall, 2), "competing_cpu_share": round(competing / wall, 2),
             "softirq_cpu_share": round(soft / wall, 2),
-            "steal_share": round(stolen / wall / (os.cpu_count() or 1), 3),
+            "steal_share": steal_share,
             "softirq_cpu_us_per_request": round(soft * 1e6 / max(1, len(recs)), 1), "wall_s": round(wall, 2),
             "load_average_1m": round(os.getloadavg()[0], 2)}
 

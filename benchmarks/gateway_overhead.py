@@ -51,7 +51,8 @@ from turbogate.procs import (
     pin_process,
     start_emulator,
     start_gateway,
-    steal_seconds,
+    steal_mark,
+    steal_share_since,
     wait_healthy,
 )
 
@@ -266,7 +267,7 @@ def fixed_run(url: str, conns: int, seconds: float, realtime: bool, pid: int | N
     queue: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
     worker = ctx.Process(target=_fixed_worker, args=(url, conns, seconds, realtime, queue))
     cpu0 = cpu_seconds(pid) if pid else 0.0
-    steal0, t0 = steal_seconds(), time.monotonic()
+    steal_at = steal_mark()
     worker.start()
     result: dict[str, object] = queue.get(timeout=seconds + 60)
     worker.join()
@@ -274,8 +275,7 @@ def fixed_run(url: str, conns: int, seconds: float, realtime: bool, pid: int | N
         cpu = cpu_seconds(pid) - cpu0
         n = int(result["requests"])  # type: ignore[call-overload]
         result["server_cpu_us_per_request"] = round(cpu * 1e6 / n, 1) if n else None
-        steal = steal_seconds() - steal0  # CPU seconds the hypervisor took
-        result["steal_share"] = round(steal / ((time.monotonic() - t0) * (os.cpu_count() or 1)), 3)
+        result["steal_share"] = steal_share_since(steal_at)
     return result
 
 

@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from turbogate.procs import machine_cpu_seconds, machine_facts, pin_process, steal_seconds
+from turbogate.procs import (
+    machine_cpu_seconds,
+    machine_facts,
+    pin_process,
+    steal_mark,
+    steal_seconds,
+    steal_share_since,
+)
 
 # A child that starts a second thread, says so, and waits for stdin to close.
 _CHILD = """
@@ -74,3 +81,5 @@ def test_steal_is_the_machine_counters_steal_and_never_goes_back() -> None:
     assert 0.0 <= first <= later
     if counters is not None:  # Linux: the same counter /proc/stat gives
         assert first <= counters["steal"] <= later
+    mark = steal_mark()
+    assert 0.0 <= steal_share_since(mark) <= 1.0  # a share of the machine's CPU time

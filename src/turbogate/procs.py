@@ -102,10 +102,22 @@ def machine_cpu_seconds() -> dict[str, float] | None:
 
 def steal_seconds() -> float:
     """CPU seconds the hypervisor has taken from this virtual machine so far, all CPUs together
-    (0 where /proc/stat cannot be read): a run's share is the difference over its wall time and
-    CPUs, to hold against ``QUIET_STEAL``."""
+    (0 where /proc/stat cannot be read)."""
     t = machine_cpu_seconds()
     return t["steal"] if t is not None else 0.0
+
+
+def steal_mark() -> tuple[float, float]:
+    """Where a run starts, for :func:`steal_share_since`."""
+    return steal_seconds(), time.monotonic()
+
+
+def steal_share_since(mark: tuple[float, float]) -> float:
+    """The share of the machine's CPU time (its wall time × CPUs) the hypervisor stole since
+    ``mark``, to hold against ``QUIET_STEAL``."""
+    steal0, t0 = mark
+    wall = max(time.monotonic() - t0, 1e-9)
+    return round((steal_seconds() - steal0) / (wall * (os.cpu_count() or 1)), 3)
 
 
 def _read(path: str) -> str | None:
