@@ -1,4 +1,19 @@
-"""One small error hierarchy.  HTTP shells map these onto OpenAI-style error bodies."""
+"""One small error hierarchy.  HTTP shells map these onto OpenAI-style error bodies.
+
+Every error turbogate raises on purpose derives from ``TurbogateError``::
+
+    TurbogateError
+    ├── ConfigError          a config value is missing or invalid (the message names the field)
+    ├── CatalogError         an unknown GPU or model name
+    ├── ValidationError      a request body is invalid (``param`` names the field)
+    ├── UpstreamError        the upstream connection failed or broke (also a ``ConnectionError``)
+    ├── StoreUnavailable     store/base.py: the shared store did not answer
+    ├── LeaseError           sched/leases.py: UnknownLease, LeaseExpired, TooManyLeases
+    ├── RefNotFound          sched/jobrun.py: a step's reference names a value the answer lacks
+    ├── CalibrationError     emulator/calibrate.py: a bench run that cannot be fitted
+    ├── WorkerFailed         bench/workers.py: a bench worker process failed
+    └── BenchFailed          bench/failures.py: a run stopped because its requests failed
+"""
 
 from __future__ import annotations
 
@@ -21,3 +36,16 @@ class ValidationError(TurbogateError):
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.param = param
+
+
+class UpstreamError(TurbogateError, ConnectionError):
+    """The connection failed or broke; ``before_response`` tells whether any byte had come,
+    ``connect_failed`` whether no connection could be made at all (the replica is down),
+    ``timed_out`` whether the request's total timeout ran out."""
+
+    def __init__(self, message: str, before_response: bool, connect_failed: bool = False,
+                 timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.before_response = before_response
+        self.connect_failed = connect_failed
+        self.timed_out = timed_out

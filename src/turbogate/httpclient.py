@@ -24,19 +24,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
-
-class UpstreamError(ConnectionError):
-    """The connection failed or broke; ``before_response`` tells whether any byte had come,
-    ``connect_failed`` whether no connection could be made at all (the replica is down),
-    ``timed_out`` whether the request's total timeout ran out."""
-
-    def __init__(self, message: str, before_response: bool, connect_failed: bool = False,
-                 timed_out: bool = False) -> None:
-        super().__init__(message)
-        self.before_response = before_response
-        self.connect_failed = connect_failed
-        self.timed_out = timed_out
-
+from turbogate.errors import UpstreamError
 
 _PAUSE_AT = 64  # buffered chunks before we stop reading from the server (back-pressure)
 

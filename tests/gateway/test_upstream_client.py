@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from turbogate.httpclient import UpstreamError, UpstreamPool
+from turbogate.errors import UpstreamError
+from turbogate.httpclient import UpstreamPool
 
 
 async def _server(handler: object) -> tuple[asyncio.Server, str]:

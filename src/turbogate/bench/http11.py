@@ -34,7 +34,8 @@ from turbogate.bench.client import (
     normalize_tier,
     parse_server_timing,
 )
-from turbogate.httpclient import UpstreamError, format_headers
+from turbogate.errors import UpstreamError
+from turbogate.httpclient import format_headers
 
 _TIER = TIER_HEADER.lower()
 _KEEP = frozenset({b"server-timing", _TIER.encode(), b"x-turbogate-replica"})

@@ -25,7 +25,7 @@ from turbogate.bench.client import TIER_HEADER, Outcome, send_request
 from turbogate.bench.failures import error_reason
 from turbogate.bench.http11 import Exchange, Http11Pool, describe
 from turbogate.bench.workload import request_body
-from turbogate.httpclient import UpstreamError
+from turbogate.errors import UpstreamError
 from turbogate.results.schema import RequestRecord
 
 TIER_VIA: tuple[str, ...] = ("body", "header", "both")

@@ -10,9 +10,9 @@ import time
 from typing import TYPE_CHECKING
 
 from turbogate.asgi import error_body
+from turbogate.errors import UpstreamError
 from turbogate.gateway.sse import SSERewriter, tag_json_body
 from turbogate.gateway.usage_scan import hold_done, take_json_usage, take_stream_usage
-from turbogate.httpclient import UpstreamError
 from turbogate.sched import Failure, FlowRequest, Replica
 from turbogate.sched.tiers import TIER_NAME
 

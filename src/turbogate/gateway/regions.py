@@ -16,9 +16,8 @@ import orjson
 
 from turbogate.asgi import Scope, header
 from turbogate.config import GatewayConfig, RegionsConfig
-from turbogate.errors import ConfigError
+from turbogate.errors import ConfigError, UpstreamError
 from turbogate.gateway.runtime import ReplicaIO, Runtime
-from turbogate.httpclient import UpstreamError
 from turbogate.sched.regions import REGION_PATTERN
 
 log = logging.getLogger("turbogate.gateway")

@@ -11,9 +11,9 @@ import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from turbogate.errors import UpstreamError
 from turbogate.gateway.driver import FlowDriver
 from turbogate.gateway.runtime import ReplicaIO, Runtime
-from turbogate.httpclient import UpstreamError
 from turbogate.sched import Health, ReplicaLoad, ScrapeFailed, load_from_samples
 from turbogate.sched.load import FRACTION_NAMES, METRIC_NAMES, sample_key
 

@@ -4,6 +4,7 @@ are the two drivers)."""
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 from enum import Enum, IntEnum
 from typing import NamedTuple
@@ -48,7 +49,7 @@ class FlowRequest:
     stream: bool
     cost: float
     arrival: float
-    handle: object  # the driver's own object, untouched here
+    handle: builtins.object  # the driver's own object, untouched here (builtins.: see Ticket.payload)
     priority: int | None  # vLLM priority to put in the body, or None
     phase: Phase = Phase.NEW
     ticket: Ticket | None = None

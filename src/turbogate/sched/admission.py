@@ -35,6 +35,7 @@ How the next request is chosen (``next_dispatch``):
 
 from __future__ import annotations
 
+import builtins
 import functools
 import heapq
 import math
@@ -175,7 +176,9 @@ class Ticket:
     tier: Tier
     arrival: float
     cost: float = 1.0
-    payload: object = None
+    # builtins.object, not object: compiled by mypyc, a dataclass looks its fields' annotations up
+    # in the module's namespace, where a bare builtin name is not found (docs/install.md).
+    payload: builtins.object = None
     id: int = 0
     vtag: float = 0.0
     state: State = State.QUEUED

@@ -28,6 +28,7 @@ The rule, all of it here so the gateway only moves bytes:
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -114,7 +115,7 @@ class Group:
     members: int = 1  # requests that joined it, the leader included
     present: int = 1  # members whose clients have not left
     state: GroupState = GroupState.RUNNING
-    handle: object = field(default=None)
+    handle: builtins.object = field(default=None)  # builtins.: see admission.Ticket.payload
 
     @property
     def followers(self) -> int:
