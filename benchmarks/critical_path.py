@@ -94,7 +94,10 @@ def _instrument(marks: dict[str, tuple[type, str]], out: str) -> None:
 
 
 def child_gateway(out: str, argv: list[str]) -> None:
-    from turbogate import httpclient
+    from turbogate import build, httpclient
+    if build() != "pure Python":  # a compiled class's methods cannot be replaced
+        sys.exit("critical_path.py times hops by wrapping the gateway's methods, which a compiled build "
+                 "(TURBOGATE_COMPILE=1) does not allow: run it on a pure Python install")
     from turbogate.cli import main
     from turbogate.gateway import cycle, guard
     _instrument({"in": (guard.GuardedHttpToolsProtocol, "data_received"), "up": (httpclient.UpstreamPool, "_send"),

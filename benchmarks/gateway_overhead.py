@@ -21,6 +21,8 @@ A fixed-connection run with more steal is run again (``--noisy-retries``, 2), fo
 The stub is pinned to one core and the proxies to another where there are two; ``--realtime``
 runs the one-connection runs at SCHED_FIFO priority (root), a stand-in for dedicated cores on
 a machine shared with other work (a sequential client takes little CPU from anyone).
+``--compiled DIR`` adds the same gateway run from a compiled build (``bash scripts/build_compiled.sh DIR``)
+as ``turbogate_compiled_to_stub``, with its own verdicts under ``compiled``.
 Run: ``python benchmarks/gateway_overhead.py [--requests 1000] [--seconds 5] [--fixed-seconds 3]``
 """
 
@@ -51,6 +53,7 @@ from turbogate.procs import (
     pin_process,
     start_emulator,
     start_gateway,
+    start_service,
     steal_mark,
     steal_share_since,
     wait_healthy,
@@ -378,6 +381,33 @@ pools:
     )
 
 
+def verdicts(runs: dict[str, dict[str, dict[str, object]]], path: str, conns: list[int]) -> dict[str, object]:
+    """The issue's acceptance figures for one turbogate ``path`` against the stub, and whether
+    the runs they read were quiet."""
+    out: dict[str, object] = {}
+    if 1 in conns:
+        direct, gw = runs["stub_direct"]["c1"], runs[path]["c1"]
+        d50, d99 = float(direct["p50_ms"]), float(direct["p99_ms"])  # type: ignore[arg-type]
+        g50, g99 = float(gw["p50_ms"]), float(gw["p99_ms"])  # type: ignore[arg-type]
+        out["added_p50_ms_1_connection"] = round(g50 - d50, 3)
+        out["p99_ms_1_connection"] = g99
+        out["p99_1_connection_limit_ms"] = round(2 * d99 + 0.5, 3)
+        out["added_p50_holds"] = g50 - d50 <= 0.2
+        out["p99_holds"] = g99 <= 2 * d99 + 0.5
+    busiest = f"c{max(conns)}"
+    cpu = runs[path][busiest].get("server_cpu_us_per_request")
+    out["gateway_cpu_us_per_request"] = cpu
+    out["steal_share_during_gateway_cpu_run"] = runs[path][busiest].get("steal_share")
+    out["gateway_cpu_holds"] = cpu is not None and float(cpu) <= 150.0  # type: ignore[arg-type]
+    # The runs the verdicts read: on a virtual machine, steal over QUIET_STEAL makes them a
+    # neighbour's figures as much as the gateway's (CPU per request reads high, p99s long).
+    judged = [runs[path][busiest], *((runs["stub_direct"]["c1"], runs[path]["c1"]) if 1 in conns else ())]
+    steals = [s for s in (r.get("steal_share") for r in judged) if isinstance(s, float | int)]
+    out["steal_share_max_of_judged_runs"] = max(steals, default=None)
+    out["machine_quiet"] = bool(steals) and max(steals) <= QUIET_STEAL
+    return out
+
+
 def run_fixed(args: argparse.Namespace, tmp: Path, services: list[Service],
               children: list[subprocess.Popen[bytes]]) -> dict[str, object]:
     """The fixed-connection runs of every path, and the acceptance figures drawn from them."""
@@ -393,6 +423,11 @@ def run_fixed(args: argparse.Namespace, tmp: Path, services: list[Service],
     gw_stub = start_gateway(cfg_stub, "--workers", "1", log_dir=tmp)
     gw_emu = start_gateway(cfg_emu, "--workers", "1", log_dir=tmp)
     services += [gw_stub, gw_emu]
+    gw_compiled = None
+    if args.compiled:  # the same gateway from a compiled build (scripts/build_compiled.sh), same config
+        gw_compiled = start_service("gateway-compiled", ["serve", "--config", str(cfg_stub), "--workers", "1"],
+                                    log_dir=tmp, env={"PYTHONPATH": str(args.compiled)})
+        services.append(gw_compiled)
     gw_poll = None
     if args.busy_poll_us:  # the same gateway with listen.busy_poll_us (gateway/busypoll.py), opt-in
         cfg_poll = tmp / "gateway-stub-busy-poll.yaml"
@@ -400,13 +435,15 @@ def run_fixed(args: argparse.Namespace, tmp: Path, services: list[Service],
         gw_poll = start_gateway(cfg_poll, "--workers", "1", log_dir=tmp)
         services.append(gw_poll)
     if proxy_cpus and upstream_cpus:
-        for pid in (gw_stub.process.pid, gw_emu.process.pid, *([gw_poll.process.pid] if gw_poll else [])):
+        for pid in (gw_stub.process.pid, gw_emu.process.pid, *(g.process.pid for g in (gw_poll, gw_compiled) if g)):
             pin_process(pid, proxy_cpus)  # every thread: the store's writer too
         pin_process(emulator.process.pid, upstream_cpus)
     paths: dict[str, tuple[str, list[int]]] = {
         "stub_direct": (stub_url, [stub.pid]),
         "turbogate_to_stub": (gw_stub.url, [gw_stub.process.pid, stub.pid]),
     }
+    if gw_compiled is not None:
+        paths["turbogate_compiled_to_stub"] = (gw_compiled.url, [gw_compiled.process.pid, stub.pid])
     if gw_poll is not None:
         paths["turbogate_busy_poll_to_stub"] = (gw_poll.url, [gw_poll.process.pid, stub.pid])
     nginx = start_nginx(tmp, stub_url, proxy_cpus)
@@ -425,14 +462,9 @@ def run_fixed(args: argparse.Namespace, tmp: Path, services: list[Service],
     result: dict[str, object] = {"paths": runs, "nginx": nginx is not None, "realtime_1_connection": args.realtime,
                                  "seconds": args.fixed_seconds, "cpus": os.cpu_count(),
                                  "load_average_1m": round(os.getloadavg()[0], 2), "machine": machine_facts()}
+    result.update(verdicts(runs, "turbogate_to_stub", conns))
     if 1 in conns:
-        direct, gw = runs["stub_direct"]["c1"], runs["turbogate_to_stub"]["c1"]
-        d50, d99 = float(direct["p50_ms"]), float(direct["p99_ms"])  # type: ignore[arg-type]
-        g50, g99 = float(gw["p50_ms"]), float(gw["p99_ms"])  # type: ignore[arg-type]
-        result["added_p50_ms_1_connection"] = round(g50 - d50, 3)
-        result["p99_1_connection_limit_ms"] = round(2 * d99 + 0.5, 3)
-        result["added_p50_holds"] = g50 - d50 <= 0.2
-        result["p99_holds"] = g99 <= 2 * d99 + 0.5
+        d50 = float(runs["stub_direct"]["c1"]["p50_ms"])  # type: ignore[arg-type]
         if "nginx_to_stub" in runs:
             result["nginx_added_p50_ms_1_connection"] = round(
                 float(runs["nginx_to_stub"]["c1"]["p50_ms"]) - d50, 3)  # type: ignore[arg-type]
@@ -442,18 +474,8 @@ def run_fixed(args: argparse.Namespace, tmp: Path, services: list[Service],
             result["busy_poll_p99_ms_1_connection"] = poll["p99_ms"]
         result["python_floor_added_p50_ms_1_connection"] = round(
             float(runs["python_floor_to_stub"]["c1"]["p50_ms"]) - d50, 3)  # type: ignore[arg-type]
-    busiest = f"c{max(conns)}"
-    cpu = runs["turbogate_to_stub"][busiest].get("server_cpu_us_per_request")
-    result["gateway_cpu_us_per_request"] = cpu
-    result["steal_share_during_gateway_cpu_run"] = runs["turbogate_to_stub"][busiest].get("steal_share")
-    result["gateway_cpu_holds"] = cpu is not None and float(cpu) <= 150.0  # type: ignore[arg-type]
-    # The runs the verdicts read: on a virtual machine, steal over QUIET_STEAL makes them a
-    # neighbour's figures as much as the gateway's (CPU per request reads high, p99s long).
-    judged = [runs["turbogate_to_stub"][busiest], *((runs["stub_direct"]["c1"], runs["turbogate_to_stub"]["c1"])
-                                                    if 1 in conns else ())]
-    steals = [s for s in (r.get("steal_share") for r in judged) if isinstance(s, float | int)]
-    result["steal_share_max_of_judged_runs"] = max(steals, default=None)
-    result["machine_quiet"] = bool(steals) and max(steals) <= QUIET_STEAL
+    if "turbogate_compiled_to_stub" in runs:  # the same verdicts for the compiled build
+        result["compiled"] = verdicts(runs, "turbogate_compiled_to_stub", conns)
     return result
 
 
@@ -474,6 +496,10 @@ def main() -> None:
     parser.add_argument("--noisy-retries", type=int, default=2,
                         help=f"run a fixed-connection run again when the hypervisor stole more than {QUIET_STEAL} of "
                              "the machine's CPU time during it, up to this many times (default 2; 0: never)")
+    parser.add_argument("--compiled", type=Path, metavar="DIR",
+                        help="also run the gateway from a compiled build installed in DIR "
+                             "(bash scripts/build_compiled.sh DIR): path turbogate_compiled_to_stub, verdicts "
+                             "under 'compiled'")
     parser.add_argument("--busy-poll-us", type=int, default=500,
                         help="also run the gateway with listen.busy_poll_us at this window (0: not)")
     args = parser.parse_args()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,19 @@ from turbogate.procs import Service, start_emulator
 # than Hypothesis's default 200 ms deadline, which would fail a correct test.
 settings.register_profile("turbogate", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("turbogate")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``TURBOGATE_EXPECT_BUILD=compiled`` (tests/build runs the suite so against a compiled
+    build): stop at once if the turbogate imported is another build, so no test passes by
+    running the pure Python one."""
+    expected = os.environ.get("TURBOGATE_EXPECT_BUILD")
+    if expected:
+        import turbogate
+
+        if turbogate.build() != expected:
+            raise pytest.UsageError(f"expected a {expected} turbogate, imported {turbogate.build()} "
+                                    f"from {turbogate.__file__}")
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import sys
 import typer
 import typer.rich_utils
 
-from turbogate import __version__
+from turbogate import __version__, build
 from turbogate.bench.cli import app as bench_app
 from turbogate.demo import demo
 from turbogate.emulator.cli import emulate
@@ -40,7 +40,7 @@ app.add_typer(jobs_app, name="jobs")
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"turbogate {__version__}")
+        typer.echo(f"turbogate {__version__} ({build()})")
         raise typer.Exit()
 
 

@@ -15,6 +15,7 @@ import time
 
 import orjson
 
+from turbogate import __version__, build
 from turbogate.asgi import (
     JSON_CT,
     AsgiApp,
@@ -170,6 +171,7 @@ class GatewayApp(AsgiApp):
             r.client = UpstreamPool(r.url, self.config.limits.upstream_connect_timeout_s, headers)
             r.tier_clients = marked_pools(r.url, self.config.limits.upstream_connect_timeout_s, headers, marks)
         cfg = self.config
+        log.info("turbogate %s, request path %s", __version__, build())
         for p in cfg.pools:
             log.info("pool %s: models %s, %d replicas (%s)", p.name, ", ".join(p.models), len(p.replicas),
                      ", ".join(r.url for r in p.replicas))

@@ -1,0 +1,48 @@
+"""The build's one dynamic part: with ``TURBOGATE_COMPILE=1``, the modules a request passes
+through are compiled to C extensions with mypyc; everything else is in pyproject.toml.
+
+A compiled install runs the same code: the ``.py`` files ship beside the extensions, and the
+extensions are what Python imports.  ``turbogate --version`` says which build it is.  Editable
+installs are never compiled: an extension beside the source would hide every later edit.
+See docs/install.md ("A compiled build") for how much it saves and how to build one.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from setuptools import setup
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "build_support"))
+from turbogate_build import compile_wanted  # the one reading of TURBOGATE_COMPILE
+
+#: The request's path, in the gateway and in the simulator: the pure core (typed strictly) and
+#: the gateway modules that run on every request.  gateway/cycle.py stays Python: it subclasses
+#: uvicorn's cycle and builds objects without ``__init__``, which compiled classes do not allow.
+COMPILED = [
+    "src/turbogate/sched",
+    "src/turbogate/httpclient.py",
+    "src/turbogate/gateway/driver.py",
+    "src/turbogate/gateway/edge.py",
+    "src/turbogate/gateway/marking.py",
+    "src/turbogate/gateway/metering.py",
+    "src/turbogate/gateway/proxy.py",
+    "src/turbogate/gateway/sse.py",
+    "src/turbogate/gateway/usage_scan.py",
+    "src/turbogate/gateway/watch.py",
+]
+
+
+def _extensions() -> list[object]:
+    if not compile_wanted():
+        return []
+    if "editable_wheel" in sys.argv:
+        print("turbogate: TURBOGATE_COMPILE is ignored for an editable install", file=sys.stderr)
+        return []
+    from mypyc.build import mypycify  # a build requirement only when compiling (build_support/)
+
+    return list(mypycify(COMPILED, opt_level="3", group_name="turbogate"))
+
+
+setup(ext_modules=_extensions())
