@@ -17,20 +17,19 @@ from setuptools import setup
 sys.path.insert(0, str(Path(__file__).resolve().parent / "build_support"))
 from turbogate_build import compile_wanted  # the one reading of TURBOGATE_COMPILE
 
-#: The request's path, in the gateway and in the simulator: the pure core (typed strictly) and
-#: the gateway modules that run on every request.  gateway/cycle.py stays Python: it subclasses
-#: uvicorn's cycle and builds objects without ``__init__``, which compiled classes do not allow.
+#: The request's path in the gateway, and the simulator's and emulator's loop: the pure core
+#: (``sched/``, typed strictly), the engine loop (``engine/``), the simulator's event loop, the
+#: upstream client and the gateway modules that run on every request.  Left as Python:
+#: ``gateway/cycle.py`` subclasses uvicorn's cycle and makes objects without ``__init__``;
+#: ``asgi.py``'s ``AsgiApp`` is subclassed by Python classes; ``sim/fleet.py`` uses pydantic,
+#: which mypyc's C output does not build against here; the rest is set-up and I/O.
 COMPILED = [
     "src/turbogate/sched",
+    "src/turbogate/engine",
     "src/turbogate/httpclient.py",
-    "src/turbogate/gateway/driver.py",
-    "src/turbogate/gateway/edge.py",
-    "src/turbogate/gateway/marking.py",
-    "src/turbogate/gateway/metering.py",
-    "src/turbogate/gateway/proxy.py",
-    "src/turbogate/gateway/sse.py",
-    "src/turbogate/gateway/usage_scan.py",
-    "src/turbogate/gateway/watch.py",
+    *(f"src/turbogate/gateway/{name}.py" for name in (
+        "driver", "edge", "marking", "metering", "proxy", "runtime", "serve", "sse", "usage_scan", "watch")),
+    *(f"src/turbogate/sim/{name}.py" for name in ("baselines", "core", "regions", "replica", "requests", "run")),
 ]
 
 

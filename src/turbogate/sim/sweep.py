@@ -68,6 +68,12 @@ def run_points(configs: Sequence[SimConfig], *, jobs: int, ray_address: str | No
     return [o for o in out if o is not None]
 
 
+def _simulate(config: SimConfig) -> SimOutcome:
+    """``simulate`` as a Python function: ``ray.remote`` takes no other kind, and in a compiled
+    build (docs/install.md) ``simulate`` is a C one."""
+    return simulate(config)
+
+
 def _run_ray(configs: Sequence[SimConfig], address: str, on_done: Callable[[int], None] | None) -> list[SimOutcome]:
     try:
         import ray
@@ -80,7 +86,7 @@ def _run_ray(configs: Sequence[SimConfig], address: str, on_done: Callable[[int]
             kwargs.update(num_cpus=default_jobs(), include_dashboard=False)
         ray.init(**kwargs)
     try:
-        task = ray.remote(simulate)
+        task = ray.remote(_simulate)
         refs = [task.remote(c) for c in configs]
         index = {ref: i for i, ref in enumerate(refs)}
         out: list[SimOutcome | None] = [None] * len(configs)
