@@ -9,13 +9,16 @@ run folder).
     python benchmarks/sim_speed.py [--minutes 10] [--replicas 100] [--profile]
 
 prints one JSON object: sim_requests_per_s (and per CPU second), requests, replicas, simulated_s, wall_s,
-peak_rss_mb.
+peak_rss_mb, and ``records_sha256``: a digest of every record (each field's repr, floats exact), so
+two builds or two commits can be shown to simulate the very same requests (docs/sim.md, *Speed*).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
+import hashlib
 import json
 import pstats
 import resource
@@ -72,13 +75,16 @@ def main() -> None:
     if prof is not None:
         pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(25)
     ok = sum(1 for r in out.records if r.ok)
+    digest = hashlib.sha256()
+    for record in out.records:  # after the timing: the digest is not part of the figure
+        digest.update(repr(dataclasses.astuple(record)).encode())
     print(json.dumps({
         "sim_requests_per_s": round(len(out.records) / wall, 1), "requests": len(out.records), "ok": ok,
         # On a shared machine the CPU time this process got is the fairer clock.
         "sim_requests_per_cpu_s": round(len(out.records) / cpu, 1), "cpu_s": round(cpu, 2),
         "replicas": args.replicas, "offered_rps": round(qps, 1), "simulated_s": round(out.duration_s, 1),
         "wall_s": round(wall, 2), "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "profiled": args.profile,
+        "profiled": args.profile, "records_sha256": digest.hexdigest(),
     }))
 
 
