@@ -2,8 +2,8 @@
 through are compiled to C extensions with mypyc; everything else is in pyproject.toml.
 
 A compiled install runs the same code: the ``.py`` files ship beside the extensions, and the
-extensions are what Python imports.  ``turbogate --version`` says which build it is.  Editable
-installs are never compiled: an extension beside the source would hide every later edit.
+extensions are what Python imports.  ``turbogate --version`` says which build it is.  Only a
+wheel's build compiles (build_support/turbogate_build.py): never an editable install.
 See docs/install.md ("A compiled build") for how much it saves and how to build one.
 """
 
@@ -35,9 +35,6 @@ COMPILED = [
 
 def _extensions() -> list[object]:
     if not compile_wanted():
-        return []
-    if "editable_wheel" in sys.argv:
-        print("turbogate: TURBOGATE_COMPILE is ignored for an editable install", file=sys.stderr)
         return []
     from mypyc.build import mypycify  # a build requirement only when compiling (build_support/)
 

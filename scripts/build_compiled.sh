@@ -4,7 +4,7 @@
 #   bash scripts/build_compiled.sh /tmp/turbogate-compiled
 #   PYTHONPATH=/tmp/turbogate-compiled .venv/bin/turbogate --version    # ... (compiled)
 #   .venv/bin/python benchmarks/gateway_overhead.py --compiled /tmp/turbogate-compiled
-# It uses this environment's setuptools and mypy (no download) and a C compiler; ~2.5 min on 2 cores.
+# It uses this environment's setuptools and mypy (no download) and a C compiler; about 3 min on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=${1:?usage: scripts/build_compiled.sh DIR}
