@@ -18,7 +18,7 @@ settings.load_profile("turbogate")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """``TURBOGATE_EXPECT_BUILD=compiled`` (tests/build runs the suite so against a compiled
+    """``TURBOGATE_EXPECT_BUILD=compiled`` (tests/compiled runs the suite so against a compiled
     build): stop at once if the turbogate imported is another build, so no test passes by
     running the pure Python one."""
     expected = os.environ.get("TURBOGATE_EXPECT_BUILD")
