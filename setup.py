@@ -28,7 +28,8 @@ COMPILED = [
     "src/turbogate/engine",
     "src/turbogate/httpclient.py",
     *(f"src/turbogate/gateway/{name}.py" for name in (
-        "driver", "edge", "marking", "metering", "proxy", "runtime", "serve", "sse", "usage_scan", "watch")),
+        "busypoll", "driver", "edge", "marking", "metering", "proxy", "runtime", "serve", "sse", "usage_scan",
+        "watch")),
     *(f"src/turbogate/sim/{name}.py" for name in ("baselines", "core", "regions", "replica", "requests", "run")),
 ]
 

@@ -6,23 +6,24 @@ gateway interleaved so drift hits both); max rps with a closed-loop load of many
 connections from separate processes, so the client is not the bottleneck.
 
 ``fixed_connections`` is the wrk-style measurement (issue 15): K keep-alive connections, each
-sending small non-streamed chats back to back for ``--fixed-seconds``, from a separate process,
-per path — a neutral non-turbogate OpenAI stub (benchmarks/openai_stub.py) directly, turbogate in
-front of it, nginx in front of it (1 worker, keep-alive upstream; when ``nginx`` is installed),
-the cheapest Python proxy there is in front of it (benchmarks/floor_proxy.py: what Python and
-its event loop alone cost here), turbogate with ``listen.busy_poll_us`` (``--busy-poll-us``;
-opt-in) in front of it, and the emulator directly and through turbogate — p50/p99 and req/s per
-path and connection count, and the gateway's CPU per request (user + system time of its process
-during its run), with the share of the machine's CPU time its hypervisor stole meanwhile
-(``steal_share``: on a virtual machine, neighbours at work, and CPU figures that read high).
-``machine_quiet`` says whether every run the verdicts read had at most ``QUIET_STEAL``
-(turbogate.procs) of steal; a verdict from a run that was not quiet is a neighbour's as much.
-A fixed-connection run with more steal is run again (``--noisy-retries``, 2), for every path alike.
-The stub is pinned to one core and the proxies to another where there are two; ``--realtime``
-runs the one-connection runs at SCHED_FIFO priority (root), a stand-in for dedicated cores on
-a machine shared with other work (a sequential client takes little CPU from anyone).
-``--compiled DIR`` adds the same gateway run from a compiled build (``bash scripts/build_compiled.sh DIR``)
-as ``turbogate_compiled_to_stub``, with its own verdicts under ``compiled``.
+sending small non-streamed chats back to back for ``--fixed-seconds``, from a separate process, per
+path — a neutral non-turbogate OpenAI stub (benchmarks/openai_stub.py) directly, turbogate in front
+of it, nginx in front of it (1 worker, keep-alive upstream; when ``nginx`` is installed), the
+cheapest Python proxy there is in front of it (benchmarks/floor_proxy.py: what Python and its event
+loop alone cost here), turbogate with its event loop's adaptive poll off (``listen.idle_poll_max_us:
+0``; its verdicts under ``no_idle_poll``), turbogate with a fixed poll window
+(``listen.busy_poll_us``, ``--busy-poll-us``; opt-in) in front of it, and the emulator directly and
+through turbogate — p50/p99 and req/s per path and connection count, and the gateway's CPU per
+request (user + system time of its process during its run), with the share of the machine's CPU time
+its hypervisor stole meanwhile (``steal_share``: on a virtual machine, neighbours at work, and CPU
+figures that read high). ``machine_quiet`` says whether every run the verdicts read had at most
+``QUIET_STEAL`` (turbogate.procs) of steal; a verdict from a run that was not quiet is a neighbour's
+as much. A fixed-connection run with more steal is run again (``--noisy-retries``, 2), for every
+path alike. The stub is pinned to one core and the proxies to another where there are two;
+``--realtime`` runs the one-connection runs at SCHED_FIFO priority (root), a stand-in for dedicated
+cores on a machine shared with other work (a sequential client takes little CPU from anyone).
+``--compiled DIR`` adds the same gateway run from a compiled build (``bash scripts/build_compiled.sh
+DIR``) as ``turbogate_compiled_to_stub``, with its own verdicts under ``compiled``.
 Run: ``python benchmarks/gateway_overhead.py [--requests 1000] [--seconds 5] [--fixed-seconds 3]``
 """
 
@@ -354,19 +355,21 @@ def _steal(run: dict[str, object]) -> float:
     return float(steal) if isinstance(steal, float | int) else 0.0
 
 
-def write_config(path: Path, emulator_urls: list[str], engine: str = "emulator", busy_poll_us: int = 0) -> None:
+def write_config(path: Path, emulator_urls: list[str], engine: str = "emulator",
+                 listen: dict[str, int] | None = None) -> None:
     """A one-pool gateway config in front of ``emulator_urls``.  ``engine="openai"`` for the neutral
     stub: it serves no real load metrics (its ``/metrics`` always says 0 running), and an engine
     that never shows it runs what it is sent keeps the adaptive limit at its initial 8, so 24 of
     32 connections would wait in the gateway's queue; a plain OpenAI server has no metrics, and the
     gateway then counts its own in-flight requests up to ``max_concurrency``, as a real engine that
-    keeps up lets it."""
+    keeps up lets it.  ``listen``: settings of the config's ``listen`` (the poll windows)."""
     replicas = "\n".join(
         f'      - {{url: "{u}", engine: {engine}, max_concurrency: 1024}}' for u in emulator_urls
     )
-    listen = f"listen: {{busy_poll_us: {busy_poll_us}}}\n" if busy_poll_us else ""
+    settings = ", ".join(f"{key}: {value}" for key, value in (listen or {}).items())
     path.write_text(
-        f"""{listen}tenants:
+        f"""listen: {{{settings}}}
+tenants:
   - name: bench
     key_sha256: {hash_key(KEY)}
     tiers: [turbo, standard, relax]
@@ -428,14 +431,21 @@ def run_fixed(args: argparse.Namespace, tmp: Path, services: list[Service],
         gw_compiled = start_service("gateway-compiled", ["serve", "--config", str(cfg_stub), "--workers", "1"],
                                     log_dir=tmp, env={"PYTHONPATH": str(args.compiled)})
         services.append(gw_compiled)
+    # The same gateway with its event loop's poll off (listen.idle_poll_max_us: 0; gateway/busypoll.py):
+    # what the adaptive poll, on by default, changes.
+    cfg_sleep = tmp / "gateway-stub-no-idle-poll.yaml"
+    write_config(cfg_sleep, [stub_url], engine="openai", listen={"idle_poll_max_us": 0})
+    gw_sleep = start_gateway(cfg_sleep, "--workers", "1", log_dir=tmp)
+    services.append(gw_sleep)
     gw_poll = None
-    if args.busy_poll_us:  # the same gateway with listen.busy_poll_us (gateway/busypoll.py), opt-in
+    if args.busy_poll_us:  # the same gateway with a fixed poll window (listen.busy_poll_us), opt-in
         cfg_poll = tmp / "gateway-stub-busy-poll.yaml"
-        write_config(cfg_poll, [stub_url], engine="openai", busy_poll_us=args.busy_poll_us)
+        write_config(cfg_poll, [stub_url], engine="openai", listen={"busy_poll_us": args.busy_poll_us})
         gw_poll = start_gateway(cfg_poll, "--workers", "1", log_dir=tmp)
         services.append(gw_poll)
     if proxy_cpus and upstream_cpus:
-        for pid in (gw_stub.process.pid, gw_emu.process.pid, *(g.process.pid for g in (gw_poll, gw_compiled) if g)):
+        for pid in (gw_stub.process.pid, gw_emu.process.pid, gw_sleep.process.pid,
+                    *(g.process.pid for g in (gw_poll, gw_compiled) if g)):
             pin_process(pid, proxy_cpus)  # every thread: the store's writer too
         pin_process(emulator.process.pid, upstream_cpus)
     paths: dict[str, tuple[str, list[int]]] = {
@@ -444,6 +454,7 @@ def run_fixed(args: argparse.Namespace, tmp: Path, services: list[Service],
     }
     if gw_compiled is not None:
         paths["turbogate_compiled_to_stub"] = (gw_compiled.url, [gw_compiled.process.pid, stub.pid])
+    paths["turbogate_no_idle_poll_to_stub"] = (gw_sleep.url, [gw_sleep.process.pid, stub.pid])
     if gw_poll is not None:
         paths["turbogate_busy_poll_to_stub"] = (gw_poll.url, [gw_poll.process.pid, stub.pid])
     nginx = start_nginx(tmp, stub_url, proxy_cpus)
@@ -474,6 +485,7 @@ def run_fixed(args: argparse.Namespace, tmp: Path, services: list[Service],
             result["busy_poll_p99_ms_1_connection"] = poll["p99_ms"]
         result["python_floor_added_p50_ms_1_connection"] = round(
             float(runs["python_floor_to_stub"]["c1"]["p50_ms"]) - d50, 3)  # type: ignore[arg-type]
+    result["no_idle_poll"] = verdicts(runs, "turbogate_no_idle_poll_to_stub", conns)  # the poll off
     if "turbogate_compiled_to_stub" in runs:  # the same verdicts for the compiled build
         result["compiled"] = verdicts(runs, "turbogate_compiled_to_stub", conns)
     return result

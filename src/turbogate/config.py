@@ -53,11 +53,17 @@ class _Model(BaseModel):
 class Listen(_Model):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
+    idle_poll_max_us: int = Field(
+        200, ge=0, le=100_000,
+        description="the cap of the adaptive poll window (µs; 0: off): after the event loop goes idle it keeps "
+                    "polling for a window learnt as the kernel's cpuidle-haltpoll governor learns its own, open "
+                    "only while events come back within the cap (a fast engine, a client's next request), shut "
+                    "while they do not (an LLM's answers take milliseconds), so a wake-up is saved where one "
+                    "would cost more than the poll (gateway/busypoll.py)")
     busy_poll_us: int = Field(
         0, ge=0, le=100_000,
-        description="after each request arrives, keep the event loop polling without sleeping for this many "
-                    "microseconds (0: off), so the engine's answer is read at once instead of after a wake-up: "
-                    "lower latency at light load for a core's worth of CPU while the window is open "
+        description="a fixed poll window instead of the adaptive one (µs; 0, the default: adaptive, "
+                    "idle_poll_max_us): after the loop goes idle, keep polling this long every time "
                     "(gateway/busypoll.py)")
 
 

@@ -18,7 +18,7 @@ import contextlib
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -76,6 +76,9 @@ class _Conn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         # One clock read per read from the socket: every chunk parsed from it arrived then.
         self._now = time.perf_counter()
+        on_data = self._pool.on_data
+        if on_data is not None:
+            on_data()
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -281,6 +284,9 @@ class UpstreamPool:
             raise ValueError(f"tos must be a byte (0-255), not {tos}")
         self.tos = tos
         self._idle: collections.deque[_Conn] = collections.deque()
+        #: Called as each read from a connection begins (the gateway's poller learns from it:
+        #: gateway/busypoll.py); None: nothing.
+        self.on_data: Callable[[], None] | None = None
 
     def _forget(self, conn: _Conn) -> None:
         with contextlib.suppress(ValueError):  # it was in use, not idle

@@ -236,8 +236,12 @@ def test_metrics_are_prometheus_text(gw: Service) -> None:
     names = {s.name for s in samples}
     for name in ("turbogate_queue_time_seconds_bucket", "turbogate_upstream_latency_seconds_bucket",
                  "turbogate_ttft_seconds_bucket", "turbogate_queue_depth", "turbogate_replica_band",
-                 "turbogate_replica_score", "turbogate_scale_out_desired", "turbogate_shed_total"):
+                 "turbogate_replica_score", "turbogate_scale_out_desired", "turbogate_shed_total",
+                 "turbogate_idle_poll_window_seconds", "turbogate_idle_poll_seconds_total"):
         assert name in names, name
+    # The event loop's poller (on by default, gateway/busypoll.py) saw the request's events go by.
+    polled = [s.value for s in samples if s.name == "turbogate_idle_poll_seconds_total"]
+    assert polled[0] > 0
     assert KEY not in httpx.get(gw.url + "/metrics").text
 
 

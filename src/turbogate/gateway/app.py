@@ -31,6 +31,7 @@ from turbogate.asgi import (
 from turbogate.config import GatewayConfig, load_config
 from turbogate.errors import ConfigError
 from turbogate.gateway import admin, edge, leases, serve, usage_api
+from turbogate.gateway.busypoll import IdlePoll, describe, idle_poll
 from turbogate.gateway.coalesce import Coalescing
 from turbogate.gateway.driver import FlowDriver
 from turbogate.gateway.jobs import JobsApi
@@ -82,6 +83,7 @@ class GatewayApp(AsgiApp):
         self._openapi_body = openapi_document(config)
         self._started = False
         self.loop: asyncio.AbstractEventLoop | None = None  # the event loop it started on
+        self.idle_poll: IdlePoll | None = None  # its poller, made at start-up on that loop
         self.watches: set[Watch] = set()
         self.metrics_token = config.metrics.token_sha256
         self.metrics_port = config.metrics.port
@@ -171,7 +173,16 @@ class GatewayApp(AsgiApp):
             r.client = UpstreamPool(r.url, self.config.limits.upstream_connect_timeout_s, headers)
             r.tier_clients = marked_pools(r.url, self.config.limits.upstream_connect_timeout_s, headers, marks)
         cfg = self.config
-        log.info("turbogate %s, request path %s", __version__, build())
+        # Poll instead of sleeping where the next event is due sooner than a wake-up costs
+        # (gateway/busypoll.py): a client's bytes (gateway/guard.py) and an engine's are its events.
+        poll = self.idle_poll = idle_poll(asyncio.get_running_loop(), cfg.listen.busy_poll_us,
+                                          cfg.listen.idle_poll_max_us)
+        if poll is not None:
+            for r in self.rt.replicas.values():
+                for client in r.clients():
+                    client.on_data = poll.kick
+            self.metrics.watch_idle_poll(poll)
+        log.info("turbogate %s, request path %s, %s", __version__, build(), describe(poll))
         for p in cfg.pools:
             log.info("pool %s: models %s, %d replicas (%s)", p.name, ", ".join(p.models), len(p.replicas),
                      ", ".join(r.url for r in p.replicas))

@@ -32,7 +32,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from turbogate.asgi import AsgiApp, error_body
 from turbogate.config import GatewayConfig, Limits
-from turbogate.gateway.busypoll import BusyPoll
+from turbogate.gateway.busypoll import IdlePoll
 from turbogate.gateway.cycle import LeanCycle, RequestEvent
 from turbogate.gateway.sweeper import Sweeper
 
@@ -42,12 +42,12 @@ _LINGER_S = 2.0
 _SWEEP_S = 0.5
 
 
-def _config_of(app: Any) -> GatewayConfig | None:
-    """The config of the gateway behind uvicorn's wrappers (None for any other app)."""
+def _gateway_of(app: Any) -> Any:
+    """The app behind uvicorn's wrappers whose ``config`` is a gateway's (None for any other app)."""
     for _ in range(8):
         config = getattr(app, "config", None)
         if isinstance(config, GatewayConfig):
-            return config
+            return app
         app = getattr(app, "app", None)
         if app is None:
             break
@@ -70,17 +70,18 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().__init__(config, server_state, app_state, _loop)
         limits = getattr(config, "_turbogate_limits", None)
         if limits is None:
-            gateway = _config_of(self.app)
-            limits = config._turbogate_limits = gateway.limits if gateway is not None else Limits.model_validate({})
-            window_us = gateway.listen.busy_poll_us if gateway is not None else 0
-            # One poller for the server's event loop (listen.busy_poll_us; gateway/busypoll.py).
-            config._turbogate_poller = BusyPoll(self.loop, window_us / 1e6) if window_us > 0 else None
+            gateway = _gateway_of(self.app)
+            limits = config._turbogate_limits = (gateway.config.limits if gateway is not None
+                                                 else Limits.model_validate({}))
+            # The app's poller for its event loop, made at its start-up (gateway/busypoll.py): a
+            # client's bytes are one of the events it learns from.
+            config._turbogate_poller = getattr(gateway, "idle_poll", None)
             # An AsgiApp's HTTP requests go straight to its handle_http (what its __call__ would
             # await for an "http" scope): one coroutine less per request.
             app = self.app
             config._turbogate_http_app = app.handle_http if isinstance(app, AsgiApp) else app
         self._http_app = config._turbogate_http_app
-        self._busy_poll: BusyPoll | None = config._turbogate_poller
+        self._idle_poll: IdlePoll | None = config._turbogate_poller
         self._max_header = limits.max_header_bytes
         self._header_timeout = limits.header_timeout_s
         self._body_timeout = limits.body_timeout_s
@@ -108,8 +109,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._discarding:
             return
         self._idle_since = None
-        if self._busy_poll is not None:
-            self._busy_poll.kick()
+        if self._idle_poll is not None:
+            self._idle_poll.kick()
         if self._phase == _HEADERS:
             if self._header_bytes == 0 and not self._fresh:
                 self._since = time.monotonic()  # a kept-alive connection's next request begins

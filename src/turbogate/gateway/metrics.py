@@ -20,6 +20,7 @@ from prometheus_client.utils import floatToGoString
 from turbogate.sched import TIERS
 
 if TYPE_CHECKING:
+    from turbogate.gateway.busypoll import IdlePoll
     from turbogate.gateway.runtime import Runtime
 
 _LAT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -125,6 +126,18 @@ class _FastCollector(Collector):
             yield metric.family()
 
 
+class _PollCollector(Collector):
+    def __init__(self, poll: IdlePoll) -> None:
+        self.poll = poll
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        yield GaugeMetricFamily("turbogate_idle_poll_window_seconds", "How long the event loop polls, once idle, "
+                                "before it sleeps (adaptive: learnt from its idle periods)",
+                                value=self.poll.window.window_s)
+        yield CounterMetricFamily("turbogate_idle_poll_seconds", "Time the event loop polled where it could have "
+                                  "slept (its rate is the share of a core the poll costs)", value=self.poll.polled_s)
+
+
 class GatewayMetrics:
     def __init__(self, rt: Runtime) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
@@ -156,6 +169,11 @@ class GatewayMetrics:
 
     def observe_ttft(self, pool: str, tier: str, seconds: float) -> None:
         self.ttft.observe((pool, tier), seconds)
+
+    def watch_idle_poll(self, poll: IdlePoll) -> None:
+        """Export the event loop's poller (gateway/busypoll.py): its window now and the time it
+        has polled where the loop could have slept (a share of a core, what the poll costs)."""
+        self.registry.register(_PollCollector(poll))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
