@@ -19,12 +19,13 @@ loop instead of the vCPU.  After each idle period it learns from how long the lo
 - idle longer than the cap: no poll worth having would have caught it, so the window halves
   (and is 0 below an eighth of the cap).
 
-So the window opens only where events come back within the cap (a fast engine, a client sending
-its next request at once) and closes where they do not: an LLM engine's answer or stream chunk
-comes after milliseconds, every idle period is past the cap, and the window stays shut, at a cost
-of two loop turns per event.  Under heavy load the loop never idles and nothing changes.  The
-time spent polling is counted (``polled_s``, exported as ``turbogate_idle_poll_seconds_total``)
-and the window is exported as ``turbogate_idle_poll_window_seconds``.
+So the window opens only where events come back within the cap (a fast engine, a client sending its
+next request at once) and closes where they do not: an LLM engine's answer or stream chunk comes
+after milliseconds, every idle period is past the cap, and the window stays shut, at a cost of three
+loop turns for one event in eight (``SAMPLE_SHUT_EVERY``: how it notices when to open). Under heavy
+load the loop never idles and nothing changes. The time spent polling is counted (``polled_s``,
+exported as ``turbogate_idle_poll_seconds_total``) and the window is exported as
+``turbogate_idle_poll_window_seconds``.
 
 **The fixed window** (``listen.busy_poll_us``, off by default) polls that long after every idle
 start, whatever came before: the same trade without the learning.
@@ -38,6 +39,9 @@ import time
 #: Two loop turns closer than this had nothing run between them: the loop is idle.  A turn of an
 #: idle uvloop (a zero-timeout epoll and this callback) takes 1–5 µs here.
 QUIET_TURN_S = 20e-6
+#: While the window is shut, one event in this many is followed to its idle start (three loop
+#: turns), so the window can learn to open again; the others cost nothing.
+SAMPLE_SHUT_EVERY = 8
 
 
 class PollWindow:
@@ -84,7 +88,7 @@ class IdlePoll:
     finds whether anything ran since the last one; once the loop is idle for the window, the chain
     ends and the loop may sleep."""
 
-    __slots__ = ("_fresh", "_idle_since", "_last_turn", "_loop", "_turning", "polled_s", "window")
+    __slots__ = ("_fresh", "_idle_since", "_last_turn", "_loop", "_skipped", "_turning", "polled_s", "window")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, window: PollWindow) -> None:
         self._loop = loop
@@ -93,6 +97,7 @@ class IdlePoll:
         self._idle_since: float | None = None  # when the loop last went idle (None: busy, or unknown)
         self._last_turn = 0.0
         self._fresh = False  # an event came since the last turn: its work may be queued behind that turn
+        self._skipped = 0  # events not followed since the window shut
         self.polled_s = 0.0  # time the loop spent polling where it could have slept
 
     def kick(self) -> None:
@@ -106,6 +111,10 @@ class IdlePoll:
         self._last_turn = now  # the work this event starts is not idleness
         self._fresh = True
         if not self._turning:
+            if self.window.window_s <= 0 and self._skipped < SAMPLE_SHUT_EVERY - 1:
+                self._skipped += 1  # shut: this event goes unfollowed (its idle period unmeasured)
+                return
+            self._skipped = 0
             self._turning = True
             self._loop.call_soon(self._turn)
 
