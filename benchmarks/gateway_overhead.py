@@ -19,11 +19,12 @@ its hypervisor stole meanwhile (``steal_share``: on a virtual machine, neighbour
 figures that read high). ``machine_quiet`` says whether every run the verdicts read had at most
 ``QUIET_STEAL`` (turbogate.procs) of steal; a verdict from a run that was not quiet is a neighbour's
 as much. A fixed-connection run with more steal is run again (``--noisy-retries``, 2), for every
-path alike. The stub is pinned to one core and the proxies to another where there are two;
-``--realtime`` runs the one-connection runs at SCHED_FIFO priority (root), a stand-in for dedicated
-cores on a machine shared with other work (a sequential client takes little CPU from anyone).
-``--compiled DIR`` adds the same gateway run from a compiled build (``bash scripts/build_compiled.sh
-DIR``) as ``turbogate_compiled_to_stub``, with its own verdicts under ``compiled``.
+path alike; ``--rounds N`` runs every path N times, interleaved, and the median round counts. The
+stub is pinned to one core and the proxies to another where there are two; ``--realtime`` runs the
+one-connection runs at SCHED_FIFO priority (root), a stand-in for dedicated cores on a machine
+shared with other work (a sequential client takes little CPU from anyone). ``--compiled DIR`` adds
+the same gateway run from a compiled build (``bash scripts/build_compiled.sh DIR``) as
+``turbogate_compiled_to_stub``, with its own verdicts under ``compiled``.
 Run: ``python benchmarks/gateway_overhead.py [--requests 1000] [--seconds 5] [--fixed-seconds 3]``
 """
 
@@ -319,34 +320,49 @@ def start_nginx(tmp: Path, upstream_url: str, cpus: set[int] | None) -> tuple[su
 
 
 def fixed_connections(paths: dict[str, tuple[str, list[int]]], conns: list[int], seconds: float,
-                      realtime: bool, noisy_retries: int = 0) -> dict[str, dict[str, dict[str, object]]]:
+                      realtime: bool, noisy_retries: int = 0,
+                      rounds: int = 1) -> dict[str, dict[str, dict[str, object]]]:
     """Every path at every connection count; ``paths``: name → (url, pids of its server processes;
     the first one's CPU is reported).  One-connection runs at real-time priority with ``realtime``.
     A run during which the hypervisor stole more than ``QUIET_STEAL`` is run again, up to
     ``noisy_retries`` times; the one with the least steal counts, with the others' steal shares
-    beside it (``noisy_runs_not_counted``)."""
-    out: dict[str, dict[str, dict[str, object]]] = {name: {} for name in paths}
-    for k in conns:
-        rt = realtime and k == 1
-        for name, (url, pids) in paths.items():
-            if rt:
-                for pid in pids:
-                    set_realtime(pid, True)
-            try:
-                fixed_run(url, k, min(1.0, seconds), rt)  # warm-up: connections, caches
-                tries: list[dict[str, object]] = []
-                while len(tries) <= max(0, noisy_retries):
-                    tries.append(fixed_run(url, k, seconds, rt, pids[0] if pids else None))
-                    if _steal(tries[-1]) <= QUIET_STEAL:
-                        break
-                run = min(tries, key=_steal)  # the quietest (by steal alone, never by its figures)
-                if len(tries) > 1:
-                    run["noisy_runs_not_counted"] = [t.get("steal_share") for t in tries if t is not run]
-                out[name][f"c{k}"] = run
-            finally:
+    beside it (``noisy_runs_not_counted``).  With ``rounds`` > 1 every path runs once a round, the
+    paths interleaved, and the round that counts is the median one (by p50 at one connection, by
+    CPU per request above), with every round's figures beside it (``rounds``): a machine whose
+    speed drifts from minute to minute moves every path alike, not the one that ran then."""
+    counted: dict[str, dict[str, list[dict[str, object]]]] = {name: {f"c{k}": [] for k in conns} for name in paths}
+    for _ in range(max(1, rounds)):
+        for k in conns:
+            rt = realtime and k == 1
+            for name, (url, pids) in paths.items():
                 if rt:
                     for pid in pids:
-                        set_realtime(pid, False)
+                        set_realtime(pid, True)
+                try:
+                    fixed_run(url, k, min(1.0, seconds), rt)  # warm-up: connections, caches
+                    tries: list[dict[str, object]] = []
+                    while len(tries) <= max(0, noisy_retries):
+                        tries.append(fixed_run(url, k, seconds, rt, pids[0] if pids else None))
+                        if _steal(tries[-1]) <= QUIET_STEAL:
+                            break
+                    run = min(tries, key=_steal)  # the quietest (by steal alone, never by its figures)
+                    if len(tries) > 1:
+                        run["noisy_runs_not_counted"] = [t.get("steal_share") for t in tries if t is not run]
+                    counted[name][f"c{k}"].append(run)
+                finally:
+                    if rt:
+                        for pid in pids:
+                            set_realtime(pid, False)
+    out: dict[str, dict[str, dict[str, object]]] = {name: {} for name in paths}
+    for name, by_conns in counted.items():
+        for key, runs in by_conns.items():
+            by = "p50_ms" if key == "c1" else "server_cpu_us_per_request"
+            ordered = sorted(runs, key=lambda r: float(r.get(by) or 0.0))  # type: ignore[arg-type]
+            run = dict(ordered[(len(ordered) - 1) // 2])
+            if len(runs) > 1:
+                run["rounds"] = [{f: r.get(f) for f in ("p50_ms", "p99_ms", "server_cpu_us_per_request", "steal_share")}
+                                 for r in runs]
+            out[name][key] = run
     return out
 
 
@@ -469,9 +485,9 @@ def run_fixed(args: argparse.Namespace, tmp: Path, services: list[Service],
     paths["emulator_direct"] = (emulator.url, [emulator.process.pid])
     paths["turbogate_to_emulator"] = (gw_emu.url, [gw_emu.process.pid, emulator.process.pid])
     conns = [int(c) for c in args.fixed_conns.split(",")]
-    runs = fixed_connections(paths, conns, args.fixed_seconds, args.realtime, args.noisy_retries)
+    runs = fixed_connections(paths, conns, args.fixed_seconds, args.realtime, args.noisy_retries, args.rounds)
     result: dict[str, object] = {"paths": runs, "nginx": nginx is not None, "realtime_1_connection": args.realtime,
-                                 "seconds": args.fixed_seconds, "cpus": os.cpu_count(),
+                                 "seconds": args.fixed_seconds, "rounds": args.rounds, "cpus": os.cpu_count(),
                                  "load_average_1m": round(os.getloadavg()[0], 2), "machine": machine_facts()}
     result.update(verdicts(runs, "turbogate_to_stub", conns))
     if 1 in conns:
@@ -508,6 +524,9 @@ def main() -> None:
     parser.add_argument("--noisy-retries", type=int, default=2,
                         help=f"run a fixed-connection run again when the hypervisor stole more than {QUIET_STEAL} of "
                              "the machine's CPU time during it, up to this many times (default 2; 0: never)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="fixed-connection rounds, every path once a round (interleaved); the median round "
+                             "counts and every round is listed (default 1)")
     parser.add_argument("--compiled", type=Path, metavar="DIR",
                         help="also run the gateway from a compiled build installed in DIR "
                              "(bash scripts/build_compiled.sh DIR): path turbogate_compiled_to_stub, verdicts "
