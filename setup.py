@@ -19,17 +19,19 @@ from turbogate_build import compile_wanted  # the one reading of TURBOGATE_COMPI
 
 #: The request's path in the gateway, and the simulator's and emulator's loop: the pure core
 #: (``sched/``, typed strictly), the engine loop (``engine/``), the simulator's event loop, the
-#: upstream client and the gateway modules that run on every request.  Left as Python:
-#: ``gateway/cycle.py`` subclasses uvicorn's cycle and makes objects without ``__init__``;
-#: ``asgi.py``'s ``AsgiApp`` is subclassed by Python classes; ``sim/fleet.py`` uses pydantic,
-#: which mypyc's C output does not build against here; the rest is set-up and I/O.
+#: upstream client and the gateway modules that run on every request, the HTTP protocol and
+#: request cycle among them (``gateway/guard.py``, ``gateway/cycle.py``: compiled classes over
+#: uvicorn's Python ones, so every attribute they read from uvicorn must hold the type uvicorn
+#: declares).  Left as Python: ``asgi.py``'s ``AsgiApp`` is subclassed by Python classes;
+#: ``sim/fleet.py`` uses pydantic, which mypyc's C output does not build against here; the rest
+#: is set-up and I/O.
 COMPILED = [
     "src/turbogate/sched",
     "src/turbogate/engine",
     "src/turbogate/httpclient.py",
     *(f"src/turbogate/gateway/{name}.py" for name in (
-        "busypoll", "driver", "edge", "marking", "metering", "proxy", "runtime", "serve", "sse", "usage_scan",
-        "watch")),
+        "busypoll", "cycle", "driver", "edge", "guard", "marking", "metering", "proxy", "runtime", "serve", "sse",
+        "usage_scan", "watch")),
     *(f"src/turbogate/sim/{name}.py" for name in ("baselines", "core", "regions", "replica", "requests", "run")),
 ]
 

@@ -61,12 +61,16 @@ def _values_of(name: bytes, names: list[bytes], values: tuple[bytes, ...]) -> li
 
 class RequestEvent:
     """``asyncio.Event``'s job in one request cycle (the request's body came, or the response
-    ended, or the client left), for less: made without an ``__init__`` call (class defaults until
-    first used), and the protocol's hot callbacks read ``value`` before calling ``set()``.
-    Waiting is the rare path (a body still arriving, a queued request watching its client)."""
+    ended, or the client left), for less: the protocol's hot callbacks read ``value`` before
+    calling ``set()``, and waiting is the rare path (a body still arriving, a queued request
+    watching its client).  Its waiters are a list, never None, so a compiled build's type of the
+    attribute holds across the ``await`` (a set() meanwhile swaps the list, never drops it)."""
 
-    value = False  #: set, not yet cleared
-    _waiters: list[asyncio.Future[None]] | None = None
+    __slots__ = ("_waiters", "value")
+
+    def __init__(self) -> None:
+        self.value = False  #: set, not yet cleared
+        self._waiters: list[asyncio.Future[None]] = []
 
     def is_set(self) -> bool:
         return self.value
@@ -74,10 +78,11 @@ class RequestEvent:
     def set(self) -> None:
         if not self.value:
             self.value = True
-            waiters, self._waiters = self._waiters, None
-            for fut in waiters or ():
-                if not fut.done():
-                    fut.set_result(None)
+            if self._waiters:
+                waiters, self._waiters = self._waiters, []
+                for fut in waiters:
+                    if not fut.done():
+                        fut.set_result(None)
 
     def clear(self) -> None:
         self.value = False
@@ -86,13 +91,11 @@ class RequestEvent:
         if self.value:
             return True
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self._waiters is None:
-            self._waiters = []
         self._waiters.append(fut)
         try:
             await fut
         finally:
-            if self._waiters is not None and fut in self._waiters:
+            if fut in self._waiters:
                 self._waiters.remove(fut)
         return True
 
@@ -101,6 +104,7 @@ class LeanCycle(RequestResponseCycle):
     """uvicorn's request cycle with a leaner ``send`` (see the module docstring)."""
 
     message_event: RequestEvent  # type: ignore[assignment]
+    body: bytearray  # declared here so a compiled build knows the attribute (set in __init__)
     # Where every request starts, as class attributes: an instance stores only what it changes
     # (a dozen fewer stores a request).  None is a mutable object two cycles could share.
     access_log = False

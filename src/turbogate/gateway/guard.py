@@ -63,7 +63,7 @@ _PATH_BYTES = bytes(0 if c in b"?%#" else 1 for c in range(256))
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
-    cycle: LeanCycle  # the only cycle this protocol makes (None until the first request, as in uvicorn)
+    cycle: LeanCycle | None  # type: ignore[assignment]  # the only cycle it makes (None until a request, as in uvicorn)
 
     def __init__(self, config: Any, server_state: Any, app_state: dict[str, Any],
                  _loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -83,6 +83,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._http_app = config._turbogate_http_app
         self._idle_poll: IdlePoll | None = config._turbogate_poller
         self._max_header = limits.max_header_bytes
+        # uvicorn types its keep-alive timeout int, and a float comes: a compiled build checks the type it reads.
+        self._keep_alive_s = float(config.timeout_keep_alive)
         self._header_timeout = limits.header_timeout_s
         self._body_timeout = limits.body_timeout_s
         self._min_rate = limits.min_body_rate_bytes_s
@@ -197,8 +199,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.tasks.add(task)
 
     def on_body(self, body: bytes) -> None:  # uvicorn's, with the event's set() called once
-        cycle = self.cycle  # (None for an upgrade: uvicorn's order of the checks below keeps that safe)
-        if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
+        cycle = self.cycle  # (None for an upgrade)
+        if cycle is None or (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
             return
         cycle.body += body
         if len(cycle.body) > HIGH_WATER_LIMIT:
@@ -210,7 +212,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._phase = _HEADERS
         self._header_bytes = 0
         cycle = self.cycle  # uvicorn's own from here
-        if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
+        if cycle is None or (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
             return
         cycle.more_body = False
         if not cycle.message_event.value:  # (a body just set it: the usual case)
@@ -239,7 +241,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         idle = self._idle_since
         if idle is not None:  # answered, nothing new since: the keep-alive timeout's
-            if now - idle >= self.timeout_keep_alive:
+            if now - idle >= self._keep_alive_s:
                 self.transport.close()
             return
         if self._phase == _HEADERS:
