@@ -209,13 +209,15 @@ def max_rps(url: str, procs: int, concurrency: int, seconds: float, pid: int | N
     return ok / min(elapsed, seconds + 0.5), errors, (cpu * 1e6 / ok if ok else 0.0)
 
 
-def _fixed_worker(url: str, conns: int, seconds: float, realtime: bool, queue: mp.Queue) -> None:  # type: ignore[type-arg]
-    """``conns`` keep-alive connections, each sending the same small chat back to back (like wrk)."""
+def _fixed_worker(url: str, conns: int, seconds: float, realtime: bool, queue: mp.Queue,  # type: ignore[type-arg]
+                  stream: bool = False) -> None:
+    """``conns`` keep-alive connections, each sending the same small chat back to back (like wrk);
+    with ``stream``, a 32-token stream read to its last chunk."""
     from turbogate.httpclient import UpstreamError, UpstreamPool
 
     async def run() -> tuple[list[float], int]:
         client = UpstreamPool(url, headers={"Authorization": f"Bearer {KEY}"})
-        payload = json.dumps(BODY).encode()
+        payload = json.dumps({**STREAM_BODY, "max_tokens": 32} if stream else BODY).encode()
         lat: list[float] = []
         errors = 0
         stop = time.perf_counter() + seconds
@@ -225,7 +227,11 @@ def _fixed_worker(url: str, conns: int, seconds: float, realtime: bool, queue: m
             while (t0 := time.perf_counter()) < stop:
                 try:
                     resp = await client.request(b"POST", "/v1/chat/completions", payload)
-                    await resp.read()
+                    if stream:
+                        while await resp.next_chunk():
+                            pass
+                    else:
+                        await resp.read()
                     resp.release()
                     if resp.status == 200:
                         lat.append(time.perf_counter() - t0)
@@ -264,13 +270,14 @@ def set_realtime(pid: int, on: bool) -> bool:
     return True
 
 
-def fixed_run(url: str, conns: int, seconds: float, realtime: bool, pid: int | None = None) -> dict[str, object]:
+def fixed_run(url: str, conns: int, seconds: float, realtime: bool, pid: int | None = None,
+              stream: bool = False) -> dict[str, object]:
     """One wrk-style run from a separate process; with ``pid``, that process's CPU per request too,
     and the share of the machine's CPU time the hypervisor stole meanwhile (``steal_share``: a
     virtual machine's neighbours at work; its CPU figures then read high)."""
     ctx = mp.get_context("spawn")
     queue: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
-    worker = ctx.Process(target=_fixed_worker, args=(url, conns, seconds, realtime, queue))
+    worker = ctx.Process(target=_fixed_worker, args=(url, conns, seconds, realtime, queue, stream))
     cpu0 = cpu_seconds(pid) if pid else 0.0
     steal_at = steal_mark()
     worker.start()

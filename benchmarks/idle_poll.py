@@ -24,9 +24,7 @@ steal share during the run (a run with more than ``QUIET_STEAL`` is a neighbour'
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import multiprocessing as mp
 import os
 import sys
 import tempfile
@@ -40,8 +38,6 @@ from turbogate.procs import (
     pin_process,
     start_emulator,
     start_gateway,
-    steal_mark,
-    steal_share_since,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -49,50 +45,6 @@ import gateway_overhead as go  # benchmarks/ is not a package: import it from be
 from openai_stub import start_stub
 
 SETTINGS = {"adaptive": {}, "off": {"idle_poll_max_us": 0}}
-
-
-def _worker(url: str, conns: int, seconds: float, stream: bool, queue: mp.Queue) -> None:  # type: ignore[type-arg]
-    """``conns`` keep-alive connections sending the same chat back to back; latencies to the last byte."""
-    from turbogate.httpclient import UpstreamError, UpstreamPool
-
-    body = {**go.BODY, "max_tokens": 32, "stream": True} if stream else go.BODY
-    payload = json.dumps(body).encode()
-
-    async def run() -> tuple[list[float], int]:
-        client = UpstreamPool(url, headers={"Authorization": f"Bearer {go.KEY}"})
-        lat: list[float] = []
-        errors = 0
-        stop = time.perf_counter() + seconds
-
-        async def one_connection() -> None:
-            nonlocal errors
-            while (t0 := time.perf_counter()) < stop:
-                try:
-                    resp = await client.request(b"POST", "/v1/chat/completions", payload)
-                    if stream:
-                        while await resp.next_chunk():
-                            pass
-                    else:
-                        await resp.read()
-                    resp.release()
-                    if resp.status == 200:
-                        lat.append(time.perf_counter() - t0)
-                    else:
-                        errors += 1
-                except UpstreamError:
-                    errors += 1
-
-        await asyncio.gather(*(one_connection() for _ in range(conns)))
-        client.close()
-        return lat, errors
-
-    import uvloop
-
-    lat, errors = uvloop.run(run())
-    ms = sorted(x * 1000 for x in lat)
-    queue.put({"requests": len(ms), "errors": errors,
-               "p50_ms": round(go.pct(ms, 0.5), 3) if ms else None,
-               "p99_ms": round(go.pct(ms, 0.99), 3) if ms else None})
 
 
 def _poll_metrics(url: str) -> tuple[float, float]:
@@ -105,23 +57,17 @@ def _poll_metrics(url: str) -> tuple[float, float]:
 
 
 def measure(url: str, pid: int, conns: int, seconds: float, stream: bool = False) -> dict[str, object]:
-    """One run from a separate process, with the gateway's CPU, poll share and window."""
-    ctx = mp.get_context("spawn")
-    queue: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
-    worker = ctx.Process(target=_worker, args=(url, conns, seconds, stream, queue))
+    """One run from a separate process (gateway_overhead's wrk-style client), with the gateway's
+    CPU, the share of the time its loop polled and its window at the end."""
     polled0, _ = _poll_metrics(url)
-    cpu0, steal_at, t0 = go.cpu_seconds(pid), steal_mark(), time.perf_counter()
-    worker.start()
-    result: dict[str, object] = queue.get(timeout=seconds + 120)
-    worker.join()
-    cpu, wall = go.cpu_seconds(pid) - cpu0, time.perf_counter() - t0
+    t0 = time.perf_counter()
+    result = go.fixed_run(url, conns, seconds, False, pid, stream=stream)
+    wall = time.perf_counter() - t0
     polled1, window = _poll_metrics(url)
-    n = int(result["requests"])  # type: ignore[call-overload]
-    result["gateway_cpu_us_per_request"] = round(cpu * 1e6 / n, 1) if n else None
-    result["gateway_cpu_share"] = round(cpu / wall, 3)
+    cpu = result.pop("server_cpu_us_per_request")
+    result["gateway_cpu_us_per_request"] = cpu
     result["poll_share"] = round((polled1 - polled0) / wall, 4)
     result["window_us_at_end"] = round(window * 1e6, 1)
-    result["steal_share"] = steal_share_since(steal_at)
     return result
 
 
