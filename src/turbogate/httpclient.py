@@ -78,7 +78,7 @@ class _Conn(asyncio.Protocol):
         self._now = time.perf_counter()
         on_data = self._pool.on_data
         if on_data is not None:
-            on_data()
+            on_data(self._now)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -284,9 +284,9 @@ class UpstreamPool:
             raise ValueError(f"tos must be a byte (0-255), not {tos}")
         self.tos = tos
         self._idle: collections.deque[_Conn] = collections.deque()
-        #: Called as each read from a connection begins (the gateway's poller learns from it:
-        #: gateway/busypoll.py); None: nothing.
-        self.on_data: Callable[[], None] | None = None
+        #: Called with its arrival time as each read from a connection begins (the gateway's poller
+        #: learns from it: gateway/busypoll.py); None: nothing.
+        self.on_data: Callable[[float], None] | None = None
 
     def _forget(self, conn: _Conn) -> None:
         with contextlib.suppress(ValueError):  # it was in use, not idle

@@ -73,7 +73,7 @@ async def test_a_fixed_poll_window_keeps_the_loop_turning_for_its_window_only() 
         if poll._turning:
             loop.call_soon(count)
 
-    poll.kick()
+    poll.kick(time.perf_counter())
     loop.call_soon(count)
     await asyncio.sleep(0.5)  # one sleep spans the window: the loop turned without sleeping meanwhile
     assert not poll._turning
@@ -91,7 +91,7 @@ async def test_the_adaptive_window_stays_shut_when_events_come_after_millisecond
     window.window_s = 200e-6  # start open: it must close
     poll = IdlePoll(loop, window)
     for _ in range(6):
-        poll.kick()
+        poll.kick(time.perf_counter())
         await asyncio.sleep(0.02)
     assert window.window_s == 0.0
     assert poll.polled_s < 0.01, poll.polled_s  # the polls before it shut, and two turns an event after

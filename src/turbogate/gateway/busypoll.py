@@ -100,8 +100,8 @@ class IdlePoll:
         self._skipped = 0  # events not followed since the window shut
         self.polled_s = 0.0  # time the loop spent polling where it could have slept
 
-    def kick(self) -> None:
-        now = time.perf_counter()
+    def kick(self, now: float) -> None:
+        """An event arrived at ``now`` (``time.perf_counter()``, read once by the caller, which reads it anyway)."""
         idle_since = self._idle_since
         if idle_since is not None:
             self._idle_since = None

@@ -112,7 +112,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         self._idle_since = None
         if self._idle_poll is not None:
-            self._idle_poll.kick()
+            self._idle_poll.kick(time.perf_counter())
         if self._phase == _HEADERS:
             if self._header_bytes == 0 and not self._fresh:
                 self._since = time.monotonic()  # a kept-alive connection's next request begins
