@@ -51,6 +51,7 @@ class FlowRequest:
     arrival: float
     handle: builtins.object  # the driver's own object, untouched here (builtins.: see Ticket.payload)
     priority: int | None  # vLLM priority to put in the body, or None
+    client_region: str  # L3's key for the client's region
     phase: Phase = Phase.NEW
     ticket: Ticket | None = None
     replica: Replica | None = None
@@ -61,7 +62,6 @@ class FlowRequest:
     prompt_tokens: int = 0  # the engine's usage, set by the driver before ``finished``
     completion_tokens: int = 0
     usage: UsageRecord | None = None  # set when the request closes (sched/metering.py)
-    client_region: str = ""  # L3's key for the client's region
 
     @property
     def done(self) -> bool:
