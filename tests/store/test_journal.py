@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 from tests.store.test_stores import rec
-from turbogate.store.base import Spent, record_to_json
+from turbogate.store.base import Spent
 from turbogate.store.journal import UsageJournal
+from turbogate.store.records import record_to_json
 from turbogate.store.resilient import ResilientStore, UsageBuffer
 from turbogate.store.sqlite import SqliteStore
 from turbogate.store.writer import UsageWriter

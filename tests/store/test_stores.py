@@ -14,7 +14,8 @@ from turbogate.gateway.usage_scan import take_json_usage, take_stream_usage
 from turbogate.sched import Flow
 from turbogate.sched.metering import LimitPolicy, UsageRecord, period_key
 from turbogate.store import MemoryStore, Store, summarize
-from turbogate.store.base import Spent, record_from_json, record_to_json
+from turbogate.store.base import Spent
+from turbogate.store.records import record_from_json, record_to_json
 from turbogate.store.redis_store import RedisStore
 from turbogate.store.redisproc import RedisServer
 from turbogate.store.resilient import ResilientStore

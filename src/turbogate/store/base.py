@@ -120,21 +120,6 @@ class Store(Protocol):
         ...
 
 
-def record_to_json(rec: UsageRecord) -> bytes:
-    return orjson.dumps({"id": rec.id, "ts": rec.ts, "tenant": rec.tenant, "model": rec.model,
-                         "tier_asked": rec.tier_asked, "tier_served": rec.tier_served, "status": rec.status,
-                         "prompt_tokens": rec.prompt_tokens, "completion_tokens": rec.completion_tokens,
-                         "queue_s": rec.queue_s, "latency_s": rec.latency_s, "cost_units": rec.cost_units,
-                         "downgrade": rec.downgrade})
-
-
-def record_from_json(raw: bytes | str) -> UsageRecord:
-    d: dict[str, Any] = orjson.loads(raw)
-    return UsageRecord(d["tenant"], d["model"], d["tier_asked"], d["tier_served"], d["status"], d["prompt_tokens"],
-                       d["completion_tokens"], d["queue_s"], d["latency_s"], d["cost_units"], d.get("downgrade"),
-                       0.0, d["ts"], d["id"])
-
-
 COLUMNS = ("ts", "id", "tenant", "model", "tier_asked", "tier_served", "status", "prompt_tokens",
            "completion_tokens", "queue_s", "latency_s", "cost_units", "downgrade")
 SUMMARY_COLUMNS = ("tenant", "day", "tier", "requests", "errors", "prompt_tokens", "completion_tokens", "cost_units")

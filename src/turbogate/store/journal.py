@@ -32,7 +32,7 @@ import os
 from pathlib import Path
 
 from turbogate.sched.metering import UsageRecord
-from turbogate.store.base import record_to_json
+from turbogate.store.records import record_to_json
 
 #: A journal file's reserved size: ~3,000 small records.  More records than that between two
 #: rotations (a store slow to answer while records keep coming) continue in another file.

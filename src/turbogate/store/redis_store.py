@@ -17,9 +17,8 @@ from turbogate.store.base import (
     LeaseRecord,
     Spent,
     StoreUnavailable,
-    record_from_json,
-    record_to_json,
 )
+from turbogate.store.records import record_from_json, record_to_json
 
 _ADD_USAGE = """
 local p = ARGV[1]

@@ -29,10 +29,9 @@ from turbogate.store.base import (
     Spent,
     Store,
     StoreUnavailable,
-    record_from_json,
-    record_to_json,
 )
 from turbogate.store.memory import MemoryStore
+from turbogate.store.records import record_from_json, record_to_json
 
 log = logging.getLogger("turbogate.store")
 T = TypeVar("T")
