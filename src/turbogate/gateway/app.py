@@ -19,18 +19,16 @@ from turbogate import __version__, build
 from turbogate.asgi import (
     JSON_CT,
     AsgiApp,
-    BodyTooLarge,
     Receive,
     Scope,
     Send,
     header,
-    send_bytes,
     send_error,
     send_json,
 )
 from turbogate.config import GatewayConfig, load_config
 from turbogate.errors import ConfigError
-from turbogate.gateway import admin, edge, leases, serve, usage_api
+from turbogate.gateway import edge, leases, routes, serve
 from turbogate.gateway.busypoll import IdlePoll, describe, idle_poll
 from turbogate.gateway.coalesce import Coalescing
 from turbogate.gateway.driver import FlowDriver
@@ -39,7 +37,7 @@ from turbogate.gateway.lease_share import SharedLeases
 from turbogate.gateway.marking import marked_pools, tier_tos
 from turbogate.gateway.metering import Metering
 from turbogate.gateway.metrics import GatewayMetrics
-from turbogate.gateway.metrics_port import MetricsServer, serve_metrics
+from turbogate.gateway.metrics_port import MetricsServer
 from turbogate.gateway.openapi import openapi_document
 from turbogate.gateway.regions import ClientRegions, measure_rtt, pool_headers, warm_up
 from turbogate.gateway.runtime import Runtime, TenantRt, build_runtime
@@ -56,12 +54,6 @@ TIER_WORDS = {
     "turbogate": {t: t.value for t in Tier},
     "openai": {Tier.TURBO: "priority", Tier.STANDARD: "default", Tier.RELAX: "flex"},
 }
-_ENDPOINTS = {
-    "/v1/chat/completions": ("chat", "/v1/chat/completions"),
-    "/v1/completions": ("completions", "/v1/completions"),
-    "/v1/embeddings": ("embeddings", "/v1/embeddings"),
-}
-_GET_ROUTES = frozenset({"/health", "/ready", "/metrics", "/v1/models", "/openapi.json"})
 
 
 class GatewayApp(AsgiApp):
@@ -79,8 +71,8 @@ class GatewayApp(AsgiApp):
             for m in p.models:
                 first_pool.setdefault(m, p.name)
         models = [{"id": m, "object": "model", "created": 0, "owned_by": p} for m, p in first_pool.items()]
-        self._models_body = orjson.dumps({"object": "list", "data": models})
-        self._openapi_body = openapi_document(config)
+        self.models_body = orjson.dumps({"object": "list", "data": models})
+        self.openapi_body = openapi_document(config)
         self._started = False
         self.loop: asyncio.AbstractEventLoop | None = None  # the event loop it started on
         self.idle_poll: IdlePoll | None = None  # its poller, made at start-up on that loop
@@ -95,68 +87,11 @@ class GatewayApp(AsgiApp):
         self.jobs = JobsApi(self)  # L4 job graphs (gateway/jobs.py)
         install_tracing(self)  # OpenTelemetry hook (issue 13): returns at once unless TURBOGATE_OTEL is on
 
-    # ---- ASGI entry (AsgiApp) ---------------------------------------------------------------
-    async def handle_http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path: str = scope["path"]
-        method: str = scope["method"]
-        endpoint = _ENDPOINTS.get(path)
-        if endpoint is not None:
-            if method != "POST":
-                await send_error(send, 405, f"{path} takes POST", code="method_not_allowed")
-                return
-            try:
-                await self._proxy(scope, receive, send, endpoint[0], endpoint[1])
-            except Exception:  # a bug, not bad input: answer in the OpenAI shape, keep the server up
-                log.exception("internal error on %s", path)  # the scope's headers (keys) are not logged
-                with contextlib.suppress(Exception):  # fails harmlessly if the answer had started
-                    await send_error(send, 500, "internal gateway error", code="internal_error")
-        elif usage_api.handles(path):
-            await usage_api.handle(self, scope, receive, send)
-        elif path.startswith((leases.PREFIX, "/v1/jobs")):  # Turbo leases, L4 job graphs
-            try:
-                await (self.jobs.handle if path.startswith("/v1/jobs") else self._leases)(scope, receive, send)
-            except BodyTooLarge:
-                await send_error(send, 413, f"request body is over the limit of {self.max_body} bytes",
-                                 code="body_too_large")
-        elif path.startswith("/admin/"):
-            try:
-                await admin.handle(self, scope, receive, send)
-            except BodyTooLarge:
-                await send_error(send, 413, f"admin request body is over the limit of {admin.MAX_BODY} bytes",
-                                 code="body_too_large")
-        elif path in _GET_ROUTES and not (path == "/metrics" and self.metrics_port is not None):
-            if method not in ("GET", "HEAD"):
-                await send_error(send, 405, f"{path} takes GET", code="method_not_allowed",
-                                 headers=[(b"allow", b"GET, HEAD")])
-                return
-            await self._get(scope, send, path)
-        else:
-            await send_error(send, 404, f"no route {path}", code="not_found")
-
-    async def _leases(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await leases.handle(self, scope, receive, send)
+    # ---- ASGI entry (AsgiApp): the routes (gateway/routes.py; WebSockets are lease heartbeats) ---
+    handle_http = routes.handle_http
 
     async def handle_websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         await leases.handle_ws(self, scope, receive, send)  # the only WebSocket route: lease heartbeats
-
-    async def _get(self, scope: Scope, send: Send, path: str) -> None:
-        if path == "/health":
-            await send_bytes(send, 200, b'{"status":"ok"}')
-        elif path == "/ready":
-            picker = self.rt.flow.picker  # ready while every model has a healthy pool (L3 fails over)
-            ready = all(any(picker.healthy(p) > 0 for p in pools) for pools in self.rt.flow.pools_of_model.values())
-            body = b'{"ready":true}' if ready else b'{"ready":false}'
-            if self.meter.store.degraded:  # still serving, within local limits, usage buffered on disk
-                body = body[:-1] + b',"status":"degraded","store":"unreachable"}'
-            await send_bytes(send, 200 if ready else 503, body)
-        elif path == "/metrics":
-            await serve_metrics(self, scope, send)
-        elif path == "/openapi.json":
-            await send_bytes(send, 200, self._openapi_body)
-        elif self._tenant(scope) is None:  # /v1/models
-            await self._unauthorized(send)
-        else:
-            await send_bytes(send, 200, self._models_body)
 
     async def startup(self) -> None:
         if self._started:
