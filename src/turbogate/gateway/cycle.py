@@ -59,6 +59,10 @@ def _values_of(name: bytes, names: list[bytes], values: tuple[bytes, ...]) -> li
     return [value for at, value in enumerate(values) if names[at] == name]
 
 
+def _nothing() -> None:
+    """A finished cycle's ``on_response`` (uvicorn sets a lambda)."""
+
+
 class RequestEvent:
     """``asyncio.Event``'s job in one request cycle (the request's body came, or the response
     ended, or the client left), for less: the protocol's hot callbacks read ``value`` before
@@ -133,6 +137,30 @@ class LeanCycle(RequestResponseCycle):
         self.body = bytearray()
         # The protocol's loop: asyncio.get_running_loop() costs a getpid() system call in CPython 3.11.
         self._loop = loop
+
+    async def run_asgi(self, app: Any) -> None:
+        """uvicorn's ASGI exception wrapper, here so a compiled build runs it as C (the coroutine
+        every request's task runs)."""
+        try:
+            result = await app(self.scope, self.receive, self.send)
+        except BaseException as exc:
+            self.logger.error("Exception in ASGI application\n", exc_info=exc)
+            if not self.response_started:
+                await self.send_500_response()
+            else:
+                self.transport.close()
+        else:
+            if result is not None:
+                self.logger.error("ASGI callable should return None, but returned '%s'.", result)
+                self.transport.close()
+            elif not self.response_started and not self.disconnected:
+                self.logger.error("ASGI callable returned without starting response.")
+                await self.send_500_response()
+            elif not self.response_complete and not self.disconnected:
+                self.logger.error("ASGI callable returned without completing response.")
+                self.transport.close()
+        finally:
+            self.on_response = _nothing
 
     def _flush_head(self) -> None:
         head = self._head
