@@ -22,7 +22,9 @@ from turbogate_build import compile_wanted  # the one reading of TURBOGATE_COMPI
 #: upstream client and the gateway modules that run on every request, the HTTP protocol and
 #: request cycle among them (``gateway/guard.py``, ``gateway/cycle.py``: compiled classes over
 #: uvicorn's Python ones, so every attribute they read from uvicorn must hold the type uvicorn
-#: declares).  Left as Python: ``asgi.py``'s ``AsgiApp`` is subclassed by Python classes;
+#: declares), the routes, the request path's metrics and the usage journal and writer.  Left as
+#: Python: ``asgi.py``'s ``AsgiApp`` is subclassed by Python classes (``GatewayApp``'s
+#: ``handle_http`` is the compiled ``gateway/routes.py``'s);
 #: ``sim/fleet.py`` uses pydantic, which mypyc's C output does not build against here; the rest
 #: is set-up and I/O.
 COMPILED = [
@@ -30,8 +32,9 @@ COMPILED = [
     "src/turbogate/engine",
     "src/turbogate/httpclient.py",
     *(f"src/turbogate/gateway/{name}.py" for name in (
-        "busypoll", "cycle", "driver", "edge", "guard", "marking", "metering", "proxy", "runtime", "serve", "sse",
-        "usage_scan", "watch")),
+        "busypoll", "cycle", "driver", "edge", "guard", "marking", "metering", "metrics", "proxy", "routes",
+        "runtime", "serve", "sse", "usage_scan", "watch")),
+    *(f"src/turbogate/store/{name}.py" for name in ("journal", "records", "writer")),
     *(f"src/turbogate/sim/{name}.py" for name in ("baselines", "core", "regions", "replica", "requests", "run")),
 ]
 
