@@ -166,12 +166,7 @@ class GatewayApp(AsgiApp):
 
     # ---- edge ------------------------------------------------------------------------------
     def _tenant(self, scope: Scope) -> TenantRt | None:
-        return self._tenant_of(header(scope, b"authorization"))
-
-    def _tenant_of(self, auth: bytes | None) -> TenantRt | None:
-        if not auth or auth[:7].lower() != b"bearer ":
-            return None
-        return self.rt.tenant_for_key(auth[7:].strip())
+        return self.rt.tenant_for_auth(header(scope, b"authorization"))
 
     async def _unauthorized(self, send: Send) -> None:
         await send_error(send, 401, "Incorrect or missing API key (send Authorization: Bearer <key>)",

@@ -109,6 +109,15 @@ class LeanCycle(RequestResponseCycle):
 
     message_event: RequestEvent  # type: ignore[assignment]
     body: bytearray  # declared here so a compiled build knows the attribute (set in __init__)
+    # uvicorn's attributes, declared so a compiled build keeps them in the object's own fields.
+    scope: Any
+    transport: Any
+    flow: Any
+    logger: Any
+    access_logger: Any
+    on_response: Any
+    keep_alive: bool
+    waiting_for_100_continue: bool
     # Where every request starts, as class attributes: an instance stores only what it changes
     # (a dozen fewer stores a request).  None is a mutable object two cycles could share.
     access_log = False

@@ -42,7 +42,7 @@ async def proxy(app: GatewayApp, scope: Scope, receive: Receive, send: Send, kin
     arrival = time.perf_counter()
     # Every header this route reads, in one pass (the first of a repeated name, as header() does).
     headers: dict[bytes, bytes] = dict(reversed(scope["headers"]))
-    tenant = app._tenant_of(headers.get(b"authorization"))
+    tenant = app.rt.tenant_for_auth(headers.get(b"authorization"))
     if tenant is None:
         app.metrics.count("-", "-", "-", 401)
         await app._unauthorized(send)
@@ -90,14 +90,21 @@ async def proxy(app: GatewayApp, scope: Scope, receive: Receive, send: Send, kin
                      "invalid_value")
         return
     tier_header = headers.get(b"x-turbogate-tier")
+    # The usual request sends none of the region, session and lease headers: no call for those.
+    regions = app.client_regions
+    region_raw, session_raw = headers.get(regions.header), headers.get(SESSION_HEADER)
+    client_region = session = None
     try:
-        client_region = app.client_regions.region_of(headers.get(app.client_regions.header), scope)
-        session = session_of(headers.get(SESSION_HEADER))
+        if region_raw is not None or regions.reader is not None:
+            client_region = regions.region_of(region_raw, scope)
+        if session_raw is not None:
+            session = session_of(session_raw)
     except BadHeader as exc:
         await refuse(app, send, tenant, 400, str(exc), exc.name, "invalid_value")
         return
     tokens_field = "max_tokens" if obj.get("max_tokens") is not None else "max_completion_tokens"
-    lease_id = leases.lease_of(headers.get(leases.LEASE_HEADER))
+    lease_raw = headers.get(leases.LEASE_HEADER)
+    lease_id = None if lease_raw is None else leases.lease_of(lease_raw)
     if lease_id is not None:  # the lease may have been granted or kept alive through another process
         await app.lease_share.refresh(lease_id, arrival)
     req = app.rt.flow.open(

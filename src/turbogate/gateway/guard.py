@@ -65,6 +65,29 @@ _PATH_BYTES = bytes(0 if c in b"?%#" else 1 for c in range(256))
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     cycle: LeanCycle | None  # type: ignore[assignment]  # the only cycle it makes (None until a request, as in uvicorn)
     url: bytes  # the request target so far (set by on_message_begin; uvicorn declares it nowhere)
+    # uvicorn's own attributes that a request reads, declared here so a compiled build keeps them
+    # in the object's own fields (a read is a C field, not a lookup in the instance's dict).  Any
+    # where uvicorn starts one as None or gives it a type a compiled check would refuse.
+    config: Any
+    loop: Any
+    logger: Any
+    parser: Any
+    app_state: dict[str, Any]
+    server_state: Any
+    connections: Any
+    tasks: Any
+    root_path: str
+    limit_concurrency: Any
+    asgi_version: Any
+    transport: Any
+    flow: Any
+    server: Any
+    client: Any
+    scheme: Any
+    pipeline: Any
+    scope: Any
+    headers: Any
+    expect_100_continue: bool
 
     def __init__(self, config: Any, server_state: Any, app_state: dict[str, Any],
                  _loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -157,9 +180,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.expect_100_continue = False
         headers: list[tuple[bytes, bytes]] = []
         self.headers = headers
-        self.scope = {  # type: ignore[typeddict-item]  # (uvicorn's own ignore: the rest comes with the headers)
+        self.scope = {  # the rest comes with the headers
             "type": "http", "asgi": {"version": self.asgi_version, "spec_version": "2.3"}, "http_version": "1.1",
-            "server": self.server, "client": self.client, "scheme": self.scheme,  # type: ignore[typeddict-item]
+            "server": self.server, "client": self.client, "scheme": self.scheme,
             "root_path": self.root_path, "headers": headers, "state": self.app_state.copy()}
 
     def on_url(self, url: bytes) -> None:

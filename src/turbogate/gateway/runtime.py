@@ -66,6 +66,12 @@ class Runtime:
     #: cannot grow it; it holds what every request's buffer held anyway, and is never logged.
     _known_keys: dict[bytes, TenantRt] = field(default_factory=dict, repr=False)
 
+    def tenant_for_auth(self, auth: bytes | None) -> TenantRt | None:
+        """The tenant of an ``Authorization`` header's value (None: absent, not a bearer key, unknown)."""
+        if not auth or auth[:7].lower() != b"bearer ":
+            return None
+        return self.tenant_for_key(auth[7:].strip())
+
     def tenant_for_key(self, key: bytes) -> TenantRt | None:
         tenant = self._known_keys.get(key)
         if tenant is None:

@@ -28,7 +28,7 @@ class Phase(IntEnum):
     DONE = 4
 
 
-_DONE = Phase.DONE  # a module name: a member read through its enum class is a metaclass lookup on 3.11
+_NEW, _DONE = Phase.NEW, Phase.DONE  # a module name: a member read through its enum class is a metaclass lookup on 3.11
 
 
 class Failure(Enum):
@@ -63,15 +63,41 @@ class FlowRequest:
     completion_tokens: int = 0
     usage: UsageRecord | None = None  # set when the request closes (sched/metering.py)
 
+    # Written out, not generated: a compiled build runs a generated dataclass __init__ as interpreted
+    # Python (a descriptor call per field), once a request.  Every field by position, as the flow makes it.
+    def __init__(self, id: int, tenant: str, pool: str, model: str, asked: Tier, served: Tier,
+                 downgrade: str | None, stream: bool, cost: float, arrival: float, handle: builtins.object,
+                 priority: int | None, client_region: str) -> None:
+        self.id, self.tenant, self.pool, self.model = id, tenant, pool, model
+        self.asked, self.served, self.downgrade, self.stream = asked, served, downgrade, stream
+        self.cost, self.arrival, self.handle, self.priority = cost, arrival, handle, priority
+        self.client_region = client_region
+        self.phase = _NEW
+        self.ticket = None
+        self.replica = None
+        self.retried = False
+        self.dispatched_at = self.first_byte_at = None
+        self.status = None
+        self.prompt_tokens = self.completion_tokens = 0
+        self.usage = None
+
     @property
     def done(self) -> bool:
         return self.phase is _DONE  # read by the drivers on every event of the request
 
 
-class Dispatch(NamedTuple):
+@dataclass(slots=True)
+class Dispatch:
+    """Send ``req`` to ``replica`` now (``retry``: after a failed attempt).  A class, not a
+    NamedTuple like the rarer actions: one is made per request, and a compiled build makes a
+    NamedTuple through an interpreted ``__new__``."""
+
     req: FlowRequest
     replica: Replica
     retry: bool
+
+    def __init__(self, req: FlowRequest, replica: Replica, retry: bool) -> None:
+        self.req, self.replica, self.retry = req, replica, retry
 
 
 class Respond(NamedTuple):

@@ -184,6 +184,12 @@ class Ticket:
     state: State = State.QUEUED
     dispatched_at: float | None = None
 
+    # Written out, not generated: a compiled build runs a generated dataclass __init__ as interpreted Python.
+    def __init__(self, tenant: str, tier: Tier, arrival: float, cost: float = 1.0, payload: builtins.object = None,
+                 id: int = 0, vtag: float = 0.0, state: State = _QUEUED, dispatched_at: float | None = None) -> None:
+        self.tenant, self.tier, self.arrival, self.cost, self.payload = tenant, tier, arrival, cost, payload
+        self.id, self.vtag, self.state, self.dispatched_at = id, vtag, state, dispatched_at
+
 
 @dataclass(frozen=True, slots=True)
 class Admitted:

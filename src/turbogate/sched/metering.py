@@ -54,6 +54,15 @@ class UsageRecord:
     ts: float = 0.0
     id: str = ""
 
+    # Written out, not generated: a compiled build runs a generated dataclass __init__ as interpreted Python.
+    def __init__(self, tenant: str, model: str, tier_asked: str, tier_served: str, status: int, prompt_tokens: int,
+                 completion_tokens: int, queue_s: float, latency_s: float, cost_units: float,
+                 downgrade: str | None = None, at: float = 0.0, ts: float = 0.0, id: str = "") -> None:
+        self.tenant, self.model, self.tier_asked, self.tier_served = tenant, model, tier_asked, tier_served
+        self.status, self.prompt_tokens, self.completion_tokens = status, prompt_tokens, completion_tokens
+        self.queue_s, self.latency_s, self.cost_units = queue_s, latency_s, cost_units
+        self.downgrade, self.at, self.ts, self.id = downgrade, at, ts, id
+
     @property
     def turbo_units(self) -> float:
         """What this record charges against the tenant's Turbo budget."""
