@@ -271,7 +271,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.server_state.total_requests += 1
         if self.transport.is_closing():
             return
-        self.flow.resume_reading()
+        flow = self.flow
+        if flow.read_paused:  # (uvicorn's resume_reading() checks the same, as a Python call)
+            flow.resume_reading()
         if self.pipeline:
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from turbogate.asgi import Headers, Receive, Send, send_error
 from turbogate.gateway.proxy import attempt
@@ -26,6 +26,21 @@ _DOWNGRADE = b"x-turbogate-downgrade"
 _REQUEST_ID = b"x-turbogate-request-id"  # the id of the request's usage record (docs/metering.md)
 
 
+#: CPython 3.11's table of each loop's running task: its asyncio.current_task() is a Python
+#: function around a lookup in it (3.12 made it C).  Where the table is not there, that function.
+_RUNNING_TASKS: dict[Any, asyncio.Task[Any]] | None = getattr(asyncio.tasks, "_current_tasks", None)
+
+
+def _current_task(loop: asyncio.AbstractEventLoop | None) -> asyncio.Task[Any]:
+    """The task running now: the one on ``loop`` (the loop the app started on), if any, else the
+    running loop's (without a loop, 3.11's current_task() makes a getpid() system call)."""
+    task = _RUNNING_TASKS.get(loop) if _RUNNING_TASKS is not None else None
+    if task is None:
+        task = asyncio.current_task(loop) or asyncio.current_task()
+    assert task is not None
+    return task
+
+
 def answer_headers(app: GatewayApp, req: FlowRequest) -> Headers:
     """What every answer to ``req`` carries: the tier served, the usage record's id, the pool's
     own headers (L3's ``Alt-Svc``) and, when it got less than it asked, why."""
@@ -40,10 +55,7 @@ async def serve(app: GatewayApp, receive: Receive, send: Send, tenant: TenantRt,
                 upstream_path: str, count: bool = True) -> None:
     """Serve ``req`` as the flow directs.  ``count``: False for a coalesced group's shared call,
     whose members are counted one by one (gateway/coalesce.py)."""
-    # The loop the app started on, when it is this one (CPython 3.11's current_task() without a
-    # loop makes a getpid() system call to find the running loop).
-    task = asyncio.current_task(app.loop) or asyncio.current_task()
-    assert task is not None
+    task = _current_task(app.loop)
     meter, flow, driver = app.meter, app.rt.flow, app.driver
     # The request's one object in the shell: the driver's handle, the send that stores its
     # usage record before the last byte, and the watch for its client leaving (gateway/watch.py).
