@@ -164,3 +164,27 @@ def test_max_tokens_above_the_context_is_400_naming_the_field(gw: Service, field
         client.chat.completions.create(model=MODEL, messages=MSG,  # type: ignore[arg-type]
                                        extra_body={field: 18446744073709551615})
     assert err.value.param == field  # type: ignore[attr-defined]
+
+
+def test_header_names_in_any_case_trailing_whitespace_and_expect_100_continue(gw: Service) -> None:
+    """The protocol normalises headers as uvicorn does (names lower-cased, a value's trailing
+    whitespace dropped) and answers ``Expect: 100-continue`` before the body is sent."""
+    body = orjson.dumps({"model": MODEL, "messages": MSG, "max_tokens": 2})
+    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAUTHORIZATION: Bearer %s \t\r\n"
+            b"Content-Type: application/json\r\nX-TurboGate-Tier: relax\r\nX-Session-ID: chat-1 \t\r\n"
+            b"Expect: 100-Continue\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n" % (KEY.encode(), len(body)))
+    with _connect(gw) as sock:
+        sock.sendall(head)
+        interim = b""
+        while b"\r\n\r\n" not in interim:
+            chunk = sock.recv(65536)
+            assert chunk, "closed before the interim answer"
+            interim += chunk
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(body)
+        raw = _read_answer(sock)
+    answer_head, _, payload = raw.partition(b"\r\n\r\n")
+    assert answer_head.startswith(b"HTTP/1.1 200 "), raw[:300]
+    assert b"\r\nx-turbogate-tier: relax\r\n" in answer_head
+    assert orjson.loads(payload)["object"] == "chat.completion"

@@ -62,6 +62,18 @@ _HEADERS, _BODY, _OTHER = 0, 1, 2  # what the connection's next bytes are
 _PATH_BYTES = bytes(0 if c in b"?%#" else 1 for c in range(256))
 
 
+def _normalized(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """uvicorn's header list: names lower-cased, and each value without the trailing whitespace
+    llhttp keeps (RFC 9110 excludes it), in whole-list C passes instead of two calls a header
+    (neither a name nor a value can hold a newline: llhttp refuses them)."""
+    names, values = zip(*headers, strict=True)
+    lowered = b"\n".join(names).lower().split(b"\n")
+    joined = b"\n".join(values) + b"\n"
+    if b" \n" in joined or b"\t\n" in joined:
+        return [(name, value.rstrip(b" \t")) for name, value in zip(lowered, values, strict=True)]
+    return list(zip(lowered, values, strict=True))
+
+
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     cycle: LeanCycle | None  # type: ignore[assignment]  # the only cycle it makes (None until a request, as in uvicorn)
     url: bytes  # the request target so far (set by on_message_begin; uvicorn declares it nowhere)
@@ -189,11 +201,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        name = name.lower()
-        value = value.rstrip(b" \t")  # llhttp keeps a value's trailing whitespace, which RFC 9110 excludes
-        if name == b"expect" and value.lower() == b"100-continue":
-            self.expect_100_continue = True
-        self.headers.append((name, value))
+        self.headers.append((name, value))  # as sent: normalised all at once when the headers end
 
     def on_headers_complete(self) -> None:
         # Every request is watched as if a body followed; one without a body completes at once.
@@ -203,6 +211,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._body_bytes = 0
         # uvicorn's own on_headers_complete, with the leaner cycle (gateway/cycle.py).
         parser, scope = self.parser, self.scope
+        if self.headers:
+            headers = self.headers = scope["headers"] = _normalized(self.headers)
+            for name, value in headers:
+                if name == b"expect" and value.lower() == b"100-continue":
+                    self.expect_100_continue = True
         http_version = parser.get_http_version()
         scope["method"] = parser.get_method().decode("ascii")
         if http_version != "1.1":
