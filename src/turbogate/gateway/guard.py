@@ -185,8 +185,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._refuse(400, "the request is not valid HTTP/1.1", "invalid_http")
 
     # ---- parser callbacks -----------------------------------------------------------------------
-    # on_message_begin, on_url and on_header are uvicorn's own, here so a compiled build runs them
-    # as C (they ran as the last interpreted Python of a request's parse: 5 header calls a request).
+    # on_message_begin and on_url are uvicorn's own, here so a compiled build runs them as C (they
+    # ran as the last interpreted Python of a request's parse); on_header only collects, and the
+    # headers are normalised as uvicorn's does once they end (_normalized).
     def on_message_begin(self) -> None:
         self.url = b""
         self.expect_100_continue = False

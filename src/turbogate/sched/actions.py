@@ -64,7 +64,7 @@ class FlowRequest:
     usage: UsageRecord | None = None  # set when the request closes (sched/metering.py)
 
     # Written out, not generated: a compiled build runs a generated dataclass __init__ as interpreted
-    # Python (a descriptor call per field), once a request.  Every field by position, as the flow makes it.
+    # Python (a descriptor call per field), once a request.  The fields without a default, as the flow gives them.
     def __init__(self, id: int, tenant: str, pool: str, model: str, asked: Tier, served: Tier,
                  downgrade: str | None, stream: bool, cost: float, arrival: float, handle: builtins.object,
                  priority: int | None, client_region: str) -> None:

@@ -224,7 +224,6 @@ class Flow:
         cost = float(min(tokens, cap)) + min(prompt_bytes / 4.0, float(cap))
         self._ids += 1
         priority = PRIORITY[served] if self.pools[pool].spec.priority_field else None
-        # Every field given by position: a compiled build's constructor takes a keyword the slow way.
         return FlowRequest(self._ids, tenant, pool, model, asked, served, why, stream, cost, now, handle, priority,
                            client)
 
