@@ -29,7 +29,8 @@ def _fails(*args: str) -> str:
 
 
 def test_capacity_json_matches_the_model() -> None:
-    out = json.loads(_ok("capacity", "--gpu", "a100", "--model", "llama-3.1-8b", "--rates", "1,17", "--json"))
+    out = json.loads(_ok("capacity", "--gpu", "a100", "--model", "llama-3.1-8b", "--prompt-tokens", "512",
+                              "--output-tokens", "256", "--rates", "1,17", "--json"))
     assert out["gpu"] == "A100-80G-SXM"
     assert out["kv_bytes_per_token"] == 131_072
     lm = latency_model(deployment(get_gpu("A100-80G-SXM"), get_model("llama-3.1-8b")), 512, 256)
@@ -139,7 +140,8 @@ def _fake_run(tmp_path: Path, scale: float, overload: bool = False) -> Path:
 
 def test_from_run_shows_predicted_against_measured(tmp_path: Path) -> None:
     run = _fake_run(tmp_path, scale=1.25)
-    args = ["--gpu", "H100-SXM", "--model", "llama-3.2-1b", "--from-run", str(run)]
+    args = ["--gpu", "H100-SXM", "--model", "llama-3.2-1b", "--prompt-tokens", "512", "--output-tokens", "256",
+            "--from-run", str(run)]
     out = json.loads(_ok("capacity", *args, "--json"))
     cal = out["calibration"]
     assert cal["kind"] == "sim" and len(cal["points"]) == 3

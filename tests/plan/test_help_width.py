@@ -24,7 +24,7 @@ def test_piped_help_is_not_cut(command: tuple[str, ...]) -> None:
 
 
 def test_piped_help_shows_a_long_default_whole() -> None:
-    assert "[default: http://127.0.0.1:8000]" in _help("bench")
+    assert "[default: http://127.0.0.1:8080]" in _help("bench")
 
 
 def test_turbo_bench_script_help_is_not_cut() -> None:
@@ -33,4 +33,4 @@ def test_turbo_bench_script_help_is_not_cut() -> None:
     done = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True, env=env,
                           timeout=60, check=False)
     assert "Usage: turbo-bench" in done.stdout
-    assert "…" not in done.stdout and "[default: http://127.0.0.1:8000]" in done.stdout
+    assert "…" not in done.stdout and "[default: http://127.0.0.1:8080]" in done.stdout

@@ -54,7 +54,8 @@ def test_kv_limit_inverts_the_kv_utilization() -> None:
 
 def test_cli_without_peak_prints_the_thresholds() -> None:
     runner = CliRunner()
-    result = runner.invoke(app, ["plan", "matrix", "--gpu", "H100-SXM", "--replicas", "2", "--json"])
+    result = runner.invoke(app, ["plan", "matrix", "--gpu", "H100-SXM", "--replicas", "2", "--prompt-tokens", "512",
+                                 "--output-tokens", "256", "--json"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     lm = _model(SHAPES[0])
@@ -62,7 +63,8 @@ def test_cli_without_peak_prints_the_thresholds() -> None:
     assert out["bands"][0]["to_rps_per_replica"] == pytest.approx(lm.knee())
     assert out["bands"][0]["to_fleet_rps"] == pytest.approx(2 * lm.knee())
     assert out["bands"][2]["from_fleet_rps"] == pytest.approx(2 * lm.saturation_rate)
-    text = runner.invoke(app, ["plan", "matrix", "--gpu", "H100-SXM", "--replicas", "2"])
+    text = runner.invoke(app, ["plan", "matrix", "--gpu", "H100-SXM", "--replicas", "2", "--prompt-tokens", "512",
+                                 "--output-tokens", "256"])
     assert text.exit_code == 0, text.output
     assert "Up to what load is Turbo on, capped, off?" in text.output
     assert f"up to {2 * lm.knee():.2f}" in text.output and f"from {2 * lm.saturation_rate:.2f}" in text.output

@@ -13,6 +13,7 @@ from turbogate.bench import options as opt
 from turbogate.bench.collectors import parse_metrics_option
 from turbogate.bench.run import BenchConfig, BenchResult, knee_line, run_bench
 from turbogate.bench.runner import TIER_VIA, Target
+from turbogate.config import Listen
 from turbogate.errors import TurbogateError
 from turbogate.results import Summary, compare, load_run
 from turbogate.results.fmt import fmt_ms, fmt_num, fmt_pct, fmt_signed_pct
@@ -23,6 +24,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+_LISTEN = Listen.model_validate({})
+DEFAULT_HOST = f"http://{_LISTEN.host}:{_LISTEN.port}"
 
 
 def _bad(message: str) -> typer.BadParameter:
@@ -69,7 +74,8 @@ def print_roi(summary: Summary, console: Console) -> None:
 @app.callback(invoke_without_command=True)
 def bench(
     ctx: typer.Context,
-    host: str = typer.Option("http://127.0.0.1:8000", "--host", help="Target base URL (engine or gateway)."),
+    host: str = typer.Option(DEFAULT_HOST, "--host", help="Target base URL (engine or gateway); the default is where "
+                             "`turbogate serve` listens by default."),
     route: str = opt.ROUTE,
     model: str | None = typer.Option(None, "--model", help="Model name; default: the first of GET /v1/models."),
     shape: str | None = opt.SHAPE,

@@ -17,6 +17,8 @@ from turbogate.bench.arrivals import ARRIVALS, Arrivals
 from turbogate.bench.dataset import load_prompts
 from turbogate.bench.shapes import SHAPES, Shape, make_shape, shape_steps
 from turbogate.bench.workload import TierMix, TruncNormal, Workload
+from turbogate.perf.default_workload import OUTPUT_SPEC as DEFAULT_OUTPUT
+from turbogate.perf.default_workload import PROMPT_SPEC as DEFAULT_PROMPT
 from turbogate.results import SLO, CostConfig, KneeSettings, Step
 
 ROUTE = typer.Option("/v1/chat/completions", "--route", help="/v1/chat/completions or /v1/completions.")
@@ -29,8 +31,9 @@ STEPS = typer.Option(10, "--steps", min=1, help="Sweep steps, or slices of a ram
 DURATION = typer.Option(60.0, "--duration", help="Seconds of load.")
 ARRIVALS_OPT = typer.Option("poisson", "--arrivals", help=f"Arrival process: {', '.join(ARRIVALS)}.")
 BURSTINESS = typer.Option(1.0, "--burstiness", help="Gamma shape (1 = Poisson, < 1 burstier).")
-PROMPT_TOKENS = typer.Option("256:0:256:256", "--prompt-tokens", help="mean:std:min:max (truncated normal).")
-OUTPUT_TOKENS = typer.Option("128:0:128:128", "--output-tokens", help="mean:std:min:max (truncated normal).")
+PROMPT_TOKENS = typer.Option(DEFAULT_PROMPT, "--prompt-tokens", help="mean:std:min:max (truncated normal); the default "
+                             "is the one workload plan, sim, bench and demo share.")
+OUTPUT_TOKENS = typer.Option(DEFAULT_OUTPUT, "--output-tokens", help="mean:std:min:max (truncated normal).")
 DATASET = typer.Option(None, "--dataset", help="JSONL (prompt/text/messages) or ShareGPT JSON.")
 NO_SEED = typer.Option(False, "--no-seed", help="Do not send a fresh random seed per request.")
 TIERS = typer.Option(None, "--tiers", help="Tier mix, e.g. turbo=0.2,standard=0.8.")

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from turbogate.perf.default_workload import OUTPUT_TOKENS, PROMPT_TOKENS
+
 TIER_BODY_VALUE = {"turbo": "priority", "standard": "default", "relax": "flex"}
 
 
@@ -42,6 +44,10 @@ class TruncNormal:
         if self.std > 0 and self.mass() < 1e-4:
             raise ValueError(f"N({self.mean}, {self.std}) has almost no mass in [{self.lo}, {self.hi}]; "
                              "move the mean or widen the bounds")
+
+    @classmethod
+    def fixed(cls, tokens: int) -> TruncNormal:
+        return cls(float(tokens), 0.0, tokens, tokens)
 
     @classmethod
     def parse(cls, spec: str, name: str = "lengths") -> TruncNormal:
@@ -172,8 +178,8 @@ class RequestSpec:
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    prompt_tokens: TruncNormal = field(default_factory=lambda: TruncNormal(256, 0, 256, 256))
-    output_tokens: TruncNormal = field(default_factory=lambda: TruncNormal(128, 0, 128, 128))
+    prompt_tokens: TruncNormal = field(default_factory=lambda: TruncNormal.fixed(PROMPT_TOKENS))
+    output_tokens: TruncNormal = field(default_factory=lambda: TruncNormal.fixed(OUTPUT_TOKENS))
     tiers: TierMix = field(default_factory=TierMix)
     n_api_keys: int = 0
     per_request_seed: bool = True

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from turbogate.perf import Deployment, GiB, saturation
+from turbogate.perf.default_workload import OUTPUT_TOKENS, PROMPT_TOKENS
 from turbogate.plan.latency import DEFAULT_KNEE_FACTOR, LatencyModel, LoadPoint, latency_model
 
 DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 8, 32, 64, 128, 256)
@@ -147,8 +148,8 @@ class CapacityReport:
 
 def capacity(
     dep: Deployment,
-    prompt_tokens: int = 512,
-    output_tokens: int = 256,
+    prompt_tokens: int = PROMPT_TOKENS,
+    output_tokens: int = OUTPUT_TOKENS,
     max_num_seqs: int = 256,
     max_num_batched_tokens: int = 8192,
     rates: Sequence[float] | None = None,

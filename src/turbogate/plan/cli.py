@@ -20,6 +20,7 @@ from rich.table import Table
 
 from turbogate.errors import TurbogateError
 from turbogate.perf import GPUS, MODELS, Deployment, GiB, deployment, get_gpu, kv_bytes_per_token, resolve_model
+from turbogate.perf.default_workload import OUTPUT_TOKENS, PROMPT_TOKENS
 from turbogate.plan.calibrate import Calibration, calibrate, rel_error
 from turbogate.plan.capacity import DEFAULT_BATCH_SIZES, CapacityReport, capacity
 from turbogate.plan.latency import DEFAULT_KNEE_FACTOR, LatencyModel, latency_model
@@ -46,8 +47,8 @@ TP_OPT = typer.Option(1, "--tp", min=1, help="Tensor-parallel GPUs per replica."
 DTYPE_OPT = typer.Option("bf16", "--dtype", help="Weight dtype: bf16, fp16, fp8, int8, int4, awq, gptq, fp32.")
 KV_DTYPE_OPT = typer.Option("auto", "--kv-dtype", help="KV-cache dtype (auto = as the weights, bf16 under 16 bits).")
 MEM_OPT = typer.Option(0.9, "--gpu-mem-util", help="Share of GPU memory the engine may use (vLLM's setting).")
-PROMPT_OPT = typer.Option(512, "--prompt-tokens", min=1, help="Prompt tokens per request.")
-OUTPUT_OPT = typer.Option(256, "--output-tokens", min=1, help="Output tokens per request.")
+PROMPT_OPT = typer.Option(PROMPT_TOKENS, "--prompt-tokens", min=1, help="Prompt tokens per request.")
+OUTPUT_OPT = typer.Option(OUTPUT_TOKENS, "--output-tokens", min=1, help="Output tokens per request.")
 SEQS_OPT = typer.Option(256, "--max-num-seqs", min=1, help="Engine's max concurrent sequences (batch size).")
 BATCHED_OPT = typer.Option(8192, "--max-num-batched-tokens", min=1, help="Engine's token budget per step.")
 KNEE_OPT = typer.Option(DEFAULT_KNEE_FACTOR, "--knee-factor", help="Knee: mean E2E reaches this × its unloaded value.")
@@ -385,7 +386,7 @@ def matrix_cmd(
     kv_dtype: str = KV_DTYPE_OPT,
     gpu_mem_util: float = MEM_OPT,
     prompt_tokens: int = PROMPT_OPT,
-    max_tokens: int = typer.Option(256, "--max-tokens", "--output-tokens", min=1,
+    max_tokens: int = typer.Option(OUTPUT_TOKENS, "--max-tokens", "--output-tokens", min=1,
                                    help="Max output tokens per request (every request is assumed to use them)."),
     batch_size: int = typer.Option(256, "--batch-size", "--max-num-seqs", min=1, help="Engine batch size."),
     max_num_batched_tokens: int = BATCHED_OPT,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from turbogate.perf import deployment, get_gpu, resolve_model
+from turbogate.perf.default_workload import OUTPUT_TOKENS, PROMPT_TOKENS
 from turbogate.plan.latency import DEFAULT_KNEE_FACTOR, latency_model
 
 
@@ -24,8 +25,8 @@ class PlannedPool:
     dtype: str = "bf16"
     kv_dtype: str = "auto"
     gpu_mem_util: float = 0.9
-    prompt_tokens: int = 512
-    output_tokens: int = 256
+    prompt_tokens: int = PROMPT_TOKENS
+    output_tokens: int = OUTPUT_TOKENS
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     knee_factor: float = DEFAULT_KNEE_FACTOR
