@@ -18,14 +18,19 @@ import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from turbogate.asgi import Receive, Scope, Send, header, read_body, send_error, send_json
+from turbogate.gateway.conformance import method_not_allowed
 from turbogate.sched import TIERS, Tier, parse_tier
 from turbogate.sched.guard import GuardState
 
 if TYPE_CHECKING:
     from turbogate.gateway.app import GatewayApp
 
-
 MAX_BODY = 65536  # an admin switch is a few bytes
+
+
+def body_limit(app: GatewayApp) -> int:
+    """The largest body an admin route reads: the gateway's limit, and at most MAX_BODY."""
+    return min(MAX_BODY, app.max_body)
 
 
 class TierSwitch(BaseModel):
@@ -71,8 +76,8 @@ def state(app: GatewayApp) -> dict[str, Any]:
     }
 
 
-async def _body(receive: Receive, send: Send, model: type[BaseModel]) -> BaseModel | None:
-    raw = await read_body(receive, MAX_BODY)  # over it: BodyTooLarge, answered 413 by the app
+async def _body(app: GatewayApp, receive: Receive, send: Send, model: type[BaseModel]) -> BaseModel | None:
+    raw = await read_body(receive, body_limit(app))  # over it: BodyTooLarge, answered 413 by routes.py
     if raw is None:
         return None
     try:
@@ -94,48 +99,65 @@ async def handle(app: GatewayApp, scope: Scope, receive: Receive, send: Send) ->
     path: str = scope["path"]
     method: str = scope["method"]
     parts = path.strip("/").split("/")
-    if parts == ["admin", "state"] and method == "GET":
+    allowed = _allowed(parts)
+    if allowed is None:
+        await send_error(send, 404, f"no admin route {path}", code="not_found")
+        return
+    if method not in allowed:
+        await method_not_allowed(send, path, *allowed)
+        return
+    if parts == ["admin", "state"]:
         await send_json(send, 200, state(app))
         return
-    if parts == ["admin", "events"] and method == "GET":
+    if parts == ["admin", "events"]:
         guards = app.rt.flow.guards
         await send_json(send, 200, {"events": sorted(
             ({"pool": pool, "at": e.at, "from": e.before.value, "to": e.after.value, "load_rps": round(e.load_rps, 3),
               "knee_rps": e.knee_rps, "why": e.why} for pool, g in guards.items() for e in g.events),
             key=lambda e: float(e["at"]))})
         return
-    if len(parts) == 4 and parts[1] == "pools" and parts[3] == "guard" and method == "POST":
+    if len(parts) == 4 and parts[1] == "pools" and parts[3] == "guard":
         guard = app.rt.flow.guards.get(parts[2])
         if guard is None:
             await send_error(send, 404, f"pool {parts[2]!r} has no knee guard (give it knee_rps or knee_from)",
                              param="pool", code="not_found")
             return
-        body = await _body(receive, send, GuardSwitch)
+        body = await _body(app, receive, send, GuardSwitch)
         if isinstance(body, GuardSwitch):
             guard.override(None if body.state is None else GuardState(body.state), time.perf_counter())
             await send_json(send, 200, {"pool": parts[2], "forced": body.state})
         return
-    if len(parts) == 3 and parts[1] == "tiers" and method == "POST":
+    if parts[1] == "tiers":
         tier = parse_tier(parts[2])
         if tier is None or tier is Tier.STANDARD:  # the flow refuses it too; say so before reading a body
             await send_error(send, 400, "only turbo and relax can be switched (standard is the fallback)",
                              param="tier", code="invalid_value")
             return
-        body = await _body(receive, send, TierSwitch)
+        body = await _body(app, receive, send, TierSwitch)
         if isinstance(body, TierSwitch):
             app.rt.flow.set_tier(tier, body.enabled)
             await app.meter.share_switch(f"tier:{tier.value}", body.enabled)  # every process sharing the store
             await send_json(send, 200, {"tier": tier.value, "enabled": body.enabled})
         return
-    if len(parts) == 3 and parts[1] == "tenants" and method == "POST":
+    if parts[1] == "tenants":
         tenant = app.rt.flow.tenants.get(parts[2])
         if tenant is None:
             await send_error(send, 404, f"no tenant {parts[2]!r}", param="tenant", code="not_found")
             return
-        body = await _body(receive, send, TenantSwitch)
+        body = await _body(app, receive, send, TenantSwitch)
         if isinstance(body, TenantSwitch):
             app.rt.flow.set_tenant_turbo(tenant.name, body.turbo_enabled)
             await app.meter.share_switch(f"tenant:{tenant.name}", body.turbo_enabled)
             await send_json(send, 200, {"tenant": tenant.name, "turbo_enabled": body.turbo_enabled})
         return
-    await send_error(send, 404, f"no admin route {method} {path}", code="not_found")
+
+
+def _allowed(parts: list[str]) -> tuple[str, ...] | None:
+    """The methods an admin path takes (None: no such route)."""
+    if parts in (["admin", "state"], ["admin", "events"]):
+        return ("GET",)
+    if len(parts) == 4 and parts[1] == "pools" and parts[3] == "guard" and parts[2]:
+        return ("POST",)
+    if len(parts) == 3 and parts[1] in ("tiers", "tenants") and parts[2]:
+        return ("POST",)
+    return None

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from turbogate.asgi import Message, Receive, Scope, Send, error_body, read_body, send_bytes, send_error, send_json
+from turbogate.gateway.conformance import method_not_allowed
 from turbogate.sched.jobgraph import JobGraph, Problem, check_job
 from turbogate.sched.jobrun import JobRun, StartStep
 from turbogate.store.base import JobRecord, StoreUnavailable
@@ -85,13 +86,13 @@ class JobsApi:
             return
         if path == PREFIX:
             if method != "POST":
-                await send_error(send, 405, f"{PREFIX} takes POST", code="method_not_allowed")
+                await method_not_allowed(send, PREFIX, "POST")
                 return
             await self._create(scope, receive, send, tenant.name)
             return
         job_id = path[len(PREFIX) + 1:]
         if method not in ("GET", "DELETE"):
-            await send_error(send, 405, f"{PREFIX}/{{id}} takes GET or DELETE", code="method_not_allowed")
+            await method_not_allowed(send, path, "GET", "DELETE")
             return
         job = self.jobs.get(job_id)
         if job is None and "/" not in job_id:  # run by another worker or gateway: the store has its view

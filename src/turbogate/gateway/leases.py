@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from turbogate.asgi import Message, Receive, Scope, Send, send_error, send_json
+from turbogate.asgi import Message, Receive, Scope, Send, read_body, send_error, send_json
+from turbogate.gateway.conformance import method_not_allowed
 from turbogate.sched.leases import Lease, LeaseExpired, LeaseState, TooManyLeases, UnknownLease
 from turbogate.sched.tiers import Tier
 
@@ -60,11 +61,13 @@ async def handle(app: GatewayApp, scope: Scope, receive: Receive, send: Send) ->
         return
     shared = app.lease_share
     method: str = scope["method"]
+    if method == "POST" and await read_body(receive, app.max_body) is None:  # unused, but held to the one limit
+        return  # the client left
     parts = scope["path"][len(PREFIX):].strip("/").split("/")
     now = time.perf_counter()
     if parts == [""]:
         if method != "POST":
-            await send_error(send, 405, f"{PREFIX} takes POST", code="method_not_allowed")
+            await method_not_allowed(send, PREFIX, "POST")
             return
         if Tier.TURBO not in app.rt.flow.tenants[tenant.name].allowed:
             await send_error(send, 403, f"tenant {tenant.name!r} is not entitled to Turbo, so it cannot hold a "
@@ -78,15 +81,20 @@ async def handle(app: GatewayApp, scope: Scope, receive: Receive, send: Send) ->
         await send_json(send, 201, view(app, lease, now))
         return
     try:
-        if len(parts) == 1 and method == "GET":
+        allowed = {1: "GET", 2: {"heartbeat": "POST", "ws": "GET"}.get(parts[-1])}.get(len(parts)) if parts[0] else None
+        if allowed is None:
+            await send_error(send, 404, f"no route {scope['path']}: use GET {PREFIX}/{{id}}, POST "
+                             f"{PREFIX}/{{id}}/heartbeat or a WebSocket on {PREFIX}/{{id}}/ws", code="not_found")
+        elif method != allowed:
+            await method_not_allowed(send, scope["path"], allowed)
+        elif len(parts) == 1:
             await send_json(send, 200, view(app, await shared.get(parts[0], tenant.name, now), now))
-        elif len(parts) == 2 and parts[1] == "heartbeat" and method == "POST":
+        elif parts[1] == "heartbeat":
             lease, renewed = await shared.heartbeat(parts[0], tenant.name, now)
             await send_json(send, 200, view(app, lease, now, renewed))
-        else:
-            await send_error(send, 404 if len(parts) > 2 or (len(parts) == 2 and parts[1] != "heartbeat") else 405,
-                             f"{method} {scope['path']}: use GET {PREFIX}/{{id}} or POST {PREFIX}/{{id}}/heartbeat",
-                             code="not_found")
+        else:  # a plain GET on the WebSocket route
+            await send_error(send, 426, f"{scope['path']} is a WebSocket: send Upgrade: websocket",
+                             code="upgrade_required", headers=[(b"upgrade", b"websocket")])
     except UnknownLease as exc:
         await send_error(send, 404, str(exc), param="id", code="lease_not_found")
     except LeaseExpired as exc:

@@ -106,7 +106,24 @@ def _jobs_and_leases(config: GatewayConfig) -> dict[str, Any]:
         "/v1/turbo/leases": _op("post", "grant a Turbo lease", "lease_grant", "201", 401, 403, 429),
         lease: _op("get", "a lease's state", "lease_get", "200", 401, 404, param="id"),
         lease + "/heartbeat": _op("post", "keep a lease alive", "lease_heartbeat", "200", 401, 404, 410, param="id"),
+        # A WebSocket (OpenAPI 3.0 has no word for one): the handshake is a GET with Upgrade; a
+        # plain GET is answered 426.  Every message is a heartbeat, answered with the lease's
+        # state; messages and connections are capped (limits.ws_*, docs/gateway.md).
+        lease + "/ws": {"get": {
+            "operationId": "lease_ws", "summary": "heartbeats over a WebSocket (Upgrade: websocket)",
+            "security": [{"apiKey": []}],
+            "parameters": [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "responses": {"101": {"description": "switching to the WebSocket protocol"},
+                          **{str(c): {"description": "OpenAI error", **_json(_ERROR)} for c in (401, 426)}}}},
     }
+
+
+def _budget_ops() -> dict[str, Any]:
+    """``POST`` and ``PUT /admin/budgets/{tenant}``: the same operation under both methods."""
+    post = _admin_post("set a tenant's Turbo budget", "admin_budget", "tenant", {
+        "turbo_budget_units": {"type": "number", "minimum": 0, "nullable": True},
+        "period": {"type": "string", "enum": ["hour", "day", "week", "month"]}})["post"]
+    return {"post": post, "put": {**post, "operationId": "admin_budget_put"}}
 
 
 def document(config: GatewayConfig) -> dict[str, Any]:
@@ -128,6 +145,10 @@ def document(config: GatewayConfig) -> dict[str, Any]:
                                          "503": {"description": "not ready", **_json({"type": "object"})}}}},
         "/openapi.json": _get("this document", "openapi"),
         "/admin/state": _get("switches, queues, replicas", "admin_state", 401, auth="admin"),
+        "/admin/events": _get("the knee guards' state changes and why", "admin_events", 401, auth="admin"),
+        "/admin/pools/{pool}/guard": _admin_post("pin a pool's knee guard, or hand it back (null)", "admin_guard",
+                                                 "pool", {"state": {"type": "string", "nullable": True,
+                                                                    "enum": ["open", "capped", "closed", None]}}),
         "/admin/tiers/{tier}": _admin_post("switch Turbo or Relax on or off", "admin_tier", "tier",
                                            {"enabled": {"type": "boolean"}}),
         "/admin/tenants/{name}": _admin_post("switch one tenant's Turbo", "admin_tenant", "name",
@@ -136,9 +157,7 @@ def document(config: GatewayConfig) -> dict[str, Any]:
         "/v1/usage": _get("the caller's usage (JSON or CSV)", "usage", 400, 401, 503, auth="apiKey"),
         "/admin/usage": _get("every tenant's usage (JSON or CSV)", "admin_usage", 400, 401, 503, auth="admin"),
         "/admin/budgets": _get("Turbo budgets and spend", "admin_budgets", 401, auth="admin"),
-        "/admin/budgets/{tenant}": _admin_post("set a tenant's Turbo budget", "admin_budget", "tenant", {
-            "turbo_budget_units": {"type": "number", "minimum": 0, "nullable": True},
-            "period": {"type": "string", "enum": ["hour", "day", "week", "month"]}}),
+        "/admin/budgets/{tenant}": _budget_ops(),
     }
     paths.update(_jobs_and_leases(config))
     if config.metrics.port is None:

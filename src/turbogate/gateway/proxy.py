@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from turbogate.asgi import error_body
 from turbogate.errors import UpstreamError
+from turbogate.gateway.conformance import engine_error
 from turbogate.gateway.sse import SSERewriter, tag_json_body
 from turbogate.gateway.usage_scan import hold_done, take_json_usage, take_stream_usage
 from turbogate.sched import Failure, FlowRequest, Replica
@@ -72,6 +73,8 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, watch: Wa
             ctype = resp.content_type
             if status == 200 and ctype.startswith(b"application/json"):
                 data = tag_json_body(data, tier_name)
+            elif status != 200:  # whatever the engine's error shape, the client gets the gateway's
+                data, ctype = engine_error(status, data), b"application/json"
             await watch.send_whole(status, [(b"content-type", ctype), *tier_headers, _timing(l1, l2, end - start)],
                                    data)
             return status

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from turbogate.asgi import BodyTooLarge, Receive, Scope, Send, send_bytes, send_error
 from turbogate.gateway import admin, leases, usage_api
+from turbogate.gateway.conformance import method_not_allowed
 from turbogate.gateway.metrics_port import serve_metrics
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ async def handle_http(app: GatewayApp, scope: Scope, receive: Receive, send: Sen
     endpoint = ENDPOINTS.get(path)
     if endpoint is not None:
         if method != "POST":
-            await send_error(send, 405, f"{path} takes POST", code="method_not_allowed")
+            await method_not_allowed(send, path, "POST")
             return
         try:
             await app._proxy(scope, receive, send, endpoint[0], endpoint[1])
@@ -43,27 +44,30 @@ async def handle_http(app: GatewayApp, scope: Scope, receive: Receive, send: Sen
             log.exception("internal error on %s", path)  # the scope's headers (keys) are not logged
             with contextlib.suppress(Exception):  # fails harmlessly if the answer had started
                 await send_error(send, 500, "internal gateway error", code="internal_error")
-    elif usage_api.handles(path):
+        return
+    try:  # every other route reads its body with read_body: over its limit, one 413 here
+        await _other(app, scope, receive, send, path, method)
+    except BodyTooLarge:
+        limit = admin.body_limit(app) if path.startswith("/admin/") else app.max_body
+        await send_error(send, 413, f"request body is over the limit of {limit} bytes", code="body_too_large")
+    except Exception:  # a bug, not bad input: the OpenAI shape, never a bare traceback
+        log.exception("internal error on %s", path)
+        with contextlib.suppress(Exception):
+            await send_error(send, 500, "internal gateway error", code="internal_error")
+
+
+async def _other(app: GatewayApp, scope: Scope, receive: Receive, send: Send, path: str, method: str) -> None:
+    if usage_api.handles(path):
         await usage_api.handle(app, scope, receive, send)
-    elif path.startswith((leases.PREFIX, "/v1/jobs")):  # Turbo leases, L4 job graphs
-        try:
-            if path.startswith("/v1/jobs"):
-                await app.jobs.handle(scope, receive, send)
-            else:
-                await leases.handle(app, scope, receive, send)
-        except BodyTooLarge:
-            await send_error(send, 413, f"request body is over the limit of {app.max_body} bytes",
-                             code="body_too_large")
+    elif path.startswith("/v1/jobs"):  # L4 job graphs
+        await app.jobs.handle(scope, receive, send)
+    elif path.startswith(leases.PREFIX):  # Turbo leases
+        await leases.handle(app, scope, receive, send)
     elif path.startswith("/admin/"):
-        try:
-            await admin.handle(app, scope, receive, send)
-        except BodyTooLarge:
-            await send_error(send, 413, f"admin request body is over the limit of {admin.MAX_BODY} bytes",
-                             code="body_too_large")
+        await admin.handle(app, scope, receive, send)
     elif path in _GET_ROUTES and not (path == "/metrics" and app.metrics_port is not None):
         if method not in ("GET", "HEAD"):
-            await send_error(send, 405, f"{path} takes GET", code="method_not_allowed",
-                             headers=[(b"allow", b"GET, HEAD")])
+            await method_not_allowed(send, path, "GET", "HEAD")
             return
         await _get(app, scope, send, path)
     else:

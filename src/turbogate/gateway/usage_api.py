@@ -23,6 +23,7 @@ from urllib.parse import parse_qs
 from pydantic import BaseModel, ConfigDict, Field
 
 from turbogate.asgi import Receive, Scope, Send, header, send_bytes, send_error, send_json
+from turbogate.gateway.conformance import method_not_allowed
 from turbogate.sched.metering import period_key
 from turbogate.store.base import COLUMNS, SUMMARY_COLUMNS, StoreUnavailable, summarize
 
@@ -120,7 +121,7 @@ async def handle(app: GatewayApp, scope: Scope, receive: Receive, send: Send) ->
         if tenant is None:
             await app._unauthorized(send)
         elif method not in ("GET", "HEAD"):
-            await send_error(send, 405, "/v1/usage takes GET", code="method_not_allowed")
+            await method_not_allowed(send, path, "GET", "HEAD")
         else:
             await _report(app, scope, send, tenant.name)
         return
@@ -128,15 +129,16 @@ async def handle(app: GatewayApp, scope: Scope, receive: Receive, send: Send) ->
     if not (auth[:7].lower() == b"bearer " and app.rt.is_admin(auth[7:].strip())):
         await send_error(send, 401, "admin API needs Authorization: Bearer <admin token>", code="invalid_admin_token")
         return
-    if path == "/admin/usage" and method == "GET":
+    allowed = ("GET", "HEAD") if path in ROUTES else ("POST", "PUT")
+    if method not in allowed:
+        await method_not_allowed(send, path, *allowed)
+    elif path == "/admin/usage":
         await _report(app, scope, send, None)
-    elif path == "/admin/budgets" and method == "GET":
+    elif path == "/admin/budgets":
         flow = app.rt.flow
         await send_json(send, 200, {"budgets": {name: flow.budgets.describe(name) for name in flow.tenants}})
-    elif path.startswith("/admin/budgets/") and method in ("POST", "PUT"):
-        await _set_budget(app, path.removeprefix("/admin/budgets/"), receive, send)
     else:
-        await send_error(send, 404, f"no admin route {method} {path}", code="not_found")
+        await _set_budget(app, path.removeprefix("/admin/budgets/"), receive, send)
 
 
 async def _set_budget(app: GatewayApp, name: str, receive: Receive, send: Send) -> None:
@@ -146,7 +148,7 @@ async def _set_budget(app: GatewayApp, name: str, receive: Receive, send: Send) 
     if name not in flow.tenants:
         await send_error(send, 404, f"no tenant {name!r}", param="tenant", code="not_found")
         return
-    body = await _body(receive, send, BudgetSet)
+    body = await _body(app, receive, send, BudgetSet)
     if not isinstance(body, BudgetSet):
         return
     try:
