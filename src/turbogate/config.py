@@ -152,6 +152,9 @@ class Replica(_Model):
     max_concurrency: int | None = Field(
         None, ge=1, description="optional cap on the requests in flight to this replica; the working limit is "
         "learned from the engine's running/waiting metrics (adaptive concurrency)")
+    max_num_seqs: int | None = Field(
+        None, ge=1, description="the engine's own batch limit (vLLM --max-num-seqs): the learned limit starts there "
+        "instead of slow-starting, and never exceeds it, so a surge finds it already learnt (docs/gateway.md)")
     metrics_path: str | None = Field(
         None, description="Prometheus endpoint of the engine's load metrics; default /metrics, except for "
         "engine 'openai' and 'llamacpp' (llama_cpp.server has none; llama-server's needs --metrics): those are "

@@ -56,7 +56,7 @@ def flow_policy(config: GatewayConfig, pools: Sequence[PoolSpec] | None = None, 
     if pools is None:
         pools = [
             PoolSpec(p.name, tuple(p.models),
-                     tuple(ReplicaSpec(rid, r.max_concurrency, r.scraped) for rid, r in replica_ids(p)),
+                     tuple(ReplicaSpec(rid, r.max_concurrency, r.scraped, r.max_num_seqs) for rid, r in replica_ids(p)),
                      p.scheduling_policy == "priority", knee_source(p, config.knee_guard.online), region=p.region,
                      turbo=p.turbo)
             for p in config.pools

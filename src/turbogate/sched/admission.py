@@ -43,6 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from turbogate.sched.surge import ArrivalPace, turbo_deficit
 from turbogate.sched.tiers import RANK, TIERS, Tier
 
 #: Weight of one dispatch in each tier's recent-share EWMA (about the last 200 dispatches): long
@@ -269,6 +270,7 @@ class Admission:
         self.headroom_staffing = headroom_staffing
         self._top_arrivals = _Rate()
         self._completions = _Rate()
+        self.pace = ArrivalPace()  # follows a surge faster than _top_arrivals (sched/surge.py)
 
     # ---- queries -------------------------------------------------------------------------
     def queue_length(self, tier: Tier) -> int:
@@ -284,11 +286,14 @@ class Admission:
 
     def headroom(self, now: float, slots: int) -> int:
         """The slots the holdback keeps for Turbo's bursts right now (0 without holdback)."""
-        top_rate = self._top_arrivals.read(now)
+        top_rate = self.pace.top_rate(now, self._top_arrivals.read(now))
         if not self._holding(now, top_rate):
             return 0
         return headroom_slots(top_rate, self._replenish_rate(now, slots), self.headroom_risk, slots,
                               self.headroom_staffing)
+
+    def _turbo_deficit(self, top_rate: float) -> int:
+        return turbo_deficit(top_rate, self.service_estimate_s, self._queues[_TOP].in_flight)
 
     def _holding(self, now: float, top_rate: float) -> bool:
         """Is Turbo being asked for?  Some recent rate (about one request in ``RATE_TAU_S`` /
@@ -354,6 +359,7 @@ class Admission:
         tenant = self.tenants.get(ticket.tenant) or _ANY_TENANT
         if tier is _TOP:
             self._top_arrivals.add(now)
+        self.pace.arrived(tier is _TOP, now)
         active = self._active.get(ticket.tenant, 0)
         if tenant.max_in_flight is not None and active >= tenant.max_in_flight:
             return Shed(429, "tenant_limit", self.retry_after_s(tier, slots),
@@ -401,11 +407,11 @@ class Admission:
             return False
         policy = self.policies[tier]
         if policy.max_utilization < 1.0:
-            top_rate = self._top_arrivals.read(now)
+            top_rate = self.pace.top_rate(now, self._top_arrivals.read(now))
             if self._holding(now, top_rate):
                 base = slots if proven is None or proven > slots else proven
                 ceiling = base - headroom_slots(top_rate, self._replenish_rate(now, base), self.headroom_risk, base,
-                                                self.headroom_staffing)
+                                                self.headroom_staffing) - self._turbo_deficit(top_rate)
                 if in_flight >= max(1, min(math.floor(policy.max_utilization * base + 1e-9), ceiling)):
                     return False
         return self._queues[tier].in_flight < max(1, math.floor(policy.capacity_share * slots + 1e-9))
@@ -444,11 +450,11 @@ class Admission:
         base = slots if proven is None else min(proven, slots)
         # The most the lower tiers may hold: never more than leaves Turbo its needed headroom.
         ceiling = slots
-        top_rate = self._top_arrivals.read(now)
+        top_rate = self.pace.top_rate(now, self._top_arrivals.read(now))
         held = self._holding(now, top_rate)
         if held:
             ceiling = base - headroom_slots(top_rate, self._replenish_rate(now, base), self.headroom_risk, base,
-                                            self.headroom_staffing)
+                                            self.headroom_staffing) - self._turbo_deficit(top_rate)
         best: Ticket | None = None
         owed: Ticket | None = None
         line_above = 0  # the holdback line of the best tier above with queued work

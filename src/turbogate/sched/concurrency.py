@@ -24,6 +24,13 @@ undershooting by a slot costs little.
 
 ``max_concurrency`` from the config is only an optional cap.  A replica without metrics
 (``scraped=False``) keeps ``unscraped_limit`` (or its cap): nothing tells us its queue.
+
+An engine whose batch limit is known (``max_num_seqs`` configured for the replica) starts at
+that limit, past slow start and proven: what a quiet minute would teach (a limit slow start grew
+only as far as the light load reached) must not be what a surge meets — slow start climbing
+×1.5 a scrape from there overshoots the engine, whose FIFO then holds Turbo, and a cold gateway
+at low load holds the lower tiers back.  The limit never exceeds it; a queue (the KV cache
+binding first) still cuts it as above.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import math
 
 from turbogate.sched.load import ReplicaLoad
 from turbogate.sched.replica import PickerConfig, Replica
+from turbogate.sched.surge import prefill_gate
 
 #: The share of a limit that proves it full: below the holdback line (0.85 of the limit), so the
 #: lower tiers alone can reach it.
@@ -40,6 +48,18 @@ LOWER_TIERS_BAR = 0.8
 #: At most this many × ``grow_every_scrapes`` between probes of an edge already found (a minute
 #: at a 0.5 s scrape interval and the default 5).
 MAX_PROBE_BACKOFF = 24
+
+
+def start_limit(replica: Replica, cfg: PickerConfig) -> None:
+    """The limit of a replica that just joined (see the module docstring)."""
+    start = cfg.initial_limit if replica.scraped else cfg.unscraped_limit
+    if replica.engine_seqs is not None and replica.scraped:
+        start = replica.engine_seqs
+    replica.limit = float(min(start, replica.cap) if replica.cap is not None else start)
+    if replica.engine_seqs is not None and replica.scraped:
+        replica.prefill_gate = prefill_gate(replica.engine_seqs)
+        replica.ssthresh = replica.limit  # the engine's configuration proves what slow start would find
+        replica.proven = replica.limit
 
 
 def adapt_limit(replica: Replica, load: ReplicaLoad, cfg: PickerConfig) -> None:
@@ -104,5 +124,7 @@ def adapt_limit(replica: Replica, load: ReplicaLoad, cfg: PickerConfig) -> None:
             replica.hold -= 1
     if replica.cap is not None:
         limit = min(limit, float(replica.cap))
+    if replica.engine_seqs is not None:
+        limit = min(limit, float(replica.engine_seqs))
     replica.limit = max(float(cfg.min_limit), limit)
     replica.peak_in_flight = replica.in_flight

@@ -111,7 +111,8 @@ class Flow:
             spec.name: KneeGuard(spec.knee, policy.guard) for spec in policy.pools if spec.knee is not None}
         for spec in policy.pools:
             for r in spec.replicas:
-                self.picker.add(Replica(id=r.id, pool=spec.name, cap=r.max_concurrency, scraped=r.scraped))
+                self.picker.add(Replica(id=r.id, pool=spec.name, cap=r.max_concurrency, scraped=r.scraped,
+                                        engine_seqs=r.max_num_seqs))
             # A pool with a knee guard has Turbo's load capped past the knee by the guard, which
             # exists to keep goodput near Standard-only's: its holdback stays lean (the chain's
             # headroom only, sched/admission.py ``headroom_slots``).
@@ -343,6 +344,8 @@ class Flow:
             self._leave_upstream(req)  # it leaves the replica that failed (a first dispatch comes from QUEUED or NEW)
         self.picker.on_dispatch(replica)
         replica.awaiting_first += 1
+        if req.stream and req.served is not _TURBO:
+            replica.lower_prefills += 1  # (sched/surge.py prefill_gate)
         req.replica = replica
         req.phase = _UPSTREAM
         req.dispatched_at = now
@@ -362,6 +365,8 @@ class Flow:
         busy with a prefill makes a Turbo request wait a longer engine step)."""
         if req.phase is _UPSTREAM and req.replica is not None:
             req.replica.awaiting_first -= 1
+            if req.stream and req.served is not _TURBO:
+                req.replica.lower_prefills -= 1
 
     def _close(self, req: FlowRequest, status: int, now: float, *, count_service: bool = False) -> None:
         """Mark ``req`` done with ``status`` and free its L1 place (the caller pumps)."""

@@ -25,7 +25,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from turbogate.sched.concurrency import LOWER_TIERS_BAR, adapt_limit
+from turbogate.sched.concurrency import LOWER_TIERS_BAR, adapt_limit, start_limit
 from turbogate.sched.load import ReplicaLoad
 from turbogate.sched.replica import (
     SILENT_ENGINE_SCRAPES,
@@ -93,9 +93,7 @@ class Picker:
         self._sample_seed = 0x9E3779B9
 
     def add(self, replica: Replica) -> Replica:
-        cfg = self.config
-        start = cfg.initial_limit if replica.scraped else cfg.unscraped_limit
-        replica.limit = float(min(start, replica.cap) if replica.cap is not None else start)
+        start_limit(replica, self.config)
         pool = self._pools.setdefault(replica.pool, _Pool())
         pool.replicas.append(replica)
         pool.indexed = len(pool.replicas) > SCAN_MAX
@@ -298,6 +296,8 @@ class Picker:
             r = replicas[(rotor + i) % n]
             if r.health is not _HEALTHY or r.in_flight >= int(r.limit) or r.id in exclude:
                 continue
+            if not proven_only and r.lower_prefills >= r.prefill_gate:
+                continue  # its engine has a lower tier's prefills for about a step already (sched/surge.py)
             band = band_of(r, now)
             key = (_BUSY if band is _LIGHT else band, score_of(r, band))
             if key < best_key:

@@ -39,6 +39,7 @@ class ReplicaSpec:
     id: str
     max_concurrency: int | None = None  # optional cap on the learned limit
     scraped: bool = True  # False: the engine exposes no load metrics (health checks instead)
+    max_num_seqs: int | None = None  # the engine's batch limit, when configured (sched/concurrency.py)
 
 
 @dataclass(frozen=True, slots=True)

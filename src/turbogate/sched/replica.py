@@ -65,6 +65,7 @@ class Replica:
     pool: str
     cap: int | None = None  # max_concurrency from the config: an optional upper bound
     scraped: bool = True
+    engine_seqs: int | None = None  # the engine's own batch limit (max_num_seqs) when known: the limit's ceiling
     limit: float = 8.0
     ssthresh: float = math.inf
     peak_in_flight: int = 0
@@ -75,6 +76,8 @@ class Replica:
     last_waiting: float = 0.0  # the engine's waiting count at the previous scrape
     proven: float = 0.0  # most requests the engine was seen running at once since the last cut
     awaiting_first: int = 0  # ours dispatched and not yet answering (prefilling, for streams)
+    lower_prefills: int = 0  # of those, the lower tiers' streams (sched/surge.py ``prefill_gate``)
+    prefill_gate: int = 1 << 30  # most lower-tier streams awaiting a first token here (set by start_limit)
     # Large pools keep running sums instead of rescanning: this replica's share of them.
     counted_slots: int = 0
     counted_proven: int = 0

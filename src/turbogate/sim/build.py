@@ -102,7 +102,7 @@ def build_replicas(sc: SimConfig) -> tuple[list[SimReplica], list[PoolSpec]]:
                 rid = f"{fp.name}/{len(mine)}"
                 reps.append(SimReplica(rid, fp.name, dep, ecfg, delay_s=delay))
                 mine.append(ReplicaSpec(id=rid, max_concurrency=g.max_concurrency or gp.replicas[0].max_concurrency,
-                                        scraped=True))
+                                        scraped=True, max_num_seqs=gp.replicas[0].max_num_seqs))
         specs.append(PoolSpec(fp.name, models=tuple(gp.models), priority_field=gp.scheduling_policy == "priority",
                               replicas=tuple(mine),
                               knee=knee_source(gp, cfg.knee_guard.online, len(mine)),  # its knee guard, as served

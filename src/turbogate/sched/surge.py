@@ -1,0 +1,83 @@
+"""What keeps Turbo fast from the first second of a surge (pure, ``now`` passed in).
+
+A load step from a fifth of capacity to twice it is the moment Turbo exists for, and what the
+gateway learnt in the quiet minute before it is what meets it.  Two of those lessons go wrong:
+
+* **Headroom sized on a quiet minute.**  The holdback keeps slots free for Turbo in proportion
+  to Turbo's arrival rate, an average over ``RATE_TAU_S`` (sched/admission.py).  At the step the
+  lower tiers arrive ten times as fast and fill every free slot within about half a service
+  time, long before that average has risen: Turbo then waits for completions.  ``ArrivalPace``
+  reads the rate of *all* arrivals over the last few of them (a count, not a time window, so it
+  reacts within a handful of arrivals at any load and time scale) and scales it by Turbo's
+  long-run share of arrivals: the headroom follows a surge as fast as the surge comes.
+* **A flood of prefills.**  The lower tiers' first dispatches after the step go out together,
+  and an engine runs their prompts' prefills before a Turbo request's (its own queue is FIFO):
+  Turbo's time to first token grows by several prefill steps although a slot was free for it.
+  ``prefill_gate`` bounds the lower tiers' streams awaiting a first token per replica, so the
+  engine's prefill backlog stays within about one step and Turbo joins the next one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+#: Arrivals the fast rate is measured over: few enough to follow a step within a second at
+#: the benchmarks' rates, enough that one Poisson clump does not read as a surge for long.
+PACE_WINDOW = 16
+#: Weight of one arrival in Turbo's long-run share of arrivals (about the last 500).
+SHARE_ALPHA = 0.002
+
+
+class ArrivalPace:
+    """The recent rate of all arrivals and the top tier's long-run share of them."""
+
+    __slots__ = ("_count", "_times", "share")
+
+    def __init__(self) -> None:
+        self._times: deque[float] = deque(maxlen=PACE_WINDOW)
+        self.share = 0.0
+        self._count = 0
+
+    def arrived(self, top: bool, now: float) -> None:
+        self._times.append(now)
+        # A plain mean over the first arrivals, then an exponential one: a quiet minute's few
+        # arrivals already give the share a surge is scaled by.
+        self._count += 1
+        alpha = 1.0 / self._count if self._count * SHARE_ALPHA < 1.0 else SHARE_ALPHA
+        self.share += alpha * ((1.0 if top else 0.0) - self.share)
+
+    def total_rate(self, now: float) -> float:
+        """Arrivals per second over the last ``PACE_WINDOW`` of them; decays through a silence."""
+        times = self._times
+        if len(times) < PACE_WINDOW:
+            return 0.0
+        span = now - times[0]
+        return (len(times) - 1) / span if span > 0 else 0.0
+
+    def top_rate(self, now: float, averaged: float) -> float:
+        """The top tier's rate for the holdback: its ``averaged`` rate, or more while all arrivals
+        come faster than that average accounts for (a surge)."""
+        if self.share <= 0.0:
+            return averaged
+        fast = self.share * self.total_rate(now)
+        return fast if fast > averaged else averaged
+
+
+def prefill_gate(engine_seqs: int) -> int:
+    """Most lower-tier streams that may await their first token at one replica at once: an
+    eighth of its batch (at least 2), so their prefills fit about one engine step.  Only for an
+    engine whose batch is known: a slow start grows its limit on the lower tiers' traffic."""
+    return max(2, math.ceil(engine_seqs / 8))
+
+
+def turbo_deficit(top_rate: float, service_s: float | None, top_in_flight: int) -> int:
+    """Slots the top tier is about to need beyond what it holds: its expected occupancy at
+    ``top_rate`` (Little's law: rate × service time), less a standard deviation of its natural
+    swing, less what it holds now.  Zero in a steady state; at a surge, the occupancy Turbo
+    grows into over the next service time, which the lower tiers would otherwise fill at once
+    and hold for a whole service time (the holdback's own headroom covers only the swing)."""
+    if service_s is None or top_rate <= 0.0:
+        return 0
+    expected = top_rate * service_s
+    return max(0, math.ceil(expected - math.sqrt(expected)) - top_in_flight)
