@@ -365,6 +365,11 @@ class Limits(_Model):
         131072, ge=1, description="the largest max_tokens a request may ask (the models' context); over it → 400, "
         "and the bound on one request's fair-queue cost")
     upstream_connect_timeout_s: float = Field(2.0, gt=0)
+    ws_max_message_bytes: int = Field(4096, ge=125, le=1024 * 1024, description="largest WebSocket message (a lease "
+                                      "heartbeat needs bytes); over it the connection is closed, code 1009")
+    ws_max_connections: int = Field(1024, ge=1, description="open lease WebSockets per worker process, all tenants")
+    ws_max_connections_per_tenant: int = Field(16, ge=1, description="open lease WebSockets per worker process "
+                                               "and tenant; over either cap → closed at once, code 1013")
 
 
 class MetricsConfig(_Model):

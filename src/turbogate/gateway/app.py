@@ -82,6 +82,7 @@ class GatewayApp(AsgiApp):
         self._metrics_server: MetricsServer | None = None
         self.meter = Metering(self)  # usage records, budgets, shared switches and limits (docs/metering.md)
         self.lease_share = SharedLeases(self.rt.flow.leases, self.meter.store)  # Turbo leases via the store
+        self.ws_connections = leases.WsConnections(config.limits)  # lease WebSockets against their caps
         # Identical deterministic requests share one upstream call on the routes config names (gateway/coalesce.py).
         self.coalescing = Coalescing(config.coalesce, self.metrics.registry) if config.coalesce.routes else None
         self.jobs = JobsApi(self)  # L4 job graphs (gateway/jobs.py)

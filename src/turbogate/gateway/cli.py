@@ -120,7 +120,9 @@ def serve(
               # httptools, guarded: header size, header and body timeouts (gateway/guard.py).
               "loop": "uvloop", "http": GuardedHttpToolsProtocol, "lifespan": "on", "timeout_keep_alive": 30,
               # Lean hot path: no proxy-header middleware, no Server/Date header formatting.
-              "proxy_headers": False, "server_header": False, "date_header": False}
+              "proxy_headers": False, "server_header": False, "date_header": False,
+              # A lease WebSocket's message is a heartbeat: refused past the cap before it is buffered.
+              "ws_max_size": cfg.limits.ws_max_message_bytes, "ws_max_queue": 4}
     if cfg.tls is not None:
         common.update(ssl_certfile=cfg.tls.certfile, ssl_keyfile=cfg.tls.keyfile)
     if workers == 1:

@@ -30,10 +30,47 @@ from turbogate.sched.leases import Lease, LeaseExpired, LeaseState, TooManyLease
 from turbogate.sched.tiers import Tier
 
 if TYPE_CHECKING:
+    from turbogate.config import Limits
     from turbogate.gateway.app import GatewayApp
 
 PREFIX = "/v1/turbo/leases"
 WS_EXPIRED = 4001  # close code sent when the lease expires (4000-4999: the application's own)
+WS_TOO_BIG = 1009  # RFC 6455: a message too big to process
+WS_TRY_LATER = 1013  # RFC 6455 (IANA): try again later
+
+
+class WsConnections:
+    """Open lease WebSockets of one worker, per tenant and in all, against the caps in ``limits``
+    (each connection holds a task and buffers, so a tenant must not open them without end)."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.max_total = limits.ws_max_connections
+        self.max_per_tenant = limits.ws_max_connections_per_tenant
+        self.max_message = limits.ws_max_message_bytes
+        self.total = 0
+        self.by_tenant: dict[str, int] = {}
+
+    def refusal(self, tenant: str) -> str | None:
+        """Why one more connection of ``tenant`` is refused, or None when it may open."""
+        if self.by_tenant.get(tenant, 0) >= self.max_per_tenant:
+            return f"tenant {tenant!r} has {self.max_per_tenant} lease WebSockets open, the most allowed " \
+                   "(limits.ws_max_connections_per_tenant); heartbeat several leases over one, or by HTTP"
+        if self.total >= self.max_total:
+            return f"the gateway has {self.max_total} lease WebSockets open, the most allowed " \
+                   "(limits.ws_max_connections); retry later, or heartbeat by HTTP"
+        return None
+
+    def opened(self, tenant: str) -> None:
+        self.total += 1
+        self.by_tenant[tenant] = self.by_tenant.get(tenant, 0) + 1
+
+    def closed(self, tenant: str) -> None:
+        self.total -= 1
+        left = self.by_tenant[tenant] - 1
+        if left:
+            self.by_tenant[tenant] = left
+        else:
+            del self.by_tenant[tenant]
 
 
 def view(app: GatewayApp, lease: Lease, now: float, renewed: bool | None = None) -> dict[str, Any]:
@@ -116,7 +153,13 @@ async def handle_ws(app: GatewayApp, scope: Scope, receive: Receive, send: Send)
     except UnknownLease:
         await send({"type": "websocket.close", "code": 1008})
         return
+    conns: WsConnections = app.ws_connections
     await send({"type": "websocket.accept"})
+    refusal = conns.refusal(tenant.name)
+    if refusal is not None:  # accepted only to say why: a refused handshake carries no reason
+        await send({"type": "websocket.close", "code": WS_TRY_LATER, "reason": refusal[:120]})
+        return
+    conns.opened(tenant.name)
     inbox: asyncio.Queue[Message] = asyncio.Queue()
 
     async def read() -> None:
@@ -132,6 +175,7 @@ async def handle_ws(app: GatewayApp, scope: Scope, receive: Receive, send: Send)
     except OSError:  # the client vanished while we were telling it the state: nothing left to do
         pass
     finally:
+        conns.closed(tenant.name)
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await reader
@@ -165,6 +209,11 @@ async def _serve_ws(app: GatewayApp, lease: Lease, tenant: str, inbox: asyncio.Q
         except TimeoutError:
             continue
         if message["type"] == "websocket.disconnect":
+            return
+        size = len(message.get("text") or message.get("bytes") or b"")
+        if size > app.ws_connections.max_message:  # the server's ws_max_size stops it sooner under turbogate serve
+            await send({"type": "websocket.close", "code": WS_TOO_BIG,
+                        "reason": f"a message is at most {app.ws_connections.max_message} bytes (a heartbeat)"})
             return
         try:  # any message is a heartbeat (the client pings every ping_interval_s)
             lease, renewed = await shared.heartbeat(lease.id, tenant, time.perf_counter())
