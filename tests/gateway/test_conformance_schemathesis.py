@@ -51,7 +51,7 @@ def _run(gw: Service, tmp: Path, token: str, paths: str, exclude: bool, checks: 
          "--exclude-path-regex" if exclude else "--include-path-regex", paths, "-n", str(EXAMPLES),
          "--checks", checks, "--phases", "examples,coverage,fuzzing", "-w", "1", "--no-color", "--seed", "43",
          "--request-timeout", "10", "--report", "junit", "--report-junit-path", str(report)],
-        capture_output=True, text=True, timeout=540)
+        capture_output=True, text=True, timeout=540, cwd=tmp)  # (its .schemathesis/ cache goes there)
     assert report.exists(), out.stdout[-3000:] + out.stderr[-2000:]
     failures = []
     cases = 0
