@@ -20,6 +20,8 @@ from turbogate.bench.workload import TierMix, TruncNormal, Workload
 from turbogate.perf.default_workload import OUTPUT_SPEC as DEFAULT_OUTPUT
 from turbogate.perf.default_workload import PROMPT_SPEC as DEFAULT_PROMPT
 from turbogate.results import SLO, CostConfig, KneeSettings, Step
+from turbogate.trace.format import TraceError
+from turbogate.trace.replay import Replay
 
 ROUTE = typer.Option("/v1/chat/completions", "--route", help="/v1/chat/completions or /v1/completions.")
 SHAPE = typer.Option(None, "--shape", help=f"Load shape: {', '.join(SHAPES)}. Default: constant "
@@ -50,6 +52,16 @@ KNEE_MIN_REQUESTS = typer.Option(20, "--knee-min-requests", min=1,
                                  help="Completed requests a step needs to count for the knee.")
 FLEET_COST = typer.Option(1.0, "--fleet-cost-per-hour", help="Cost units per hour of the target fleet.")
 TIER_COST = typer.Option(None, "--tier-cost", help="Cost weight per tier, e.g. turbo=2,standard=1.")
+TRACE = typer.Option(None, "--trace", help="Replay this trace instead of a load shape: each request at its recorded "
+                    "time with its recorded prompt and output tokens (turbogate trace, usage records, Azure LLM CSV, "
+                    "vllm bench serve JSON, Mooncake JSONL; docs/bench.md, Replaying a trace).")
+TRACE_FORMAT = typer.Option("auto", "--trace-format", help="auto, turbogate, usage, azure, vllm or mooncake.")
+SPEEDUP = typer.Option(1.0, "--speedup", help="Replay the trace K times faster (its gaps divided by K).")
+WINDOW = typer.Option(None, "--window", help="START:END of the trace to replay, in trace seconds (10m:20m works).")
+TIER_BY_TENANT = typer.Option(None, "--tier-by-tenant", help="Tier per trace tenant, e.g. acme=turbo,beta=standard, "
+                              "for requests the trace gives no tier; the rest take --tiers by a stable hash.")
+REASSIGN_TIERS = typer.Option(False, "--reassign-tiers", help="Ignore the tiers the trace asked for; assign them "
+                              "by --tier-by-tenant and --tiers.")
 
 
 def parse_slo(spec: str | None) -> SLO:
@@ -104,6 +116,7 @@ class LoadOptions:
     slo: SLO
     knee: KneeSettings
     cost: CostConfig
+    trace: Replay | None = None  # a replayed trace (shape "trace"): its requests, not the shape's
 
     def make_shape(self) -> Shape:
         return make_shape(self.shape, start=self.qps if self.shape == "constant" else self.qps_start,
@@ -148,3 +161,21 @@ def build_load(*, shape: str | None, qps: float | None, qps_start: float | None,
     if not find_knee:
         load.make_shape()
     return load
+
+
+def with_trace(load: LoadOptions, path: Path, *, fmt: str = "auto", speedup: float = 1.0, window: str | None = None,
+               tier_by_tenant: str | None = None, reassign_tiers: bool = False) -> LoadOptions:
+    """``load`` replaying the trace at ``path`` (its --tiers the share for requests without a tier,
+    its --steps the slices of the replay); ValueError names the bad option."""
+    from dataclasses import replace
+
+    from turbogate.trace.importers import load_trace
+    from turbogate.trace.replay import ReplayOptions, parse_tier_by_tenant, parse_window, plan_replay
+
+    try:
+        opts = ReplayOptions(speedup=speedup, window=parse_window(window), share=load.workload.tiers,
+                             by_tenant=parse_tier_by_tenant(tier_by_tenant), reassign=reassign_tiers, steps=load.steps)
+        replay = plan_replay(load_trace(path, fmt), opts)
+    except TraceError as exc:
+        raise ValueError(f"{exc} ({exc.hint})" if exc.hint else str(exc)) from None
+    return replace(load, shape="trace", duration_s=replay.duration_s, trace=replay)

@@ -23,10 +23,12 @@ from typing import NamedTuple
 
 from turbogate.bench.arrivals import send_times
 from turbogate.bench.options import LoadOptions
+from turbogate.bench.shapes import Constant
 from turbogate.bench.workload import Workload
 from turbogate.emulator.tokens import BOS_TOKENS, CHAT_ASSISTANT_HEADER, CHAT_MESSAGE_OVERHEAD, CharEstimator
 from turbogate.engine.lengths import output_length
 from turbogate.results import Step
+from turbogate.trace.replay import Replay, engine_tokens, replay_draws, text_tokens
 
 
 class SimRequest(NamedTuple):
@@ -55,11 +57,17 @@ class RequestSource:
     def __init__(self, load: LoadOptions, *, chat: bool = True, ignore_eos: bool = True,
                  min_tokens: bool = False) -> None:
         self.rng = random.Random(load.random_seed)
-        shape, steps = load.shape_and_steps()
+        self._trace = load.trace if load.shape == "trace" else None
+        self._seed = load.random_seed
+        if self._trace is None:
+            shape, steps = load.shape_and_steps()
+        else:  # a replayed trace: its steps and times instead of a shape's (whose rate is then unused)
+            shape, steps = Constant(1.0, load.duration_s), list(self._trace.steps)
         self.steps: list[Step] = steps
         self._shape = shape
         # Send times first, from bench's own code: the RNG then stands where bench's does.
-        self.times = array("d", send_times(shape, load.arrivals, self.rng))
+        self.times = array("d", send_times(shape, load.arrivals, self.rng) if self._trace is None
+                           else (item.t for item in self._trace.items))
         self._starts = [s.start_s for s in self.steps]
         self._workload = load.workload
         self._chat = chat
@@ -71,9 +79,27 @@ class RequestSource:
 
     def rate_at(self, t: float) -> float:
         """The offered rate (all tiers) at ``t`` seconds into the run."""
+        if self._trace is not None:
+            return self.steps[min(len(self.steps) - 1, int(t / self.steps[0].duration_s))].offered_rps
         return self._shape.rate_at(t)
 
+    def _replayed(self, replay: Replay) -> Iterator[SimRequest]:
+        """The trace's requests with bench's draws (trace/replay.py): the prompt the engine counts from
+        the text bench would send, the output the emulator would give."""
+        chat, n_keys = self._chat, self._workload.n_api_keys
+        for i, (item, step, _, seed) in enumerate(replay_draws(replay, self._seed,
+                                                               self._workload.per_request_seed)):
+            max_tokens = max(1, item.output_tokens)
+            out = output_length(seed if seed is not None else i, max_tokens,
+                                min_tokens=max_tokens if self._min_tokens else 0, ignore_eos=self._ignore_eos)
+            yield SimRequest(i, item.t, step.index, step.offered_rps,
+                             engine_tokens(text_tokens(item.prompt_tokens, chat), chat), max_tokens, out,
+                             "length" if out >= max_tokens else "stop", item.tier, replay.api_key(item, n_keys), seed)
+
     def __iter__(self) -> Iterator[SimRequest]:
+        if self._trace is not None:
+            yield from self._replayed(self._trace)
+            return
         w: Workload = self._workload
         rng = self.rng
         shape = self._shape

@@ -1,0 +1,1 @@
+"""Capture, import and replay traffic traces (docs/bench.md, "Replaying a trace")."""
