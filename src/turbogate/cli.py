@@ -10,13 +10,13 @@ import typer.rich_utils
 
 from turbogate import __version__, build
 from turbogate.bench.cli import app as bench_app
+from turbogate.clierrors import DEBUG_FLAG, OneLineErrors
 from turbogate.demo import demo
 from turbogate.emulator.cli import emulate
 from turbogate.gateway.cli import serve
 from turbogate.jobs_cli import app as jobs_app
 from turbogate.plan.cli import app as plan_app
 from turbogate.sim.cli import sim
-from turbogate.trace.cli import app as trace_app
 
 app = typer.Typer(
     name="turbogate",
@@ -29,6 +29,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=OneLineErrors,
 )
 app.command("serve", help="Run the OpenAI-compatible tiered gateway.")(serve)
 app.add_typer(bench_app, name="bench")
@@ -37,7 +38,6 @@ app.command("sim", help="Simulate a fleet in virtual time with the gateway's own
 app.command("emulate", help="Run an OpenAI-compatible engine emulator with vLLM metric names.")(emulate)
 app.command("demo", help="Emulated fleet + gateway + a short Turbo-vs-Standard ramp + report.")(demo)
 app.add_typer(jobs_app, name="jobs")
-app.add_typer(trace_app, name="trace")
 
 
 def _version(value: bool) -> None:
@@ -49,6 +49,8 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    debug: bool = typer.Option(False, DEBUG_FLAG, help="On an error, print the traceback before the one-line message "
+                               "(accepted anywhere on the command line; or TURBOGATE_DEBUG=1)."),
 ) -> None:
     """turbogate command line."""
 
@@ -65,7 +67,7 @@ def set_help_width() -> None:
 
 def main() -> None:
     set_help_width()
-    app()
+    app(prog_name="turbogate")  # also under ``python -m turbogate``: errors and usage name the command
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 Every error turbogate raises on purpose derives from ``TurbogateError``::
 
     TurbogateError
+    ├── BadInput             a command's option or argument is wrong (``hint``: what to do instead)
     ├── ConfigError          a config value is missing or invalid (the message names the field)
     ├── CatalogError         an unknown GPU or model name
     ├── ValidationError      a request body is invalid (``param`` names the field)
@@ -19,7 +20,18 @@ from __future__ import annotations
 
 
 class TurbogateError(Exception):
-    """Base of every error turbogate raises on purpose."""
+    """Base of every error turbogate raises on purpose; ``hint``, when set, says what to do about it
+    (the command line prints ``<what> (<hint>)``, clierrors.py)."""
+
+    hint: str | None = None
+
+
+class BadInput(TurbogateError):
+    """A command's option, argument or file is wrong: the message names it, ``hint`` says what to do."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 class ConfigError(TurbogateError):

@@ -10,12 +10,13 @@ from typing import Any
 import typer
 import yaml
 
+from turbogate.clierrors import OneLineErrors
 from turbogate.config import load_config
-from turbogate.errors import ConfigError
+from turbogate.errors import BadInput, ConfigError
 from turbogate.sched.jobgraph import JobLimits, Problem, check_job
 
 app = typer.Typer(help="Job graphs (DAGs of chat requests, POST /v1/jobs): check them offline.",
-                  no_args_is_help=True)
+                  no_args_is_help=True, cls=OneLineErrors)
 _DEFAULTS = JobLimits()
 
 
@@ -58,8 +59,7 @@ def lint(
         try:
             cfg = load_config(config)
         except ConfigError as exc:
-            typer.echo(f"error: bad config: {exc}", err=True)
-            raise typer.Exit(2) from None
+            raise BadInput(f"bad config: {exc}", f"fix the field it names in {config}") from None
         limits = cfg.jobs.limits()
         models = {m for p in cfg.pools for m in p.models}
     limits = JobLimits(limits.max_depth if max_depth is None else max_depth,

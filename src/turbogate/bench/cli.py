@@ -11,10 +11,12 @@ from rich.table import Table
 
 from turbogate.bench import options as opt
 from turbogate.bench.collectors import parse_metrics_option
+from turbogate.bench.failures import BenchFailed
 from turbogate.bench.run import BenchConfig, BenchResult, knee_line, run_bench
 from turbogate.bench.runner import TIER_VIA, Target
+from turbogate.clierrors import OneLineErrors
 from turbogate.config import Listen
-from turbogate.errors import TurbogateError
+from turbogate.errors import BadInput, TurbogateError
 from turbogate.results import Summary, compare, load_run
 from turbogate.results.fmt import fmt_ms, fmt_num, fmt_pct, fmt_signed_pct
 from turbogate.results.knee import method_cell
@@ -23,6 +25,7 @@ app = typer.Typer(
     help="Drive open-loop load (constant, ramps, sweeps, --find-knee), find the knee, write a run folder + report.",
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=OneLineErrors,
 )
 
 
@@ -30,8 +33,8 @@ _LISTEN = Listen.model_validate({})
 DEFAULT_HOST = f"http://{_LISTEN.host}:{_LISTEN.port}"
 
 
-def _bad(message: str) -> typer.BadParameter:
-    return typer.BadParameter(message)
+def _bad(message: str) -> BadInput:
+    return BadInput(message)
 
 
 def print_summary(summary: Summary, console: Console) -> None:
@@ -134,12 +137,6 @@ def bench(
     ray_address: str | None = typer.Option(None, "--ray", help="Run the --workers as Ray actors spread over the "
                                            "cluster at ADDRESS ('auto', 'ray://host:10001', or 'local'); the hosts' "
                                            "clocks must agree (NTP). Needs pip install 'turbogate[ray]'."),
-    trace: Path | None = opt.TRACE,
-    trace_format: str = opt.TRACE_FORMAT,
-    speedup: float = opt.SPEEDUP,
-    window: str | None = opt.WINDOW,
-    tier_by_tenant: str | None = opt.TIER_BY_TENANT,
-    reassign_tiers: bool = opt.REASSIGN_TIERS,
 ) -> None:
     """Run a benchmark (or `turbogate bench compare RUN_A RUN_B`)."""
     if ctx.invoked_subcommand is not None:
@@ -155,22 +152,20 @@ def bench(
             metrics=metrics, slo=slo, knee_method=knee_method, knee_k=knee_k, knee_metric=knee_metric,
             fleet_cost=fleet_cost, tier_cost=tier_cost, out=out, grace=grace, drain=drain, live=live, report=report,
             label=label, max_error_rate=max_error_rate, max_lag_ms=max_lag_ms, knee_min_requests=knee_min_requests,
-            workers=workers, ray_address=ray_address, trace=trace, trace_format=trace_format, speedup=speedup,
-            window=window, tier_by_tenant=tier_by_tenant, reassign_tiers=reassign_tiers)
+            workers=workers, ray_address=ray_address)
     except ValueError as exc:
         raise _bad(str(exc)) from None
     console = Console(stderr=False, width=None if Console().is_terminal else 150)
     try:
         result = _run(cfg)
-    except (TurbogateError, RuntimeError) as exc:
-        typer.echo(f"turbogate bench: {exc}", err=True)
-        raise typer.Exit(code=1) from None
+    except RuntimeError as exc:
+        raise TurbogateError(str(exc)) from exc
     print_summary(result.summary, console)
     console.print(knee_line(result.summary))
     console.print(f"run folder: {result.run_dir}" + (" (interrupted)" if result.summary.interrupted else ""))
     if result.failure:
-        typer.echo(f"turbogate bench: stopped: {result.failure}", err=True)
-        raise typer.Exit(code=1)
+        raise BenchFailed(f"stopped: {result.failure}",
+                          hint=f"every request is in {result.run_dir / 'requests.jsonl'}")
 
 
 def _run(cfg: BenchConfig) -> BenchResult:
@@ -179,6 +174,19 @@ def _run(cfg: BenchConfig) -> BenchResult:
     except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
         return asyncio.run(run_bench(cfg))
     return uvloop.run(run_bench(cfg))
+
+
+def check_rates_and_shares(*, qps: float | None, qps_start: float | None, qps_end: float | None,
+                           tiers: str | None) -> None:
+    """Before any load: every rate given is positive, and the --tiers shares are shares (they add up to 1)."""
+    for name, rate in (("--qps", qps), ("--qps-start", qps_start), ("--qps-end", qps_end)):
+        if rate is not None and not rate > 0:
+            raise ValueError(f"{name} must be > 0 req/s, got {fmt_num(rate)}")
+    if tiers:
+        total = sum(float(item.partition("=")[2]) for item in tiers.split(","))
+        if abs(total - 1) > 1e-6:
+            raise BadInput(f"--tiers: the shares add up to {fmt_num(total, 3)}, not 1",
+                           "give shares that add up to 1, e.g. --tiers turbo=0.2,standard=0.8")
 
 
 def build_config(*, host: str, route: str, model: str | None, shape: str | None, qps: float | None,
@@ -190,9 +198,7 @@ def build_config(*, host: str, route: str, model: str | None, shape: str | None,
                  metrics: str | None, slo: str | None, knee_method: str, knee_k: float, knee_metric: str,
                  fleet_cost: float, tier_cost: str | None, out: Path | None, grace: float, live: bool, report: bool,
                  label: str, drain: float | None = None, max_error_rate: float = 0.5, max_lag_ms: float = 10.0,
-                 knee_min_requests: int = 20, workers: int = 1, ray_address: str | None = None,
-                 trace: Path | None = None, trace_format: str = "auto", speedup: float = 1.0, window: str | None = None,
-                 tier_by_tenant: str | None = None, reassign_tiers: bool = False) -> BenchConfig:
+                 knee_min_requests: int = 20, workers: int = 1, ray_address: str | None = None) -> BenchConfig:
     """Validate the CLI options into a :class:`BenchConfig`; ValueError names the bad option."""
     if not host.startswith(("http://", "https://")):
         raise ValueError(f"--host must be a URL like http://127.0.0.1:8000, got {host!r}")
@@ -217,11 +223,7 @@ def build_config(*, host: str, route: str, model: str | None, shape: str | None,
         dataset=dataset, no_seed=no_seed, tiers=tiers, n_api_keys=len(api_key), random_seed=random_seed, slo=slo,
         knee_method=knee_method, knee_k=knee_k, knee_metric=knee_metric, fleet_cost=fleet_cost,
         tier_cost=tier_cost, knee_min_requests=knee_min_requests, max_error_rate=max_error_rate, find_knee=find_knee)
-    if trace is not None:
-        if find_knee:
-            raise ValueError("--trace replays the recorded arrivals; --find-knee chooses its own rates (drop one)")
-        load = opt.with_trace(load, trace, fmt=trace_format, speedup=speedup, window=window,
-                              tier_by_tenant=tier_by_tenant, reassign_tiers=reassign_tiers)
+    check_rates_and_shares(qps=qps, qps_start=qps_start, qps_end=qps_end, tiers=tiers)
     target = Target(base_url=host, route=route, model=model or "", api_keys=tuple(api_key), stream=stream,
                     ignore_eos=ignore_eos, min_tokens=min_tokens, tier_via=tier_via, timeout_s=timeout,
                     max_concurrency=max_concurrency)
@@ -232,7 +234,7 @@ def build_config(*, host: str, route: str, model: str | None, shape: str | None,
         random_seed=load.random_seed, scrape=tuple(scrape), metrics=tuple(parse_metrics_option(metrics)),
         slo=load.slo, knee=load.knee, cost=load.cost, out=out, grace_s=grace, drain_s=drain, live=live,
         report=report, label=label, max_error_rate=max_error_rate, max_lag_s=max_lag_ms / 1000, workers=workers,
-        ray_address=ray_address, trace=load.trace)
+        ray_address=ray_address)
     return cfg
 
 
@@ -247,8 +249,7 @@ def compare_cmd(
         a, b = load_run(run_a, with_requests=False, with_samples=False), load_run(run_b, with_requests=False,
                                                                                    with_samples=False)
     except (FileNotFoundError, ValueError) as exc:
-        typer.echo(f"turbogate bench compare: {exc}", err=True)
-        raise typer.Exit(code=2) from None
+        raise BadInput(str(exc), "give two run folders written by turbogate bench or turbogate sim") from None
     t = Table(title=f"A = {run_a} ({a.kind})   B = {run_b} ({b.kind})")
     for col in ("tier", "metric", "A", "B", "B vs A"):
         t.add_column(col)

@@ -26,6 +26,10 @@ HINTS: dict[str, str] = {
 class BenchFailed(TurbogateError):
     """The run stopped because its requests failed (the run folder is still written)."""
 
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
 
 def error_reason(r: RequestRecord) -> str | None:
     """A short, countable reason for a failed request (None when it succeeded or is unfinished)."""
@@ -57,12 +61,24 @@ def first_step_failure(records: Iterable[RequestRecord], step: int, max_error_ra
     """Why the run must stop, when more than ``max_error_rate`` of ``step``'s answered requests failed for
     another reason than shedding (429/503 are the target saying it is busy: that is data, not failure)."""
     mine = [r for r in records if r.step == step and r.sent_s is not None and not r.unfinished]
-    if len(mine) < min_answered:
+    return _too_many_failed(mine, max_error_rate, min_answered, "of the first step")
+
+
+def run_failure(records: Iterable[RequestRecord], max_error_rate: float) -> str | None:
+    """Why a finished run failed: more than ``max_error_rate`` of all its answered requests failed (shedding
+    apart), however short its steps were (the first-step check needs 5 answers in that step)."""
+    answered = [r for r in records if r.sent_s is not None and not r.unfinished]
+    return _too_many_failed(answered, max_error_rate, 1, "of the run")
+
+
+def _too_many_failed(answered: list[RequestRecord], max_error_rate: float, min_answered: int,
+                     where: str) -> str | None:
+    if len(answered) < min_answered:
         return None
-    failed = [r for r in mine if not r.ok and not r.shed]
-    if len(failed) <= max_error_rate * len(mine):
+    failed = [r for r in answered if not r.ok and not r.shed]
+    if len(failed) <= max_error_rate * len(answered):
         return None
     counts = reasons(failed)
     top = counts.most_common(1)[0][0]
-    return (f"{len(failed)} of {len(mine)} requests of the first step failed ({reasons_line(counts)}), over the "
+    return (f"{len(failed)} of {len(answered)} requests {where} failed ({reasons_line(counts)}), over the "
             f"{max_error_rate:.0%} allowed by --max-error-rate: {hint(top)}")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from turbogate.errors import TurbogateError
+from turbogate.errors import BadInput, TurbogateError
 
 
 class SchedulingPolicy(StrEnum):
@@ -90,6 +90,5 @@ def emulate(
             crash_mid_stream=crash_mid_stream, metrics_delay=metrics_delay,
         )
     except (TurbogateError, ValueError, RuntimeError, FileNotFoundError) as exc:
-        typer.echo(f"turbogate emulate: {exc}", err=True)
-        raise typer.Exit(code=2) from None
+        raise BadInput(str(exc), exc.hint if isinstance(exc, TurbogateError) else None) from exc  # one line, exit 2
     run_server(app, host, port, log_level)

@@ -11,7 +11,7 @@ import typer
 
 from turbogate.config import GatewayConfig, hash_key, load_config, parse_config
 from turbogate.configpolicy import knee_source
-from turbogate.errors import ConfigError
+from turbogate.errors import BadInput, ConfigError
 
 
 def configure_logging(level: str) -> None:
@@ -80,28 +80,19 @@ def serve(
         secret = sys.stdin.readline().rstrip("\n") if hash_key_value == "-" else hash_key_value
         typer.echo(hash_key(secret))
         return
+    # Each error below goes up as one line on stderr with exit 2 (clierrors.py).
     if config is None:
-        typer.echo("error: --config PATH is required", err=True)
-        raise typer.Exit(2)
-    try:
-        cfg = with_knee_from(load_config(config), knee_from)
-        check_knees(cfg)
-    except ConfigError as exc:
-        typer.echo(f"error: bad config: {exc}", err=True)
-        raise typer.Exit(2) from None
+        raise BadInput("--config PATH is required", "examples/gateway.yaml is a start")
+    cfg = with_knee_from(load_config(config), knee_from)
+    check_knees(cfg)
     missing = sorted({r.api_key_env for p in cfg.pools for r in p.replicas
                       if r.api_key_env and not os.environ.get(r.api_key_env)})
     if missing:
-        typer.echo(f"error: bad config: api_key_env names unset environment variables: {', '.join(missing)}", err=True)
-        raise typer.Exit(2)
+        raise ConfigError(f"api_key_env names unset environment variables: {', '.join(missing)}")
     if cfg.regions is not None and cfg.regions.geoip_db:  # the optional extra and the file, before any worker
         from turbogate.gateway.regions import open_geoip
 
-        try:
-            open_geoip(cfg.regions.geoip_db).close()
-        except ConfigError as exc:
-            typer.echo(f"error: bad config: {exc}", err=True)
-            raise typer.Exit(2) from None
+        open_geoip(cfg.regions.geoip_db).close()
 
     import uvicorn
 
@@ -111,9 +102,8 @@ def serve(
     bind_host = host or cfg.listen.host
     bind_port = cfg.listen.port if port is None else port
     if workers > 1 and cfg.metrics.port is not None:
-        typer.echo("error: metrics.port serves one process's metrics; use --workers 1, or metrics.token_sha256 "
-                   "on the main port", err=True)
-        raise typer.Exit(2)
+        raise BadInput("metrics.port serves one process's metrics", "use --workers 1, or metrics.token_sha256 on "
+                       "the main port")
     from turbogate.gateway.guard import GuardedHttpToolsProtocol
 
     common = {"host": bind_host, "port": bind_port, "log_level": log_level.lower(), "access_log": False,

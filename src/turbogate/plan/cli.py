@@ -18,7 +18,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from turbogate.errors import TurbogateError
+from turbogate.clierrors import OneLineErrors
+from turbogate.errors import BadInput, TurbogateError
 from turbogate.perf import GPUS, MODELS, Deployment, GiB, deployment, get_gpu, kv_bytes_per_token, resolve_model
 from turbogate.perf.default_workload import OUTPUT_TOKENS, PROMPT_TOKENS
 from turbogate.plan.calibrate import Calibration, calibrate, rel_error
@@ -33,6 +34,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=OneLineErrors,
 )
 
 # Piped or captured output gets a wide console so the tables are not truncated to 80 columns.
@@ -62,8 +64,7 @@ def _clean_errors() -> Iterator[None]:
     try:
         yield
     except (TurbogateError, ValueError, FileNotFoundError) as exc:
-        typer.echo(f"turbogate plan: {exc}", err=True)
-        raise typer.Exit(code=2) from None
+        raise BadInput(str(exc), getattr(exc, "hint", None)) from exc  # one line, exit 2 (clierrors.py)
 
 
 def _deployment(gpu: str, model: str, tp: int, dtype: str, kv_dtype: str, gpu_mem_util: float) -> Deployment:
