@@ -17,6 +17,7 @@ from turbogate.gateway.cli import serve
 from turbogate.jobs_cli import app as jobs_app
 from turbogate.plan.cli import app as plan_app
 from turbogate.sim.cli import sim
+from turbogate.trace.cli import app as trace_app
 
 app = typer.Typer(
     name="turbogate",
@@ -38,6 +39,7 @@ app.command("sim", help="Simulate a fleet in virtual time with the gateway's own
 app.command("emulate", help="Run an OpenAI-compatible engine emulator with vLLM metric names.")(emulate)
 app.command("demo", help="Emulated fleet + gateway + a short Turbo-vs-Standard ramp + report.")(demo)
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(trace_app, name="trace")
 
 
 def _version(value: bool) -> None:

@@ -39,6 +39,7 @@ from turbogate.results import (
 from turbogate.results.fmt import fmt_ms, fmt_num
 from turbogate.results.knee import probe_state
 from turbogate.results.stats import step_stats
+from turbogate.trace.replay import Replay, bench_schedule
 
 
 @dataclass
@@ -72,6 +73,7 @@ class BenchConfig:
     max_lag_s: float = 0.010  # p99 dispatch lag above this: the load generator was the bottleneck
     workers: int = 1  # processes sending slices of one schedule (bench/workers.py)
     ray_address: str | None = None  # run the workers as Ray actors on this cluster
+    trace: Replay | None = None  # replay this trace (trace/replay.py) instead of the shape
 
     def describe(self) -> dict[str, Any]:
         """The settings as JSON for summary.json (API keys counted, never written)."""
@@ -91,6 +93,8 @@ class BenchConfig:
             "label": self.label, "max_error_rate": self.max_error_rate, "max_lag_ms": self.max_lag_s * 1000,
             "workers": self.workers, "ray": self.ray_address,
         }
+        if self.trace is not None:
+            d["trace"] = self.trace.describe()
         return d
 
 
@@ -219,11 +223,17 @@ async def run_bench(cfg: BenchConfig, *, echo: Any = None) -> BenchResult:
         notices.append(msg)
         say(msg)
     scrape = list(cfg.scrape)
-    if not cfg.find_knee:
+    if cfg.trace is not None:
+        steps = list(cfg.trace.steps)
+        schedule: list[Scheduled] = bench_schedule(
+            cfg.trace, chat=cfg.target.chat, seed=cfg.random_seed, n_api_keys=len(cfg.target.api_keys),
+            per_request_seed=cfg.workload.per_request_seed)
+        notes.extend(cfg.trace.notes)
+    elif not cfg.find_knee:
         shape = make_shape(cfg.shape, start=cfg.qps if cfg.shape == "constant" else cfg.qps_start,
                            end=cfg.qps_end, duration=cfg.duration_s, steps=cfg.steps)
         steps = shape_steps(shape, cfg.steps)
-        schedule: list[Scheduled] = build_schedule(shape, cfg.arrivals, cfg.workload, steps, rng)
+        schedule = build_schedule(shape, cfg.arrivals, cfg.workload, steps, rng)
     else:
         steps, schedule = [], []
     started_at = datetime.now(UTC)

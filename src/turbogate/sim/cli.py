@@ -22,6 +22,7 @@ from turbogate.sim.build import POLICIES, SimConfig, build_replicas
 from turbogate.sim.fleet import load_fleet
 from turbogate.sim.run import SimOutcome, default_out, simulate, write_sim
 from turbogate.sim.sweep import combine, default_jobs, parse_sweep, point_config, run_points
+from turbogate.trace.whatif import print_what_if, run_what_if
 
 #: Default warm-up of a sweep point: the adaptive concurrency limit's slow start (×1.5 per
 #: scrape from ``concurrency.initial``) reaches a 256-seq engine in about 9 scrapes; 30 s leaves
@@ -31,7 +32,9 @@ SWEEP_WARMUP_S = 30.0
 
 def sim(
     config: Path = typer.Option(..., "--config", help="The gateway's own config file (tiers, tenants, pools)."),
-    fleet: Path = typer.Option(..., "--fleet", help="Fleet file: replicas per pool, network, failures (docs/sim.md)."),
+    fleet: list[Path] = typer.Option(..., "--fleet", help="Fleet file: replicas per pool, network, failures "
+                                     "(docs/sim.md). Repeat it to run the same requests on each fleet and compare "
+                                     "them in one table (what if)."),
     model: str | None = typer.Option(None, "--model", help="Model asked for; default: the first fleet pool's."),
     route: str = opt.ROUTE,
     shape: str | None = opt.SHAPE,
@@ -76,6 +79,12 @@ def sim(
     report: bool = typer.Option(True, "--report/--no-report", help="Write report.html."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar (virtual time or runs done)."),
     label: str = typer.Option("", "--label", help="Free text stored in summary.json."),
+    trace: Path | None = opt.TRACE,
+    trace_format: str = opt.TRACE_FORMAT,
+    speedup: float = opt.SPEEDUP,
+    window: str | None = opt.WINDOW,
+    tier_by_tenant: str | None = opt.TIER_BY_TENANT,
+    reassign_tiers: bool = opt.REASSIGN_TIERS,
 ) -> None:
     """Simulate a fleet bigger than one machine with the gateway's own scheduling code."""
     try:
@@ -87,19 +96,35 @@ def sim(
             dataset=dataset, no_seed=no_seed, tiers=tiers, n_api_keys=len(api_key), random_seed=random_seed,
             slo=slo, knee_method=knee_method, knee_k=knee_k, knee_metric=knee_metric, fleet_cost=fleet_cost,
             tier_cost=tier_cost, knee_min_requests=knee_min_requests)
+        if trace is not None:
+            if sweep or warmup:
+                raise ValueError("--trace replays recorded arrivals: drop --sweep and --warmup")
+            load = opt.with_trace(load, trace, fmt=trace_format, speedup=speedup, window=window,
+                                  tier_by_tenant=tier_by_tenant, reassign_tiers=reassign_tiers)
+        if len(fleet) > 1 and (sweep or compare_policies):
+            raise ValueError("several --fleet files compare fleets: drop --sweep and --compare-policies")
         if policy not in POLICIES:
             raise ValueError(f"--policy must be one of {', '.join(POLICIES)}, got {policy!r}")
         points = parse_sweep(sweep) if sweep else None
-        base = SimConfig(gateway=load_config(config), fleet=load_fleet(fleet), load=load, model=model,
+        fleets = [(p.stem, load_fleet(p)) for p in fleet]
+        base = SimConfig(gateway=load_config(config), fleet=fleets[0][1], load=load, model=model,
                          policy=policy, chat=route.endswith("chat/completions"), stream=stream,
                          ignore_eos=ignore_eos, min_tokens=min_tokens, api_keys=tuple(api_key), label=label,
                          warmup_s=warmup if warmup is not None else SWEEP_WARMUP_S if points else 0.0)
-        build_replicas(base)  # fail on a bad fleet before anything runs
+        for _, f in fleets:
+            build_replicas(replace(base, fleet=f))  # fail on a bad fleet before anything runs
         base.resolved_model()
     except StopIteration:  # a bad option or file goes up as it is: one line, exit 2 (clierrors.py)
         raise BadInput("the fleet's first pool serves no model", "name one under the pool in the fleet file") from None
     console = Console(width=None if Console().is_terminal else 150)
     out_dir = out or default_out()
+    if len(fleets) > 1:
+        with _bar(progress, "fleets", len(fleets)) as advance:
+            table = run_what_if(base, fleets, out_dir, jobs=jobs or default_jobs(), report=report,
+                                on_done=lambda i: advance(1))
+        print_what_if(table, console, slo or "none set: every success")
+        console.print(f"run folders: {out_dir}/<fleet>; the table: {out_dir / 'whatif.json'}")
+        return
     policies = list(POLICIES) if compare_policies else [policy]
     levels: list[float | None] = list(points) if points else [None]
     runs = [(p, q) for p in policies for q in levels]
