@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from turbogate.errors import BadInput
+from turbogate.errors import TurbogateError
 
 FORMAT = "turbogate-trace"
 VERSION = 1
@@ -34,8 +34,13 @@ READABLE_VERSIONS: tuple[int, ...] = (1,)
 TIERS: tuple[str, ...] = ("turbo", "standard", "relax")
 
 
-class TraceError(BadInput):
-    """A trace file that cannot be read: the message names the file, the line and the field."""
+class TraceError(TurbogateError):
+    """A trace file or replay option that cannot be used: the message names the file, the line and the
+    field (or the option); ``hint``, when set, says what to do instead."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 @dataclass(frozen=True, slots=True)
