@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from tests.sim.helpers import KEY, gateway_data
 from turbogate.cli import app
-from turbogate.results import load_run
+from turbogate.results import ALL, load_run
+from turbogate.results.io import REQUESTS, REQUESTS_GZ
 from turbogate.sim.sweep import parse_sweep
 
 LOAD = ["--prompt-tokens", "128", "--output-tokens", "48", "--tiers", "turbo=0.2,standard=0.8", "--api-key", KEY,
@@ -61,7 +62,30 @@ def test_sweep_runs_points_in_processes_and_finds_the_knee(files: tuple[Path, Pa
     assert [round(r.offered_rps) for r in combined.requests[:1]] == [1]
     knee = combined.summary.knee()
     assert knee is not None and 1 < knee < 10, combined.summary.knees  # between the first and last points
-    assert len(combined.requests) == sum(len(load_run(out / "points" / f"qps-{q}").requests) for q in points)
+    per_point = [load_run(out / "points" / f"qps-{q}", with_requests=False).summary for q in points]
+    assert len(combined.requests) == sum(s.steps[0].tiers[ALL].requests for s in per_point)
+    # The records once, compressed: the combined folder's, none in the points' (docs/sim.md, "Output size").
+    assert (out / REQUESTS_GZ).is_file() and not (out / REQUESTS).exists()
+    assert not any((out / "points" / f"qps-{q}" / name).exists() for q in points for name in (REQUESTS, REQUESTS_GZ))
+    with pytest.raises(FileNotFoundError, match="--full-records"):
+        load_run(out / "points" / "qps-1")
+
+
+def test_full_records_writes_plain_records_and_each_points_own(files: tuple[Path, Path], tmp_path: Path) -> None:
+    gw, fl = files
+    out = tmp_path / "full"
+    code, text = _sim("--config", str(gw), "--fleet", str(fl), "--sweep", "qps=1:4:3", "--jobs", "1",
+                      "--duration", "10", "--warmup", "0", "--full-records", "--out", str(out), *LOAD)
+    assert code == 0, text
+    assert (out / REQUESTS).is_file() and not (out / REQUESTS_GZ).exists()
+    combined = load_run(out).requests
+    assert len(combined) == sum(len(load_run(out / "points" / f"qps-{q}").requests) for q in ("1", "4"))
+    # The same command without the flag writes the same records, compressed (the reader does not care).
+    code, text = _sim("--config", str(gw), "--fleet", str(fl), "--sweep", "qps=1:4:3", "--jobs", "1",
+                      "--duration", "10", "--warmup", "0", "--out", str(out), *LOAD)
+    assert code == 0, text
+    assert (out / REQUESTS_GZ).is_file() and not (out / REQUESTS).exists()
+    assert load_run(out).requests == combined
 
 
 def test_compare_policies_writes_one_table_per_load_level(files: tuple[Path, Path], tmp_path: Path) -> None:
@@ -71,7 +95,8 @@ def test_compare_policies_writes_one_table_per_load_level(files: tuple[Path, Pat
                       "--compare-policies", "--jobs", "2", "--out", str(out), *LOAD)
     assert code == 0, text
     rows = json.loads((out / "baselines.json").read_text())
-    assert sorted(r["policy"] for r in rows) == sorted(["turbogate", "fifo", "round-robin", "least-outstanding"])
+    assert sorted(r["policy"] for r in rows) == sorted(["turbogate", "fifo", "round-robin", "least-outstanding",
+                                                        "phase-aware"])
     assert all(r["turbo_p95_ttft_s"] is not None for r in rows)
     assert "Turbo p95 TTFT" in text and (out / "fifo" / "summary.json").is_file()
     assert (out / "baselines.md").read_text().count("| turbogate |") == 1

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from turbogate.bench import options as opt
 from turbogate.bench.cli import print_summary
@@ -17,9 +15,11 @@ from turbogate.bench.run import knee_line
 from turbogate.config import load_config
 from turbogate.errors import BadInput, ConfigError
 from turbogate.results import Summary, summarize, write_run
+from turbogate.results.io import REQUESTS, REQUESTS_GZ
 from turbogate.sim.baselines import baseline_rows, print_baselines, write_baselines
 from turbogate.sim.build import POLICIES, SimConfig, build_replicas
 from turbogate.sim.fleet import load_fleet
+from turbogate.sim.progress import Bar, note
 from turbogate.sim.run import SimOutcome, default_out, simulate, write_sim
 from turbogate.sim.sweep import combine, default_jobs, parse_sweep, point_config, run_points
 from turbogate.trace.whatif import print_what_if, run_what_if
@@ -77,7 +77,11 @@ def sim(
                                            "('auto', 'ray://host:10001', or 'local' for a local instance)."),
     out: Path | None = typer.Option(None, "--out", help="Run folder (default runs/sim-<timestamp>)."),
     report: bool = typer.Option(True, "--report/--no-report", help="Write report.html."),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar (virtual time or runs done)."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar (virtual time or runs done); "
+                                  "a line every 10 s on stderr when it is not a terminal."),
+    full_records: bool = typer.Option(False, "--full-records", help="Write requests.jsonl uncompressed, and each "
+                                      "sweep point's own records too. Default: requests.jsonl.gz in the run folder, "
+                                      "a sweep point's folder its summary only (its records are in the combined run)."),
     label: str = typer.Option("", "--label", help="Free text stored in summary.json."),
     trace: Path | None = opt.TRACE,
     trace_format: str = opt.TRACE_FORMAT,
@@ -119,7 +123,7 @@ def sim(
     console = Console(width=None if Console().is_terminal else 150)
     out_dir = out or default_out()
     if len(fleets) > 1:
-        with _bar(progress, "fleets", len(fleets)) as advance:
+        with Bar(progress, "fleets", len(fleets)) as advance:
             table = run_what_if(base, fleets, out_dir, jobs=jobs or default_jobs(), report=report,
                                 on_done=lambda i: advance(1))
         print_what_if(table, console, slo or "none set: every success")
@@ -133,7 +137,7 @@ def sim(
         if len(configs) == 1 and ray_address is None:
             outcomes = [_one_with_bar(configs[0], progress)]
         else:
-            with _bar(progress, "runs", len(configs)) as advance:
+            with Bar(progress, "runs", len(configs)) as advance:
                 outcomes = run_points(configs, jobs=jobs or default_jobs(), ray_address=ray_address,
                                       on_done=lambda i: advance(1))
     except ConfigError as exc:
@@ -142,7 +146,8 @@ def sim(
     for p in policies:
         folder = out_dir / p if compare_policies else out_dir
         mine = [(q, c, o) for (pp, q), c, o in zip(runs, configs, outcomes, strict=True) if pp == p]
-        summaries[p] = _write(folder, base, p, mine, points, report)
+        note(progress, f"writing {folder}")
+        summaries[p] = _write(folder, base, p, mine, points, report, full_records)
     if compare_policies:
         rows = baseline_rows(summaries)
         print_baselines(rows, console)
@@ -159,18 +164,21 @@ def _config(base: SimConfig, policy: str, qps: float | None) -> SimConfig:
 
 
 def _write(folder: Path, base: SimConfig, policy: str, runs: list[tuple[float | None, SimConfig, SimOutcome]],
-           points: list[float] | None, report: bool) -> Summary:
+           points: list[float] | None, report: bool, full_records: bool) -> Summary:
+    records_file = REQUESTS if full_records else REQUESTS_GZ
     if points is None:
         _, c, o = runs[0]
-        return write_sim(folder, c, o, report=report)
+        return write_sim(folder, c, o, report=report, records_file=records_file)
     for q, c, o in runs:
-        write_sim(folder / "points" / f"qps-{q or 0:g}", c, o, report=False)
+        write_sim(folder / "points" / f"qps-{q or 0:g}", c, o, report=False,
+                  records_file=REQUESTS if full_records else None)
     records, steps, duration = combine(points, [o for _, _, o in runs])
     sc = replace(base, policy=policy, extra={**base.extra, "sweep": [float(q) for q in points]})
     summary = summarize(records, steps, kind="sim", started_at=_now(), duration_s=duration, config=sc.describe(),
                         slo=sc.load.slo, knee_settings=sc.load.knee, cost=sc.load.cost,
-                        notes=[f"sweep of {len(points)} points, one constant-rate run each; points/ holds each run"])
-    write_run(folder, records, (), summary, report=report)
+                        notes=[f"sweep of {len(points)} points, one constant-rate run each; points/ holds each "
+                               f"point's {'run' if full_records else 'summary'}"])
+    write_run(folder, records, (), summary, report=report, records_file=records_file)
     return summary
 
 
@@ -180,7 +188,7 @@ def _now() -> str:
 
 def _one_with_bar(sc: SimConfig, enabled: bool) -> SimOutcome:
     total = sc.load.duration_s
-    with _bar(enabled, "virtual s", total) as advance:
+    with Bar(enabled, "virtual s", total) as advance:
         done = [0.0]
 
         def tick(t: float, _total: float) -> None:
@@ -189,18 +197,3 @@ def _one_with_bar(sc: SimConfig, enabled: bool) -> SimOutcome:
 
         return simulate(sc, tick if enabled else None)
 
-
-class _bar:
-    """A Rich progress bar (or nothing): ``with _bar(on, unit, total) as advance: advance(n)``."""
-
-    def __init__(self, enabled: bool, unit: str, total: float) -> None:
-        self._p = Progress(TextColumn("[bold]sim[/bold]"), BarColumn(), TextColumn(f"{{task.completed:.0f}}/"
-                           f"{{task.total:.0f}} {unit}"), TimeRemainingColumn(), disable=not enabled, transient=True)
-        self._task = self._p.add_task("sim", total=total)
-
-    def __enter__(self) -> Callable[[float], None]:
-        self._p.start()
-        return lambda n: self._p.advance(self._task, n)
-
-    def __exit__(self, *exc: object) -> None:
-        self._p.stop()

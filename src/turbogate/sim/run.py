@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from turbogate.results import RequestRecord, Step, Summary, summarize, write_run
+from turbogate.results.io import REQUESTS_GZ
 from turbogate.sim.build import SimConfig, build_simulation
 
 
@@ -68,9 +69,11 @@ def summarize_sim(sc: SimConfig, outcome: SimOutcome, started_at: str | None = N
                      config=sc.describe(), slo=ld.slo, knee_settings=ld.knee, cost=ld.cost, notes=outcome.notes)
 
 
-def write_sim(out: Path, sc: SimConfig, outcome: SimOutcome, *, report: bool = True) -> Summary:
+def write_sim(out: Path, sc: SimConfig, outcome: SimOutcome, *, report: bool = True,
+              records_file: str | None = REQUESTS_GZ) -> Summary:
+    """The run folder; records compressed by default (:func:`turbogate.results.io.write_run`)."""
     summary = summarize_sim(sc, outcome)
-    write_run(out, outcome.records, (), summary, report=report)
+    write_run(out, outcome.records, (), summary, report=report, records_file=records_file)
     return summary
 
 
