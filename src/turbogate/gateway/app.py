@@ -46,6 +46,8 @@ from turbogate.gateway.tracing import install as install_tracing
 from turbogate.gateway.watch import Watch, sweep
 from turbogate.httpclient import UpstreamPool
 from turbogate.sched import Health, Replica, Tier
+from turbogate.store.base import StoreUnavailable
+from turbogate.store.redis_store import RedisStore
 
 log = logging.getLogger("turbogate.gateway")
 
@@ -133,6 +135,12 @@ class GatewayApp(AsgiApp):
             self._metrics_server = MetricsServer(self, cfg.metrics.host or cfg.listen.host, self.metrics_port)
             await self._metrics_server.start()
         await self.meter.start()
+        primary = self.meter.store.primary
+        if isinstance(primary, RedisStore):  # usage records must outlive a Redis restart (docs/metering.md)
+            with contextlib.suppress(StoreUnavailable):  # unreachable: the store's own warnings say so
+                why = await primary.durability()
+                if why is not None:
+                    log.warning("Redis store %s %s", primary.url, why)
         loop = self.loop = asyncio.get_running_loop()
         self.rt.tasks = [loop.create_task(scrape_loop(self.rt, self.driver)), loop.create_task(sweep(self))]
         self.driver.run(())  # arm the flow's timer now: warm-ups and round-trip probes are due at start

@@ -109,6 +109,18 @@ def _opt(v: int | None) -> int:
     return -1 if v is None else v
 
 
+def persistence_warning(save: str, appendonly: str) -> str | None:
+    """What a Redis server with these ``CONFIG GET`` values loses of the usage records at a
+    restart, or None when its append-only file keeps them (docs/metering.md)."""
+    if appendonly.strip().lower() == "yes":
+        return None
+    if not save.strip():
+        return ("keeps nothing on disk (save '' and appendonly no): a restart of redis-server loses every usage "
+                "record, budget spend and switch; start it with --appendonly yes")
+    return (f"keeps only snapshots (save {save.strip()!r}, appendonly no): a crash of redis-server loses the usage "
+            "records written since the last one; start it with --appendonly yes")
+
+
 class RedisStore:
     def __init__(self, url: str, prefix: str = "turbogate", timeout_s: float = 1.0) -> None:
         self.url = url
@@ -152,6 +164,19 @@ class RedisStore:
 
     async def ping(self) -> None:
         await self._call("ping", self._client().ping())
+
+    async def durability(self) -> str | None:
+        """:func:`persistence_warning` for this server, read with ``CONFIG GET``; a server that
+        refuses CONFIG (a managed Redis may) gets a warning that says it could not be checked."""
+        import redis.exceptions
+
+        try:
+            save = await self._call("config get", self._client().config_get("save"))
+            appendonly = await self._call("config get", self._client().config_get("appendonly"))
+        except redis.exceptions.ResponseError as exc:
+            return f"refused CONFIG GET ({exc}), so whether usage records survive its restart is unknown: " \
+                   "check that it runs with appendonly yes"
+        return persistence_warning(str(save.get("save", "")), str(appendonly.get("appendonly", "")))
 
     async def add_usage(self, records: Sequence[UsageRecord]) -> Spent:
         args: list[Any] = [self.prefix]
