@@ -31,6 +31,7 @@ class GPU:
     price_per_hour: float  # indicative on-demand USD/h per chip, for the planner's defaults
     link_bandwidth: float = 0.0  # GPU-to-GPU bytes/s one way (NVLink, Infinity Fabric, PCIe): TP all-reduce
     bw_efficiency: float | None = None  # measured share of datasheet HBM bandwidth; None: PerfFactors' default
+    mfu: float | None = None  # measured share of dense FLOP/s a whole prefill sustains; None: PerfFactors' default
 
     def flops_for(self, dtype: str) -> float:
         """Dense tensor FLOP/s for weights of ``dtype`` (FP8 only where the chip has it)."""
@@ -73,9 +74,25 @@ _CATALOG: tuple[GPU, ...] = (
     # (64 GB/s one way), no NVLink.
     GPU("RTX-PRO-6000", 96 * GiB, 1.792 * TB, 500 * TB, 1000 * TB,
         "NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet", 1.80, link_bandwidth=64 * GB),
+    # NVIDIA GH200 Grace Hopper Superchip datasheet (the 144 GB HBM3e version): 4.9 TB/s, the H100's tensor
+    # cores (BF16 989 TF, FP8 1,979 TF dense); NVLink 900 GB/s to the other GPUs (450 one way).
+    GPU("GH200", 144 * GiB, 4.9 * TB, 989 * TB, 1979 * TB, "NVIDIA GH200 Grace Hopper Superchip datasheet (HBM3e)",
+        5.50, link_bandwidth=450 * GB),
+    # NVIDIA H100 NVL datasheet: 94 GB, 3.9 TB/s, BF16 835 TF dense (1,671 with sparsity), FP8 1,671 TF dense;
+    # NVLink bridge 600 GB/s between a pair (300 one way).
+    GPU("H100-NVL", 94 * GiB, 3.9 * TB, 835 * TB, 1671 * TB, "NVIDIA H100 NVL datasheet", 5.00,
+        link_bandwidth=300 * GB),
     # AMD Instinct MI300X datasheet: 192 GB HBM3, 5.3 TB/s, BF16 1,307.4 TF dense, FP8 2,614.9 TF dense.
     GPU("MI300X", 192 * GiB, 5.3 * TB, 1307.4 * TB, 2614.9 * TB, "AMD Instinct MI300X datasheet", 4.89,
         link_bandwidth=448 * GB),
+    # AMD Instinct MI325X datasheet: 256 GB HBM3E, 6 TB/s, BF16 1,307.4 TF dense, FP8 2,614.9 TF dense;
+    # Infinity Fabric 896 GB/s over 7 links (448 one way).
+    GPU("MI325X", 256 * GiB, 6.0 * TB, 1307.4 * TB, 2614.9 * TB, "AMD Instinct MI325X datasheet", 5.50,
+        link_bandwidth=448 * GB),
+    # AMD Instinct MI355X datasheet: 288 GB HBM3E, 8 TB/s, BF16 2.5 PF dense, FP8 5.0 PF dense; Infinity
+    # Fabric 1,075 GB/s over 7 links (537.5 one way).
+    GPU("MI355X", 288 * GiB, 8.0 * TB, 2516.6 * TB, 5033.2 * TB, "AMD Instinct MI355X datasheet", 8.00,
+        link_bandwidth=537.5 * GB),
     # Google Cloud TPU v4 system architecture page: 32 GiB HBM2, 1,200 GB/s, 275 TF BF16, no FP8.
     GPU("TPU-v4", 32 * GiB, 1.2 * TB, 275 * TB, None, "Google Cloud TPU v4 documentation", 3.22),
     # Google Cloud TPU v5e documentation: 16 GB HBM2, 819 GB/s, 197 TF BF16 (394 TOPS int8), no FP8.
@@ -104,6 +121,11 @@ _ALIASES.update(
         "rtxpro6000blackwellserveredition": "RTX-PRO-6000",
         "rtx6000pro": "RTX-PRO-6000",
         "mi300": "MI300X",
+        "mi325": "MI325X",
+        "mi355": "MI355X",
+        "h100nvl94gb": "H100-NVL",
+        "gh200144gb": "GH200",
+        "gh200480gb": "GH200",
         "tpuv5litepod": "TPU-v5e",
         "v5e": "TPU-v5e",
         "v4": "TPU-v4",

@@ -82,6 +82,14 @@ _CATALOG: tuple[ModelSpec, ...] = (
     ModelSpec("qwen2.5-7b", 28, 3584, 28, 4, 128, 18944, 152064, 32768),
     # mistralai/Mistral-7B-v0.3 config.json (7.25B parameters).
     ModelSpec("mistral-7b", 32, 4096, 32, 8, 128, 14336, 32768, 32768),
+    # meta-llama/Llama-3.1-405B config.json (405.9B parameters; 126 layers, 16 query heads per KV head).
+    ModelSpec("llama-3.1-405b", 126, 16384, 128, 8, 128, 53248, 128256, 131072),
+    # meta-llama/Llama-2-7b-hf config.json (6.74B parameters; no GQA, 4,096-token context).
+    ModelSpec("llama-2-7b", 32, 4096, 32, 32, 128, 11008, 32000, 4096),
+    # meta-llama/Llama-2-13b-hf config.json (13.0B parameters; no GQA).
+    ModelSpec("llama-2-13b", 40, 5120, 40, 40, 128, 13824, 32000, 4096),
+    # meta-llama/Llama-2-70b-hf config.json (69.0B parameters; 8 KV heads).
+    ModelSpec("llama-2-70b", 80, 8192, 64, 8, 128, 28672, 32000, 4096),
     # mistralai/Mixtral-8x7B-v0.1 config.json (46.7B total, 12.9B active: 8 experts, top-2).
     ModelSpec("mixtral-8x7b", 32, 4096, 32, 8, 128, 14336, 32000, 32768, n_experts=8, experts_per_token=2),
 )
@@ -91,7 +99,7 @@ MODELS: Mapping[str, ModelSpec] = {m.name: m for m in _CATALOG}
 
 def _key(name: str) -> str:
     name = name.lower().rsplit("/", 1)[-1]
-    name = re.sub(r"-(instruct|chat|hf|v0\.\d|it)$", "", name)
+    name = re.sub(r"(-(instruct|chat|hf|v0\.\d|it))+$", "", name)
     name = name.replace("meta-", "")
     return re.sub(r"[^a-z0-9.]", "", name)
 

@@ -15,6 +15,7 @@ there, and can be overridden.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from turbogate.errors import CatalogError
@@ -44,8 +45,9 @@ def dtype_bytes(dtype: str) -> float:
 class PerfFactors:
     """Efficiency factors of the roofline model (all overridable).
 
-    mfu: fraction of dense tensor FLOP/s reached by large prefill GEMMs; 0.5 is typical of
-        vLLM/SGLang prefill on Hopper at bf16, for GEMMs the size of Llama-3.1-8B's on one GPU.
+    mfu: fraction of dense tensor FLOP/s reached by large prefill GEMMs; None (the default) takes the
+        GPU's own (``GPU.mfu``, e.g. measured by ``turbogate plan profile``) or DEFAULT_MFU (0.5,
+        typical of vLLM/SGLang prefill on Hopper at bf16, for GEMMs the size of Llama-3.1-8B's).
     mfu_size_exponent: larger GEMMs per GPU run closer to peak (fewer partial waves, and the
         per-token elementwise work grows with the hidden size while GEMM work grows with its
         square): the MFU grows as (hidden × intermediate ÷ tp ÷ 4096·14336) to this power, from 1
@@ -67,9 +69,25 @@ class PerfFactors:
         KV cache, where an engine's differs from its weight streaming; None (the default) reads
         the KV at ``bw_efficiency``, as TensorRT-LLM and vLLM do.  An engine property, not a
         GPU's: see ``turbogate.perf.published.SGLANG_KV_BW_EFFICIENCY``.
+    frontend_s: time in front of the engine core before a request can be scheduled (API server,
+        tokenisation, the hand-over to the scheduler); it adds to TTFT, not to GPU time.
+    bw_scale: the engine's streaming rate against the GPU's ``bw_efficiency`` (fitted on one engine's
+        measurements); multiplies it however it was chosen, the product at most 1.
+    mfu_scale: the engine's share of the GPU's MFU (an older release's kernels fall short of a
+        newer one's); multiplies the MFU however it was chosen, before the size growth.
+    tp_allreduce_growth_s: extra latency of one all-reduce per doubling of ``tp`` beyond 2 (a ring
+        or tree over more GPUs has more hops): latency = tp_allreduce_s + growth × log2(tp / 2).
+    ridge_exponent: 0 takes the sharp roofline max(compute, memory); p > 0 takes the p-norm
+        (compute^p + memory^p)^(1/p), which is slower near the ridge, where real GEMMs are neither
+        bandwidth- nor compute-bound (2^(1/p) at the ridge itself), and the same far from it.
+    ttft_steps: decode steps a new request's first token waits beyond its prefill before it is
+        returned (vLLM V0's multi-step scheduling hands tokens out every k steps: (k − 1)/2 on average).
+    moe_routing_scale: MoE only: the share of a step's tokens that pick experts independently;
+        tokens in one batch pick the same experts more often than independent draws would, so
+        fewer experts are read than ``1 − (1 − k/E)^tokens`` says.  1 = independent draws.
     """
 
-    mfu: float = 0.5
+    mfu: float | None = None
     mfu_size_exponent: float = 0.07
     bw_efficiency: float | None = None
     step_overhead_s: float = 0.0008
@@ -78,19 +96,30 @@ class PerfFactors:
     tp_allreduce_s: float = 0.000012
     link_efficiency: float = 0.8
     kv_bw_efficiency: float | None = None
+    frontend_s: float = 0.0
+    bw_scale: float = 1.0
+    mfu_scale: float = 1.0
+    tp_allreduce_growth_s: float = 0.0
+    ridge_exponent: float = 0.0
+    moe_routing_scale: float = 1.0
+    ttft_steps: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("mfu", "bw_efficiency", "link_efficiency", "kv_bw_efficiency"):
+        for name in ("mfu", "bw_efficiency", "link_efficiency", "kv_bw_efficiency", "moe_routing_scale"):
             value = getattr(self, name)
             if value is not None and not 0.0 < value <= 1.0:
                 raise ValueError(f"{name} must be in (0, 1], got {value}")
+        for name in ("bw_scale", "mfu_scale"):  # a share of the GPU's figure, which may be a conservative one
+            if not 0.0 < getattr(self, name) <= 1.5:
+                raise ValueError(f"{name} must be in (0, 1.5], got {getattr(self, name)}")
         for name in ("step_overhead_s", "per_seq_overhead_s", "activation_reserve_bytes", "tp_allreduce_s",
-                     "mfu_size_exponent"):
+                     "mfu_size_exponent", "frontend_s", "tp_allreduce_growth_s", "ridge_exponent", "ttft_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
 
 
 DEFAULT_BW_EFFICIENCY = 0.8
+DEFAULT_MFU = 0.5
 MFU_REFERENCE_GEMM = 4096 * 14336  # hidden × intermediate of Llama-3.1-8B, where ``mfu`` holds as given
 ACTIVATION_BYTES = 2.0  # activations all-reduced in bf16, whatever the weight dtype
 
@@ -173,8 +202,9 @@ class Deployment:
     def effective_mfu(self) -> float:
         """``mfu`` grown for GEMMs larger per GPU than Llama-3.1-8B's (``mfu_size_exponent``), at most 1."""
         f = self.factors
+        base = f.mfu if f.mfu is not None else (self.gpu.mfu or DEFAULT_MFU)
         size = self.model.hidden_size * self.model.intermediate_size / self.tp / MFU_REFERENCE_GEMM
-        grown: float = f.mfu * max(1.0, size) ** f.mfu_size_exponent
+        grown: float = base * f.mfu_scale * max(1.0, size) ** f.mfu_size_exponent
         return min(1.0, grown)
 
     @property
@@ -183,10 +213,10 @@ class Deployment:
 
     @property
     def bw_efficiency(self) -> float:
-        """Achieved share of datasheet HBM bandwidth: the factor if set, else the GPU's own."""
-        if self.factors.bw_efficiency is not None:
-            return self.factors.bw_efficiency
-        return self.gpu.bw_efficiency or DEFAULT_BW_EFFICIENCY
+        """Achieved share of datasheet HBM bandwidth: the factor if set, else the GPU's own, × ``bw_scale``."""
+        f = self.factors
+        base = f.bw_efficiency if f.bw_efficiency is not None else (self.gpu.bw_efficiency or DEFAULT_BW_EFFICIENCY)
+        return min(1.0, base * f.bw_scale)
 
     @property
     def kv_bw_efficiency(self) -> float:
@@ -209,11 +239,24 @@ class Deployment:
     def _bandwidth(self) -> float:
         return self.gpu.hbm_bandwidth * self.bw_efficiency * self.tp
 
+    @property
+    def allreduce_latency_s(self) -> float:
+        """Fixed latency of one all-reduce at this ``tp`` (0 at tp 1): grows per doubling beyond 2."""
+        if self.tp <= 1:
+            return 0.0
+        f = self.factors
+        return f.tp_allreduce_s + f.tp_allreduce_growth_s * max(0.0, math.log2(self.tp / 2))
+
+    @property
+    def frontend_s(self) -> float:
+        """Seconds a request spends in front of the engine core (adds to TTFT only)."""
+        return self.factors.frontend_s
+
     def allreduce_time(self, tokens: int) -> float:
         """Seconds of tensor-parallel communication in a step of ``tokens`` tokens (0 at tp 1)."""
         if self.tp <= 1:
             return 0.0
-        per = self.factors.tp_allreduce_s
+        per = self.allreduce_latency_s
         link = self.link_bytes_per_s
         if link > 0:
             per += 2.0 * (self.tp - 1) / self.tp * tokens * self.model.hidden_size * ACTIVATION_BYTES / link
@@ -231,7 +274,8 @@ class Deployment:
         if not m.is_moe:
             return m.n_params * wb
         dense = (m.n_params - m.n_expert_params) * wb
-        touched = 1.0 - (1.0 - m.experts_per_token / m.n_experts) ** max(tokens, 1)
+        draws = max(1.0, max(tokens, 1) * self.factors.moe_routing_scale)
+        touched: float = 1.0 - (1.0 - m.experts_per_token / m.n_experts) ** draws
         return dense + m.n_expert_params * wb * touched
 
     def step_time(self, prefill_tokens: int, decode_seqs: int, decode_context_tokens: int,
@@ -270,6 +314,9 @@ class Deployment:
         overhead = step_over + seq_over * (decode_seqs + n_prefill)
         if varies:
             overhead += self.allreduce_time(tokens)
+        ridge = self.factors.ridge_exponent
+        if ridge > 0.0:
+            return float((compute_s**ridge + memory_s**ridge) ** (1.0 / ridge)) + overhead
         return (compute_s if compute_s > memory_s else memory_s) + overhead
 
     def prefill_time(self, n_tokens: int, cached_tokens: int = 0) -> float:

@@ -149,6 +149,7 @@ class LatencyModel:
     ttft_full: float  # prefill sharing steps with a full batch
     kv_tokens_per_seq: float  # mean KV footprint of a running sequence (whole blocks)
     kv_capacity_tokens: int
+    ttft_steps: float = 0.0  # steps a first token waits beyond its prefill (PerfFactors.ttft_steps)
 
     @property
     def delta(self) -> float:
@@ -172,7 +173,7 @@ class LatencyModel:
         n = self.batch(rate)
         s = self.tpot(rate)
         prefill = self.ttft0 + n / self.batch_cap * (self.ttft_full - self.ttft0)
-        return w + min(1.0, n) * s / 2.0 + prefill
+        return w + (min(1.0, n) / 2.0 + self.ttft_steps) * s + prefill
 
     def e2e(self, rate: float) -> float:
         return self.ttft(rate) + (self.output_tokens - 1) * self.tpot(rate)
@@ -236,8 +237,9 @@ def latency_model(
     ctx_seq = prompt_tokens + output_tokens / 2.0
     s_idle = dep.decode_step_time(1, int(ctx_seq))
     chunks, chunk, cached = prefill_chunks(prompt_tokens, max_num_batched_tokens)
-    ttft0 = chunks * dep.step_time(chunk, 0, 0, cached)
-    ttft_full = chunks * dep.step_time(chunk, sat.batch, int(sat.batch * ctx_seq), cached)
+    # The front end (API server, tokenisation) delays the prefill whatever the load: it is in both ends.
+    ttft0 = dep.frontend_s + chunks * dep.step_time(chunk, 0, 0, cached)
+    ttft_full = dep.frontend_s + chunks * dep.step_time(chunk, sat.batch, int(sat.batch * ctx_seq), cached)
     return LatencyModel(
         prompt_tokens=prompt_tokens,
         output_tokens=output_tokens,
@@ -250,4 +252,5 @@ def latency_model(
         ttft_full=ttft_full,
         kv_tokens_per_seq=avg_kv_tokens_per_seq(prompt_tokens, output_tokens, dep.block_size),
         kv_capacity_tokens=dep.kv_capacity_tokens,
+        ttft_steps=dep.factors.ttft_steps,
     )

@@ -1,0 +1,112 @@
+"""The published cells of ``perf/data/published_cells.yaml`` against the model, by half, and the search
+that fitted each engine profile on its fitting half.  Used by engine_calibration.py."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from turbogate.perf.cells import PublishedCell, published_cells, published_sources
+from turbogate.perf.profiles import EngineProfile, get_profile
+from turbogate.plan.fidelity import Prediction, closed_form, engine
+
+OPTIMISM_LIMIT = 0.20  # no latency cell may be predicted shorter than published by more than this
+
+# The factors each profile's search moves, and the values it tries (coordinate descent, closed form).
+SEARCH: dict[str, tuple[float, ...]] = {
+    "frontend_s": (0.0, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1),
+    "bw_scale": (0.7, 0.75, 0.8, 0.85, 0.875, 0.9, 0.95, 1.0, 1.05, 1.1, 1.15),
+    "mfu_scale": (0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3),
+    "tp_allreduce_s": (0.0, 0.000006, 0.000012, 0.000018, 0.000025),
+    "tp_allreduce_growth_s": (0.0, 0.000006, 0.000013, 0.00002),
+    "ridge_exponent": (0.0, 2.0, 3.0, 4.0, 6.0),
+}
+EXTRA_SEARCH: dict[str, dict[str, tuple[float, ...]]] = {
+    "sglang": {"kv_bw_efficiency": (0.125, 0.2, 0.3, 0.5, 0.7)},
+}
+# vLLM V0 and V1 run the same kernels: their GPU-side factors are fitted once, on both profiles' fitting
+# cells under vllm-v0 (whose ttft_steps comes from the runs' own --num-scheduler-steps 10, not a fit);
+# vllm-v1 takes them and differs in the front end and the scheduler limits.
+FIT_GROUPS: dict[str, tuple[str, ...]] = {"vllm-v0": ("vllm-v0", "vllm-v1")}
+
+
+def _mae(preds: list[Prediction]) -> float:
+    return round(sum(abs(p.error) for p in preds) / len(preds), 4) if preds else 0.0
+
+
+def _row(p: Prediction, e: Prediction | None) -> dict[str, Any]:
+    c = p.cell
+    row: dict[str, Any] = {"id": c.id, "profile": c.engine_profile, "metric": c.metric, "published": c.value,
+                           "closed_form": round(p.predicted, 2), "closed_form_error": round(p.error, 4)}
+    if e is not None:
+        row.update(engine=round(e.predicted, 2), engine_error=round(e.error, 4))
+    return row
+
+
+def _summary(cfs: list[Prediction], engs: list[Prediction]) -> dict[str, Any]:
+    out: dict[str, Any] = {"cells": len(cfs), "closed_form_mae": _mae(cfs),
+                           "closed_form_worst": round(max((p.error for p in cfs), key=abs), 4)}
+    latency_optimistic = [p.cell.id for p in cfs if p.cell.is_latency and p.optimism > OPTIMISM_LIMIT]
+    out["closed_form_latency_optimistic_over_20pct"] = latency_optimistic
+    if engs:
+        out.update(engine_mae=_mae(engs), engine_worst=round(max((p.error for p in engs), key=abs), 4),
+                   engine_latency_optimistic_over_20pct=[p.cell.id for p in engs
+                                                         if p.cell.is_latency and p.optimism > OPTIMISM_LIMIT])
+    by_profile: dict[str, dict[str, float]] = {}
+    for name in sorted({p.cell.engine_profile for p in cfs}):
+        mine = [p for p in cfs if p.cell.engine_profile == name]
+        by_profile[name] = {"cells": len(mine), "closed_form_mae": _mae(mine)}
+        if engs:
+            by_profile[name]["engine_mae"] = _mae([p for p in engs if p.cell.engine_profile == name])
+    out["by_profile"] = by_profile
+    return out
+
+
+def published_report(only_closed_form: bool = False, requests_cap: int = 0) -> dict[str, Any]:
+    """Each half separately: summary and one row per cell."""
+    report: dict[str, Any] = {"sources": {k: s.url for k, s in published_sources().items()}}
+    for half in ("fit", "holdout"):
+        t0 = time.perf_counter()
+        cells = published_cells(split=half)
+        cfs = [closed_form(c, get_profile(c.engine_profile)) for c in cells]
+        engs = [] if only_closed_form else [engine(c, get_profile(c.engine_profile), requests_cap) for c in cells]
+        report[half] = {"summary": _summary(cfs, engs),
+                        "rows": [_row(p, engs[i] if engs else None) for i, p in enumerate(cfs)],
+                        "wall_s": round(time.perf_counter() - t0, 1)}
+    return report
+
+
+def _loss(cells: tuple[PublishedCell, ...], profile: EngineProfile) -> float:
+    """Mean absolute error, plus a heavy price for latency predicted optimistic beyond the limit."""
+    total = 0.0
+    for c in cells:
+        try:
+            p = closed_form(c, profile)
+        except (ValueError, ZeroDivisionError):
+            return float("inf")
+        total += abs(p.error) + (4.0 * (p.optimism - OPTIMISM_LIMIT) if c.is_latency and p.optimism > 0.15 else 0.0)
+    return total / len(cells)
+
+
+def fit_profile(name: str, rounds: int = 3) -> dict[str, Any]:
+    """Coordinate descent over SEARCH (and the profile's EXTRA_SEARCH) on its fitting-half cells."""
+    if name == "vllm-v1":
+        raise SystemExit("vllm-v1's GPU-side factors are vllm-v0's fit (--fit vllm-v0); see perf/profiles.py")
+    profile = get_profile(name)
+    cells = tuple(c for c in published_cells(split="fit") if c.engine_profile in FIT_GROUPS.get(name, (name,)))
+    if not cells:
+        raise SystemExit(f"no fitting cells for {name}")
+    space = {**SEARCH, **EXTRA_SEARCH.get(name, {})}
+    best = _loss(cells, profile)
+    start = best
+    for _ in range(rounds):
+        for factor, values in space.items():
+            for v in values:
+                trial = replace(profile, factors=replace(profile.factors, **{factor: v}))
+                loss = _loss(cells, trial)
+                if loss < best - 1e-9:
+                    best, profile = loss, trial
+    f = profile.factors
+    return {"profile": name, "cells": [c.id for c in cells], "loss_before": round(start, 4), "loss": round(best, 4),
+            "factors": {k: getattr(f, k) for k in space}}

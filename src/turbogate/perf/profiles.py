@@ -1,0 +1,81 @@
+"""Engine profiles: named factor sets for the engines and releases users run.
+
+The roofline (``perf.roofline``) is the same for every engine; what differs is how close each
+engine's kernels and scheduler get to the GPU's ceilings, and what it spends outside the GPU.
+A profile is a :class:`PerfFactors` plus the scheduler limits that engine uses by default.  Each
+was fitted on its own cells of the fitting half of ``perf/data/published_cells.yaml``
+(``python benchmarks/engine_calibration.py --fit PROFILE``) and is checked on the hold-out half;
+docs/plan.md lists every value with where it comes from.
+
+``base`` is the model before profiles (every factor at its default, fitted on TensorRT-LLM's
+performance overview): library callers that build a ``Deployment`` without factors get it.
+The command lines (plan, sim, emulate) take ``--engine-profile`` and default to ``vllm-v1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from turbogate.errors import CatalogError
+from turbogate.perf.roofline import Deployment, PerfFactors
+
+DEFAULT_PROFILE = "vllm-v1"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineProfile:
+    name: str
+    description: str
+    factors: PerfFactors
+    max_num_seqs: int  # the engine's default cap on running requests
+    max_num_batched_tokens: int  # its default token budget per step (chunked prefill size)
+    fitted_on: str  # which cells the fitted values come from
+
+
+_COMMON_FIT = "the fitting half of perf/data/published_cells.yaml"
+
+# Fitted values: ``python benchmarks/engine_calibration.py --fit PROFILE`` (closed form, fitting half only).
+_VLLM_GPU_SIDE = {"bw_scale": 0.875, "mfu_scale": 1.0, "tp_allreduce_s": 0.000012, "tp_allreduce_growth_s": 0.000013,
+                  "ridge_exponent": 3.0}  # fitted as vllm-v0 on both vLLM profiles' cells (same kernels)
+
+_PROFILES: tuple[EngineProfile, ...] = (
+    EngineProfile(
+        "base", "The model before engine profiles: TensorRT-LLM-calibrated defaults, no front end.",
+        PerfFactors(), 2048, 8192, "TensorRT-LLM performance overview (perf.published.TRTLLM_CELLS)"),
+    EngineProfile(
+        "vllm-v1", "vLLM V1 (0.8 and later): API server in its own process, CUDA graphs, chunked prefill.",
+        PerfFactors(frontend_s=0.015, **_VLLM_GPU_SIDE),
+        1024, 8192, f"GPU side: vllm-v0's fit on both vLLM profiles' cells of {_COMMON_FIT}; front end: sglang's "
+                    "(the fitting half has no vLLM V1 TTFT; V1 moved the API server out of the engine's process "
+                    "as SGLang's tokenizer manager is)"),
+    EngineProfile(
+        "vllm-v0", "vLLM 0.6 (V0 engine, --num-scheduler-steps 10, API server in the engine's process).",
+        PerfFactors(frontend_s=0.005, ttft_steps=4.5, **_VLLM_GPU_SIDE),
+        256, 4096, f"vllm-v0 and vllm-v1 cells of {_COMMON_FIT}; ttft_steps (10 − 1)/2 from the runs' "
+                   "--num-scheduler-steps 10, max_num_batched_tokens = max_model_len 4096 (no chunked prefill)"),
+    EngineProfile(
+        "sglang", "SGLang (0.3 – 0.4): one-token KV pages, FlashInfer attention, chunked prefill 8192.",
+        PerfFactors(frontend_s=0.015, bw_scale=0.875, kv_bw_efficiency=0.125, tp_allreduce_s=0.000012,
+                    tp_allreduce_growth_s=0.000013, ridge_exponent=4.0),
+        2048, 8192, f"sglang cells of {_COMMON_FIT}; kv_bw_efficiency from benchmarks/sglang_replay.py --fit-kv"),
+    EngineProfile(
+        "trtllm", "TensorRT-LLM (trtllm-bench, NIM): in-process C++ runtime, custom all-reduce.",
+        PerfFactors(frontend_s=0.040, bw_scale=0.95, mfu_scale=1.1, tp_allreduce_s=0.000018, ridge_exponent=3.0),
+        2048, 8192, f"trtllm cells of {_COMMON_FIT} (NIM 1.8.0)"),
+)
+
+ENGINE_PROFILES: Mapping[str, EngineProfile] = {p.name: p for p in _PROFILES}
+
+
+def get_profile(name: str) -> EngineProfile:
+    try:
+        return ENGINE_PROFILES[name.strip().lower()]
+    except KeyError:
+        raise CatalogError(f"unknown engine profile {name!r}; known: {', '.join(ENGINE_PROFILES)}") from None
+
+
+def with_profile(dep: Deployment, profile: EngineProfile | str) -> Deployment:
+    """``dep`` with the profile's factors (its GPU, model and memory settings unchanged)."""
+    prof = get_profile(profile) if isinstance(profile, str) else profile
+    return replace(dep, factors=prof.factors)
