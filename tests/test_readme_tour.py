@@ -5,11 +5,16 @@ The block between ``<!-- tour: ... -->`` and ``<!-- /tour -->`` in README.md run
 environment running this test) and ``examples/local-gateway.yaml``.  Two substitutions only, both
 stated in the README's marker: the fixed ports 8001/8002/8080 become free ones (in the commands and
 in the config copy: other tests or a developer's own tour may hold the fixed ones), and the bench's
-``--duration 120`` becomes ``--duration 3``.
+``--duration 120`` becomes ``--duration 30``.
+
+Two real-speed emulators, the gateway and the bench on one small machine: the tour's bench line may
+measure this machine rather than the fleet (``plan capacity`` puts the two replicas' knee far above
+the ramp's 60 req/s).  Whatever the machine does, a run it bounded recommends nothing for the fleet.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -27,6 +32,8 @@ from turbogate.procs import free_port
 REPO = Path(__file__).resolve().parents[1]
 TOUR = re.compile(r"<!-- tour:[^>]*-->\s*```bash\n(?P<block>.*?)```\s*<!-- /tour -->", re.S)
 FIXED_PORTS = ("8001", "8002", "8080")
+BENCH_S = 30.0  # the bench line's --duration here: ten 3 s steps, long enough for the machine's signals
+FLEET_ACTIONS = ("add replicas", "sell it above", "switch Turbo off")
 
 
 def tour_block() -> str:
@@ -72,7 +79,7 @@ def test_readme_tour_runs_as_written(tmp_path: Path) -> None:
     def ported(text: str) -> str:
         return re.sub(r"\b(8001|8002|8080)\b", lambda m: ports[m.group()], text)
 
-    script = ported(tour_block()).replace("--duration 120", "--duration 3")
+    script = ported(tour_block()).replace("--duration 120", f"--duration {BENCH_S:g}")
     (tmp_path / ".venv").mkdir()
     (tmp_path / ".venv" / "bin").symlink_to(bin_dir)
     (tmp_path / "examples").mkdir()
@@ -86,7 +93,7 @@ def test_readme_tour_runs_as_written(tmp_path: Path) -> None:
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)
         try:
-            rc = proc.wait(timeout=150)
+            rc = proc.wait(timeout=150 + BENCH_S)
         except subprocess.TimeoutExpired:
             rc = None
         finally:
@@ -98,6 +105,18 @@ def test_readme_tour_runs_as_written(tmp_path: Path) -> None:
     assert re.search(r'"service_tier"\s*:\s*"turbo"', text), text[-4000:]  # asked "priority", served Turbo
     runs = list((tmp_path / "runs").glob("bench-*/summary.json"))
     assert len(runs) == 1, text[-4000:]
+    summary = json.loads(runs[0].read_text())
+    machine = summary["config"]["machine"]  # the bench judged the machine at every step
+    steps = machine["steps"]
+    assert steps and all(s["gateway_cpu"] is not None and s["emulator_behind"] is not None for s in steps), machine
+    advice = summary["recommendation"]
+    if machine["saturated_first"]:
+        assert advice.startswith("No fleet recommendation from this run: bounded by this machine at"), advice
+        assert "knee — bounded by this machine at" in text
+        assert all(k["value"] is None for k in summary["knees"].values())
+    else:
+        assert machine["first_bound_rps"] is None or "only past the fleet's knee" in machine["line"], machine
+    assert not (machine["saturated_first"] and any(a in advice for a in FLEET_ACTIONS)), advice
     assert "saturation request rate" in text  # plan capacity
     ws = openpyxl.load_workbook(tmp_path / "decision.xlsx", data_only=True)["matrix"]
     headers = [c.value for c in ws[1]]

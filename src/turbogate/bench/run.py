@@ -20,6 +20,7 @@ from turbogate.bench.collectors import Collectors, Nvml, parse_prometheus
 from turbogate.bench.failures import BenchFailed, first_step_failure, hint, reasons, reasons_line
 from turbogate.bench.findknee import KneeSearch
 from turbogate.bench.live import LiveDisplay
+from turbogate.bench.machine import LocalCpu, apply_verdict, bound_line, judge, with_cpu
 from turbogate.bench.runner import Runner, Target
 from turbogate.bench.shapes import Constant, make_shape, shape_steps
 from turbogate.bench.workers import RayWorkerPool, WorkerJob, WorkerPool, drive, lag_notes, merge, split
@@ -284,7 +285,8 @@ async def run_bench(cfg: BenchConfig, *, echo: Any = None) -> BenchResult:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGINT, on_sigint)
         collectors = Collectors(runner.session, scrape, runner.now, nvml=nvml,
-                                bench_series=_bench_series(runner, "p95-latency" in cfg.metrics))
+                                bench_series=with_cpu(_bench_series(runner, "p95-latency" in cfg.metrics),
+                                                      LocalCpu(cfg.target.base_url)))
         display = LiveDisplay(runner, None if cfg.find_knee else cfg.duration_s, enabled=cfg.live)
         collectors.start()
         display.start()
@@ -333,12 +335,15 @@ async def run_bench(cfg: BenchConfig, *, echo: Any = None) -> BenchResult:
     summary = summarize(records, steps, kind="bench", started_at=started_iso, duration_s=duration, config=config,
                         slo=cfg.slo, knee_settings=cfg.knee, cost=cfg.cost, interrupted=interrupted, notes=notes,
                         warnings=warnings, max_lag_s=cfg.max_lag_s)
+    summary = apply_verdict(summary, judge(summary, collectors.samples, cfg.max_lag_s))
     write_run(out_dir, records, collectors.samples, summary, report=cfg.report)
     return BenchResult(out_dir, summary, records, collectors.samples, notices, failure[0] if failure else None)
 
 
 def knee_line(summary: Summary) -> str:
     """``knee — fleet: 9.6 req/s (throughput, high confidence); turbo: none up to 17 req/s; …``"""
+    if (bound := bound_line(summary)) is not None:
+        return f"knee — {bound}"
     parts = []
     for tier, k in summary.knees.items():
         label = "fleet" if tier == ALL else tier

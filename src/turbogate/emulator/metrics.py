@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -70,6 +70,15 @@ class EmulatorMetrics:
                            ["model_name", "endpoint"], registry=self.registry)
         self.requests = {path: requests.labels(model_name, path)
                          for path in ("/v1/chat/completions", "/v1/completions")}
+        # How far the engine ran behind its own model clock (the machine starved it of CPU): the
+        # bench reads a growing total as "this machine, not the modelled fleet, was measured".
+        self.behind_total = Counter("turbogate_emulator_behind_seconds",
+                                    "Wall seconds the engine's steps ended later than its model clock scheduled "
+                                    "(time lost for good: the clock was re-anchored).", labels,
+                                    registry=self.registry).labels(model_name)
+        self.behind_last = Gauge("turbogate_emulator_behind_last_step_seconds",
+                                 "How late the last engine step ended against its model clock.", labels,
+                                 registry=self.registry).labels(model_name)
         self.queue = Histogram("vllm:request_queue_time_seconds",
                                "Histogram of time spent in WAITING phase for request.",
                                labels, buckets=LATENCY_BUCKETS, registry=self.registry).labels(model_name)
