@@ -15,6 +15,7 @@ from turbogate.results.fmt import fmt_ms, fmt_num, fmt_pct, fmt_signed_pct, fmt_
 from turbogate.results.knee import METHOD_TEXT, method_cell
 from turbogate.results.schema import ALL, RequestRecord, Sample
 from turbogate.results.summary import Summary
+from turbogate.results.tracefig import trace_figure
 
 
 def _fmt(v: float | None, scale: float = 1.0, digits: int = 3) -> str:
@@ -92,6 +93,7 @@ def _overall_table(s: Summary) -> str:
 def render_report(summary: Summary, records: Sequence[RequestRecord], samples: Sequence[Sample]) -> str:
     """The whole report as one HTML string; plotly.js is inlined once, so it works offline."""
     figs: list[tuple[str, go.Figure | None, str]] = [
+        *([("trace", trace_figure(summary, records), "")] if "trace" in summary.config else []),
         ("latency", figures.latency_figure(summary), ""),
         ("throughput", figures.throughput_figure(summary), ""),
         ("distributions", figures.distribution_figure(records), ""),

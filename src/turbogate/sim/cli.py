@@ -115,6 +115,8 @@ def sim(
                          policy=policy, chat=route.endswith("chat/completions"), stream=stream,
                          ignore_eos=ignore_eos, min_tokens=min_tokens, api_keys=tuple(api_key), label=label,
                          warmup_s=warmup if warmup is not None else SWEEP_WARMUP_S if points else 0.0)
+        if load.trace is not None:  # the report then draws the trace's arrivals and each tier's TTFT over time
+            base = replace(base, extra={**base.extra, "trace": load.trace.describe()})
         for _, f in fleets:
             build_replicas(replace(base, fleet=f))  # fail on a bad fleet before anything runs
         base.resolved_model()
