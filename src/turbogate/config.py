@@ -275,6 +275,9 @@ class Bands(_Model):
     light_queue_ms: float = Field(_PICK.light_queue_s * 1000, ge=0)
     saturated_queue_ms: float = Field(_PICK.saturated_queue_s * 1000, ge=0)
     scale_out_after_s: float = Field(_PICK.scale_out_after_s, ge=0)
+    phase_weight: float = Field(_PICK.phase_weight, ge=0, le=10, description=(
+        "phase-aware choice: weight of a replica's DCGM tensor/DRAM pressure for the request's prefill share in its "
+        "score (sched/phase.py); 0 turns it off (docs/gateway.md says when to turn it on)"))
 
 
 class Concurrency(_Model):

@@ -48,3 +48,33 @@ def test_nvml_absent_gives_the_one_line_notice() -> None:
     nvml, msg = Nvml.open()
     assert nvml is None
     assert msg.startswith(GPU_NOTICE[:40]) and "\n" not in msg
+
+
+def test_a_bench_run_samples_the_emulators_dcgm_gauges(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The emulator's DCGM gauges (engine/busy.py) reach a bench run's samples.jsonl through the
+    collectors, as dcgm-exporter's would with ``--scrape http://gpu-host:9400/metrics``."""
+    import subprocess
+    import sys
+
+    from turbogate.procs import start_emulator
+    from turbogate.results import load_run
+
+    svc = start_emulator("--time-scale", "0", "--model", "llama-3.2-1b", "--gpu", "L4", log_dir=tmp_path / "logs")
+    try:
+        out = tmp_path / "run"
+        cmd = [sys.executable, "-c", "from turbogate.bench.cli import turbo_bench_main; turbo_bench_main()",
+               "--host", svc.url, "--qps", "10", "--duration", "3", "--prompt-tokens", "2000",
+               "--output-tokens", "64", "--scrape", svc.url + "/metrics", "--no-live", "--out", str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    finally:
+        svc.stop()
+    samples = [s for s in load_run(out).samples if s.name.startswith("DCGM_")]
+    names = {s.name for s in samples}
+    assert names == {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+                     "DCGM_FI_PROF_DRAM_ACTIVE"}
+    assert all(s.labels.get("gpu") == "0" and s.source == svc.url + "/metrics" for s in samples)
+    ratios = [s for s in samples if s.name.startswith("DCGM_FI_PROF_")]
+    assert all(0.0 <= s.value <= 1.0 for s in ratios)
+    assert max(s.value for s in ratios if s.name == "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE") > 0.0
+    assert max(s.value for s in ratios if s.name == "DCGM_FI_PROF_DRAM_ACTIVE") > 0.0

@@ -94,3 +94,47 @@ def test_every_completion_request_is_counted_by_endpoint(fast_emulator: Service)
     after = scrape(fast_emulator.url)
     assert after[chat] - before.get(chat, 0.0) == 2
     assert after[plain] - before.get(plain, 0.0) == 1
+
+
+DCGM_NAMES = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+              "DCGM_FI_PROF_DRAM_ACTIVE")
+
+
+def _dcgm(url: str) -> dict[str, float]:
+    """The DCGM gauges of GPU 0, by name."""
+    return {k.split("{")[0]: v for k, v in scrape(url).items() if k.startswith("DCGM_") and "gpu=0" in k}
+
+
+def test_dcgm_gauges_follow_the_phase_of_the_work(emulator_factory) -> None:  # type: ignore[no-untyped-def]
+    """DCGM's names, one series per GPU with dcgm-exporter's labels; a long prompt keeps the tensor
+    pipes busy and leaves HBM idle, long answers the other way round (engine/busy.py)."""
+    svc = emulator_factory("--model", MODEL, "--gpu", "L4", "--tp", "2", "--time-scale", "0")
+    import urllib.request
+
+    with urllib.request.urlopen(svc.url + "/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    for name in DCGM_NAMES:
+        for gpu in ("0", "1"):
+            assert f'{name}{{UUID="GPU-turbogate-emulator-{gpu}",device="nvidia{gpu}",gpu="{gpu}",modelName="L4"}}' \
+                in text, (name, gpu)
+    idle = _dcgm(svc.url)
+    assert set(idle) == set(DCGM_NAMES) and all(v == 0.0 for v in idle.values())
+
+    client = openai.OpenAI(base_url=svc.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    client.completions.create(model=MODEL, prompt="word " * 6000, max_tokens=1)
+    prefill = _dcgm(svc.url)
+    assert prefill["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"] > 0.3 > prefill["DCGM_FI_PROF_DRAM_ACTIVE"]
+
+    def answer(i: int) -> None:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": f"long {i}"}],
+                                       max_tokens=300, extra_body={"ignore_eos": True})
+
+    threads = [threading.Thread(target=answer, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    decode = _dcgm(svc.url)
+    assert decode["DCGM_FI_PROF_DRAM_ACTIVE"] > 0.5 > decode["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"]
+    for f in (prefill, decode):
+        assert 0 < f["DCGM_FI_PROF_SM_ACTIVE"] <= f["DCGM_FI_DEV_GPU_UTIL"] / 100 <= 1.0

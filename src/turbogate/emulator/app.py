@@ -86,6 +86,8 @@ class EmulatorApp(AsgiApp):
 
     async def startup(self) -> None:
         self.runner = EngineRunner(self.engine, self.metrics, self.time_scale)
+        # DCGM's gauges average over a second of the wall clock: that many model seconds.
+        self.metrics.use_model_clock(self.runner.model_now, 1.0 / self.time_scale if self.time_scale > 0 else 1.0)
         self.runner.start()
         self._ready_at = time.monotonic() + self.settings.faults.startup_delay
 

@@ -7,13 +7,15 @@ vLLM's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from turbogate.engine import Engine
+from turbogate.engine.busy import BusyWindow
+from turbogate.sched.load import DCGM_DRAM_ACTIVE, DCGM_GPU_UTIL, DCGM_SM_ACTIVE, DCGM_TENSOR_ACTIVE
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -21,10 +23,37 @@ LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.
                    240.0, 480.0, 960.0, 1920.0, 7680.0)
 
 
+#: dcgm-exporter's labels of a GPU's series (``Hostname`` and the Kubernetes ones left out).
+DCGM_LABELS = ["gpu", "UUID", "device", "modelName"]
+
+
 class _EngineCollector(Collector):
     def __init__(self, engine: Engine, model_name: str) -> None:
         self._engine = engine
         self._model = model_name
+        #: The engine's model clock (``EngineRunner.model_now``) and DCGM's averaging window on it; the
+        #: DCGM gauges are exported once both are set (``EmulatorMetrics.use_model_clock``).
+        self.model_clock: Callable[[], float] | None = None
+        self.dcgm_window: BusyWindow | None = None
+
+    def _dcgm(self) -> Iterator[Metric]:
+        """DCGM's gauges of the engine's GPUs from its step model (engine/busy.py): one series per
+        GPU, as dcgm-exporter writes them (tensor parallelism shares every step evenly)."""
+        if self.model_clock is None or self.dcgm_window is None:
+            return
+        f = self.dcgm_window.read(self._engine.busy.totals(self.model_clock()))
+        dep = self._engine.deployment
+        gpus = [[str(i), f"GPU-turbogate-emulator-{i}", f"nvidia{i}", dep.gpu.name] for i in range(dep.tp)]
+        for name, doc, value in (
+                (DCGM_GPU_UTIL, "GPU utilization (in %).", 100.0 * f.gpu_util),
+                (DCGM_SM_ACTIVE, "The ratio of cycles an SM has at least 1 warp assigned.", f.sm_active),
+                (DCGM_TENSOR_ACTIVE, "Ratio of cycles the tensor (HMMA) pipe is active.", f.tensor_active),
+                (DCGM_DRAM_ACTIVE, "Ratio of cycles the device memory interface is active sending or receiving "
+                 "data.", f.dram_active)):
+            g = GaugeMetricFamily(name, doc, labels=DCGM_LABELS)
+            for labels in gpus:
+                g.add_metric(labels, value)
+            yield g
 
     def _gauge(self, name: str, doc: str, value: float) -> GaugeMetricFamily:
         g = GaugeMetricFamily(name, doc, labels=["model_name"])
@@ -51,6 +80,7 @@ class _EngineCollector(Collector):
                             s.num_preemptions)
         yield self._counter("vllm:prompt_tokens", "Number of prefill tokens processed.", s.prompt_tokens)
         yield self._counter("vllm:generation_tokens", "Number of generation tokens processed.", s.generation_tokens)
+        yield from self._dcgm()
 
 
 class EmulatorMetrics:
@@ -58,7 +88,8 @@ class EmulatorMetrics:
 
     def __init__(self, engine: Engine, model_name: str) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_EngineCollector(engine, model_name))
+        self._engine_collector = _EngineCollector(engine, model_name)
+        self.registry.register(self._engine_collector)
         labels = ["model_name"]
         self.ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                               labels, buckets=TTFT_BUCKETS, registry=self.registry).labels(model_name)
@@ -82,3 +113,8 @@ class EmulatorMetrics:
         self.queue = Histogram("vllm:request_queue_time_seconds",
                                "Histogram of time spent in WAITING phase for request.",
                                labels, buckets=LATENCY_BUCKETS, registry=self.registry).labels(model_name)
+
+    def use_model_clock(self, clock: Callable[[], float], window_s: float) -> None:
+        """Export DCGM's gauges, averaged over ``window_s`` of the engine's model ``clock``."""
+        self._engine_collector.model_clock = clock
+        self._engine_collector.dcgm_window = BusyWindow(window_s, start=clock())

@@ -78,6 +78,10 @@ class EngineRunner:
         end = self.loop.next_time()
         return v if end is None or v < end else end
 
+    def model_now(self) -> float:
+        """The engine's model clock now (what its metrics' time windows run on)."""
+        return self._virtual_now(time.perf_counter())
+
     def submit(self, req: Request, stream: bool) -> Handle:
         """Queue ``req``; raises engine errors (e.g. RequestTooLarge) unchanged."""
         if self.failure is not None:

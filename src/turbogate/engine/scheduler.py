@@ -32,6 +32,7 @@ from __future__ import annotations
 import itertools
 
 from turbogate.engine.blocks import BlockManager
+from turbogate.engine.busy import BusyMeter
 from turbogate.engine.decode import DecodeSet
 from turbogate.engine.queues import Victims, WaitingQueue
 from turbogate.engine.seq import DECODE, GONE, PREFILL, WAITING, Seq
@@ -82,6 +83,8 @@ class Engine:
         self._first_sched: list[str] = []
         self._step_prefill = 0
         self._step_decode = 0
+        #: DCGM-like busy shares of its steps, which the emulator exports and the simulator scrapes.
+        self.busy = BusyMeter(deployment)
 
     # ---- capacity and queries -----------------------------------------------------------------
 
@@ -299,6 +302,8 @@ class Engine:
         self._duration = (self.deployment.step_time(prefill, n_dec, decode.context, prefill_ctx,
                                                     prefill_seqs=len(sched))
                           if prefill or n_dec else 0.0)
+        if self._duration:
+            self.busy.step(now, self._duration, prefill, n_dec, decode.context, prefill_ctx, len(sched))
         self._start = now
         self._step_prefill = prefill
         self._step_decode = n_dec

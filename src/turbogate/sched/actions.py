@@ -62,6 +62,7 @@ class FlowRequest:
     prompt_tokens: int = 0  # the engine's usage, set by the driver before ``finished``
     completion_tokens: int = 0
     usage: UsageRecord | None = None  # set when the request closes (sched/metering.py)
+    prefill_share: float = 0.0  # its prompt's share of its cost in tokens, for phase-aware L2 (sched/phase.py)
 
     # Written out, not generated: a compiled build runs a generated dataclass __init__ as interpreted
     # Python (a descriptor call per field), once a request.  The fields without a default, as the flow gives them.
@@ -80,6 +81,7 @@ class FlowRequest:
         self.status = None
         self.prompt_tokens = self.completion_tokens = 0
         self.usage = None
+        self.prefill_share = 0.0
 
     @property
     def done(self) -> bool:

@@ -225,8 +225,10 @@ class Flow:
         cost = float(min(tokens, cap)) + min(prompt_bytes / 4.0, float(cap))
         self._ids += 1
         priority = PRIORITY[served] if self.pools[pool].spec.priority_field else None
-        return FlowRequest(self._ids, tenant, pool, model, asked, served, why, stream, cost, now, handle, priority,
-                           client)
+        req = FlowRequest(self._ids, tenant, pool, model, asked, served, why, stream, cost, now, handle, priority,
+                          client)
+        req.prefill_share = 1.0 - min(tokens, cap) / cost if cost > 0 else 0.0  # the prompt's part
+        return req
 
     def _choose_pool(self, pools: list[str], served: Tier, client_region: str | None, tenant: str,
                      session: str | None, now: float) -> tuple[str, str, str | None]:
@@ -336,8 +338,9 @@ class Flow:
                 beyond = 1 << 30
             elif admission.queued == admission.queue_length(Tier.TURBO):
                 beyond = 1
+        req = ticket.payload
         return self.picker.pick(pool.spec.name, now, proven_only=turbo, engine_priority=pool.spec.priority_field,
-                                beyond=beyond)
+                                beyond=beyond, prefill_share=req.prefill_share if type(req) is FlowRequest else None)
 
     def _dispatch(self, req: FlowRequest, replica: Replica, now: float, *, retry: bool) -> Dispatch:
         if retry:

@@ -34,6 +34,10 @@ class ReplicaLoad:
     running: float | None = None
     waiting: float | None = None
     kv_usage: float | None = None  # fraction 0..1
+    # DCGM's profiling gauges of the replica's GPUs (0..1), where something exports them beside the engine's
+    # metrics (the emulator does): how busy its tensor pipes and its HBM are (sched/phase.py).
+    tensor_active: float | None = None
+    dram_active: float | None = None
 
 
 # Per kind, candidate names in order of preference: (running, waiting, kv usage).
@@ -56,14 +60,22 @@ _NAMES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
 }
 _NAMES["emulator"] = _NAMES["vllm"]
 
+#: dcgm-exporter's names (ratios 0..1 of the sampling interval), whatever the engine.  The tensor pipe's
+#: share stands for compute; SM-active is no help (a bandwidth-bound decode keeps the SMs resident too).
+DCGM_SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
+DCGM_TENSOR_ACTIVE = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
+DCGM_DRAM_ACTIVE = "DCGM_FI_PROF_DRAM_ACTIVE"
+DCGM_GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent 0..100, as NVML's
+_PHASE_NAMES = (DCGM_TENSOR_ACTIVE, DCGM_DRAM_ACTIVE)
+
 #: Every sample name any kind is read from (lets the shell skip the rest of a scrape cheaply).
 METRIC_NAMES: frozenset[str] = frozenset(n.split("{", 1)[0] for triple in _NAMES.values() for group in triple
-                                         for n in group)
+                                         for n in group) | frozenset(_PHASE_NAMES)
 
 #: Names that are a share of one engine's cache: across label sets (data-parallel engines behind one
 #: endpoint, ``engine="0"``, ``engine="1"``) they are not summed — 0.6 + 0.7 would read as 1.3 %, light —
 #: but the fullest one is taken, since a request can land on it.
-FRACTION_NAMES: frozenset[str] = frozenset(n for _, _, kv in _NAMES.values() for n in kv)
+FRACTION_NAMES: frozenset[str] = frozenset(n for _, _, kv in _NAMES.values() for n in kv) | frozenset(_PHASE_NAMES)
 
 
 def _first(samples: Mapping[str, float], names: tuple[str, ...]) -> float | None:
@@ -86,10 +98,17 @@ def load_from_samples(kind: str, samples: Mapping[str, float]) -> ReplicaLoad:
     """The load that ``samples`` (sample name → value summed over labels) report for an engine
     of ``kind``; an unknown or metric-less kind tries every known naming."""
     candidates = [_NAMES[kind]] if kind in _NAMES else list(_NAMES.values())
+    tensor = _share(samples.get(DCGM_TENSOR_ACTIVE))
+    dram = _share(samples.get(DCGM_DRAM_ACTIVE))
     for running_names, waiting_names, kv_names in candidates:
         running = _first(samples, running_names)
         waiting = _first(samples, waiting_names)
         kv = _fraction(_first(samples, kv_names))
         if running is not None or waiting is not None or kv is not None:
-            return ReplicaLoad(running=running, waiting=waiting, kv_usage=kv)
-    return ReplicaLoad()
+            return ReplicaLoad(running=running, waiting=waiting, kv_usage=kv, tensor_active=tensor, dram_active=dram)
+    return ReplicaLoad(tensor_active=tensor, dram_active=dram)
+
+
+def _share(value: float | None) -> float | None:
+    # DCGM's profiling ratios are fractions; clamped, since a resampled one may overshoot 1 a little.
+    return None if value is None else min(1.0, max(0.0, value))

@@ -27,6 +27,7 @@ from typing import TypeVar
 
 from turbogate.sched.concurrency import LOWER_TIERS_BAR, adapt_limit, start_limit
 from turbogate.sched.load import ReplicaLoad
+from turbogate.sched.phase import Scorer, phase_scorer
 from turbogate.sched.replica import (
     SILENT_ENGINE_SCRAPES,
     Band,
@@ -262,7 +263,7 @@ class Picker:
 
     # ---- choice ----------------------------------------------------------------------------
     def pick(self, pool: str, now: float, exclude: Collection[str] = (), *, proven_only: bool = False,
-             engine_priority: bool = False, beyond: int = 0) -> Replica | None:
+             engine_priority: bool = False, beyond: int = 0, prefill_share: float | None = None) -> Replica | None:
         """The replica for the next request of ``pool``, or ``None`` if none can take one.
 
         ``proven_only`` (Turbo): only a replica whose in-flight count is below what its engine
@@ -274,7 +275,9 @@ class Picker:
         wait for, a longer engine step.  ``engine_priority``: the engines order their own queue by
         the request's ``priority`` (vLLM ``--scheduling-policy priority``), so a Turbo request
         sent past what an engine runs waits there ahead of the lower tiers, no longer than it
-        would in the gateway: the probed slots are Turbo's too."""
+        would in the gateway: the probed slots are Turbo's too.  ``prefill_share`` (the request's
+        prompt share of its tokens), with ``phase_weight`` set: the score weighs each replica's
+        DCGM pressure for that phase (sched/phase.py)."""
         state = self._pools.get(pool)
         if state is None:
             return None
@@ -291,7 +294,10 @@ class Picker:
             replicas = self._sample(replicas, 2 * SAMPLE if proven_only else SAMPLE)
             n = len(replicas)
         rotor = state.rotor = (state.rotor + 1) % max(n, 1)
-        band_of, score_of = self.band, self._score
+        band_of = self.band
+        score_of: Scorer = self._score
+        if prefill_share is not None and self.config.phase_weight > 0:
+            score_of = phase_scorer(score_of, prefill_share, self.config.phase_weight)
         for i in range(n):  # start at a rotating index so ties spread evenly
             r = replicas[(rotor + i) % n]
             if r.health is not _HEALTHY or r.in_flight >= int(r.limit) or r.id in exclude:
@@ -313,7 +319,8 @@ class Picker:
         # rather than behind others in an engine's queue at a replica beyond what it runs.
         chosen = safe if proven_only else best
         if chosen is None and indexed and len(state.room) > n:
-            return self._scan(state, now, exclude, proven_only and not engine_priority, beyond)  # none sampled would do
+            return self._scan(state, now, exclude, proven_only and not engine_priority, beyond,
+                              score_of)  # none sampled would do
         return chosen
 
     def _turbo_room(self, replica: Replica, beyond: int) -> int:
@@ -358,14 +365,14 @@ class Picker:
         return picked
 
     def _scan(self, state: _Pool, now: float, exclude: Collection[str], proven_only: bool,
-              beyond: int) -> Replica | None:
+              beyond: int, score_of: Scorer) -> Replica | None:
         best: Replica | None = None
         best_key = _NO_KEY
         for r in state.room:
             if r.id in exclude or (proven_only and r.in_flight >= self._turbo_room(r, beyond)):
                 continue
             band = self.band(r, now)
-            key = (_BUSY if band is _LIGHT else band, self._score(r, band))
+            key = (_BUSY if band is _LIGHT else band, score_of(r, band))
             if key < best_key:
                 best, best_key = r, key
         return best
@@ -429,6 +436,11 @@ class Picker:
         if replica.health is _HEALTHY and (hard or replica.failures >= self.config.eject_after_failures):
             why = reason if hard else f"{replica.failures} failures in a row, the last: {reason}"
             self._eject(replica, now, why)
+
+    def eject(self, replica: Replica, now: float, reason: str) -> None:
+        """Eject a healthy ``replica`` on a rule of the flow's (a hung one: sched/hung.py)."""
+        if replica.health is _HEALTHY:
+            self._eject(replica, now, reason)
 
     def _eject(self, replica: Replica, now: float, reason: str) -> None:
         replica.health = _EJECTED

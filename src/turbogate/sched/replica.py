@@ -55,6 +55,8 @@ class PickerConfig:
     #: still waits for it, up to its deadline): a hung engine is ejected long before a tier's
     #: deadline has passed on ``eject_after_failures`` requests.  A good answer clears strikes.
     slow_first_byte_s: float = 60.0
+    #: Weight of a replica's DCGM pressure for the request's phase in its score (sched/phase.py); 0: off.
+    phase_weight: float = 0.0
 
 
 @dataclass(slots=True, eq=False)
@@ -96,6 +98,7 @@ class Replica:
     service_s: float | None = None
     foreign: float = 0.0  # engine load not sent by this gateway, as of the last scrape
     eject_reason: str = ""
+    chunks: int = 0  # stream chunks relayed from it: its progress, read by sched/hung.py
     silent_full_scrapes: int = 0  # scrapes reporting an idle engine while we held the whole limit (MetricsDoubt)
 
     @property

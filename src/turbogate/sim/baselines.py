@@ -1,15 +1,19 @@
 """``--compare-policies``: one workload under each gateway policy, one table per load level.
 
-Per policy and load level: Turbo and Standard p95 TTFT and shed rates, goodput and shed rate of
-all tiers.  A tier's p95 counts only its served requests, so its shed rate belongs beside it (a
+Per policy and load level: each tier's p95 TTFT and shed rate, all tiers' p95 TPOT, goodput and
+shed rate.  A tier's p95 counts only its served requests, so its shed rate belongs beside it (a
 policy that sheds Turbo can show a fine Turbo p95).
+
+Besides the Flow's modes (sched/policy.py), ``phase-aware``: the full policy with phase-aware
+replica choice (sched/phase.py) at the config's ``bands.phase_weight``, or
+:data:`DEFAULT_PHASE_WEIGHT` where the config leaves it off.
 """
 
 from __future__ import annotations
 
 import csv
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import orjson
@@ -17,6 +21,17 @@ from rich.console import Console
 from rich.table import Table
 
 from turbogate.results import ALL, Summary
+from turbogate.sched.policy import FlowPolicy
+
+PHASE_AWARE = "phase-aware"
+#: The weight ``phase-aware`` runs at when the config's ``bands.phase_weight`` is 0 (off).
+DEFAULT_PHASE_WEIGHT = 1.0
+
+
+def phase_aware(policy: FlowPolicy) -> FlowPolicy:
+    """``policy`` with phase-aware replica choice on (its own weight, else the default)."""
+    weight = policy.picker.phase_weight or DEFAULT_PHASE_WEIGHT
+    return replace(policy, picker=replace(policy.picker, phase_weight=weight))
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +44,9 @@ class BaselineRow:
     standard_shed_rate: float | None
     goodput_rps: float
     shed_rate: float
+    relax_p95_ttft_s: float | None = None
+    relax_shed_rate: float | None = None
+    p95_tpot_s: float | None = None  # all tiers
 
 
 def baseline_rows(summaries: Mapping[str, Summary]) -> list[BaselineRow]:
@@ -37,12 +55,14 @@ def baseline_rows(summaries: Mapping[str, Summary]) -> list[BaselineRow]:
         for st in summ.steps:
             tiers = st.tiers
             all_ = tiers.get(ALL)
-            turbo, std = tiers.get("turbo"), tiers.get("standard")
+            turbo, std, relax = tiers.get("turbo"), tiers.get("standard"), tiers.get("relax")
             rows.append(BaselineRow(
                 policy, st.step.offered_rps,
                 None if turbo is None else turbo.pct("ttft", "p95"), None if turbo is None else turbo.shed_rate,
                 None if std is None else std.pct("ttft", "p95"), None if std is None else std.shed_rate,
-                0.0 if all_ is None else all_.goodput_rps, 0.0 if all_ is None else all_.shed_rate))
+                0.0 if all_ is None else all_.goodput_rps, 0.0 if all_ is None else all_.shed_rate,
+                None if relax is None else relax.pct("ttft", "p95"), None if relax is None else relax.shed_rate,
+                None if all_ is None else all_.pct("tpot", "p95")))
     return rows
 
 
@@ -54,13 +74,14 @@ def _pct(v: float | None) -> str:
     return "–" if v is None else f"{v:.1%}"
 
 
-_COLUMNS = ("policy", "Turbo p95 TTFT", "Turbo shed", "Standard p95 TTFT", "Standard shed", "goodput req/s",
-            "shed (all)")
+_COLUMNS = ("policy", "Turbo p95 TTFT", "Turbo shed", "Standard p95 TTFT", "Standard shed", "Relax p95 TTFT",
+            "Relax shed", "p95 TPOT", "goodput req/s", "shed (all)")
 
 
 def _cells(r: BaselineRow) -> tuple[str, ...]:
     return (r.policy, _ms(r.turbo_p95_ttft_s), _pct(r.turbo_shed_rate), _ms(r.standard_p95_ttft_s),
-            _pct(r.standard_shed_rate), f"{r.goodput_rps:.3g}", _pct(r.shed_rate))
+            _pct(r.standard_shed_rate), _ms(r.relax_p95_ttft_s), _pct(r.relax_shed_rate), _ms(r.p95_tpot_s),
+            f"{r.goodput_rps:.3g}", _pct(r.shed_rate))
 
 
 def print_baselines(rows: list[BaselineRow], console: Console) -> None:

@@ -14,13 +14,14 @@ from turbogate.errors import CatalogError, ConfigError
 from turbogate.sched.flow import Flow
 from turbogate.sched.policy import MODES, Mode, PoolSpec, ReplicaSpec
 from turbogate.sched.regions import RegionPolicy
+from turbogate.sim.baselines import PHASE_AWARE, phase_aware
 from turbogate.sim.core import Simulation
 from turbogate.sim.fleet import Fleet
 from turbogate.sim.regions import sim_regions
 from turbogate.sim.replica import SimReplica, group_deployment
 from turbogate.sim.requests import RequestSource, SimRequest
 
-POLICIES: tuple[str, ...] = MODES  # the Flow's baselines (sched/policy.py)
+POLICIES: tuple[str, ...] = (*MODES, PHASE_AWARE)  # the Flow's baselines (sched/policy.py), and phase-aware L2
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,8 @@ def build_simulation(sc: SimConfig, progress: Callable[[float], None] | None = N
     model = sc.resolved_model()
     if not any(model in s.models for s in specs):
         raise ConfigError(f"--model {model!r} is served by no pool of the fleet")
-    policy = flow_policy(sc.gateway, pools=specs, mode=cast(Mode, sc.policy))
+    policy = phase_aware(flow_policy(sc.gateway, pools=specs, mode="turbogate")) if sc.policy == PHASE_AWARE \
+        else flow_policy(sc.gateway, pools=specs, mode=cast(Mode, sc.policy))
     fleet = sc.fleet
     regions = sim_regions(fleet, {s.name: s.region for s in specs})
     if regions is not None:  # L3 ranks pools with the fleet's RTT table (the gateway's config holds its own)

@@ -344,8 +344,10 @@ class Simulation:
                 load: ReplicaLoad | ScrapeFailed = ScrapeFailed(kind="connect")
             else:
                 engine = rep.loop.engine  # O(1) gauges, as vLLM's: stats() also measures fragmentation
+                busy = rep.busy_fractions(now)  # DCGM's, scraped beside the engine's (sched/phase.py reads them)
                 load = ReplicaLoad(running=engine.num_running, waiting=engine.waiting_gauge,
-                                   kv_usage=engine.blocks.usage)
+                                   kv_usage=engine.blocks.usage, tensor_active=busy.tensor_active,
+                                   dram_active=busy.dram_active)
             if stale > 0:
                 self._push(now + stale, self._deliver, (rep.id, load))
             else:

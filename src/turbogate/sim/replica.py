@@ -5,11 +5,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from turbogate.engine import Engine, EngineConfig, EngineLoop
+from turbogate.engine.busy import BusyFractions, BusyWindow
 from turbogate.perf import Deployment, deployment, get_gpu, resolve_model
 from turbogate.sim.fleet import ReplicaGroup
 
 if TYPE_CHECKING:
     from turbogate.sim.core import Call
+
+#: DCGM's averaging window, as the emulator's (one second).
+DCGM_WINDOW_S = 1.0
 
 
 def group_deployment(g: ReplicaGroup) -> Deployment:
@@ -20,8 +24,8 @@ def group_deployment(g: ReplicaGroup) -> Deployment:
 class SimReplica:
     """Engine + loop + which calls it holds.  ``crash()`` loses them all and restarts it empty."""
 
-    __slots__ = ("config", "delay", "deployment", "down", "gen", "id", "loop", "max_model_len", "on", "pool",
-                 "scraped")
+    __slots__ = ("config", "dcgm", "delay", "deployment", "down", "gen", "id", "loop", "max_model_len", "on",
+                 "pool", "scraped")
 
     def __init__(self, rid: str, pool: str, dep: Deployment, config: EngineConfig, *, delay_s: float,
                  scraped: bool = True) -> None:
@@ -35,6 +39,7 @@ class SimReplica:
         self.gen = 0  # bumped by a crash: news from the old engine is dropped
         self.on: dict[str, Call] = {}
         self.loop = EngineLoop(Engine(dep, config))
+        self.dcgm: BusyWindow | None = BusyWindow(DCGM_WINDOW_S)  # DCGM's averaging of its engine's busy shares
         # What the emulator would accept: the model's context, at most the whole KV cache.
         self.max_model_len = min(dep.model.max_context, self.loop.engine.max_tokens_per_request)
 
@@ -45,4 +50,11 @@ class SimReplica:
         broken = list(self.on.values())
         self.on = {}
         self.loop = EngineLoop(Engine(self.deployment, self.config))
+        self.dcgm = None  # the new engine's window starts at its first reading
         return broken
+
+    def busy_fractions(self, now: float) -> BusyFractions:
+        """What DCGM reports of its GPU at ``now`` (as the emulator exports it: engine/busy.py)."""
+        if self.dcgm is None:
+            self.dcgm = BusyWindow(DCGM_WINDOW_S, start=now)
+        return self.dcgm.read(self.loop.engine.busy.totals(now))
