@@ -10,7 +10,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -25,17 +25,21 @@ from turbogate.perf.default_workload import OUTPUT_TOKENS, PROMPT_TOKENS
 from turbogate.plan.calibrate import Calibration, calibrate, rel_error
 from turbogate.plan.capacity import DEFAULT_BATCH_SIZES, CapacityReport, capacity
 from turbogate.plan.latency import DEFAULT_KNEE_FACTOR, LatencyModel, latency_model
-from turbogate.plan.matrix import DEFAULT_KV_THRESHOLD, LABELS, Decision, MatrixInputs, Thresholds, decide, thresholds
-from turbogate.plan.roi import RoiInputs, RoiReport, reuse_model, roi
+from turbogate.plan.matrix import DEFAULT_KV_THRESHOLD, MatrixInputs, decide, thresholds, tp_choices
+from turbogate.plan.roi import RoiInputs, reuse_model, roi
+from turbogate.plan.size_cli import size_cmd
+from turbogate.plan.views import decision_table, roi_table, thresholds_table, tp_table
+from turbogate.plan.views import ms as _ms
 from turbogate.plan.xlsx import Scenario, write_workbook
 
 app = typer.Typer(
-    help="Predict capacity, cost and ROI; recommend a Turbo mode (Turbo on / capped / Standard only).",
+    help="Size a fleet; predict capacity, cost and ROI; recommend a Turbo mode (Turbo on / capped / Standard only).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     cls=OneLineErrors,
 )
+app.command("size")(size_cmd)
 
 # Piped or captured output gets a wide console so the tables are not truncated to 80 columns.
 console = Console() if sys.stdout.isatty() else Console(width=200)
@@ -106,10 +110,6 @@ def _clean(obj: Any) -> Any:
 
 def _print_json(obj: Any) -> None:
     typer.echo(json.dumps(_clean(obj), indent=2))
-
-
-def _ms(x: float | None) -> str:
-    return "—" if x is None or math.isinf(x) else f"{x * 1000:.1f}"
 
 
 def _pct(x: float | None) -> str:
@@ -254,30 +254,6 @@ def capacity_cmd(
 # ---- roi ---------------------------------------------------------------------------------------------
 
 
-def _slo(met: bool, unset: bool) -> str:
-    return "none" if unset else ("met" if met else "missed")
-
-
-def _roi_table(r: RoiReport) -> Table:
-    t = Table(title=f"ROI of enabling Turbo (fleet cost {r.inputs.fleet_cost_per_hour:.2f} USD/h, Standard price "
-                    f"{r.price_per_mtok:.4f} USD/1M tok, Turbo ×{r.inputs.turbo_multiplier:g}, "
-                    f"knee {r.knee_rps:.2f} req/s ({r.knee_source}), saturation {r.saturation_rps:.2f} req/s)")
-    for col in ("band", "load req/s", "tier", "served req/s", "shed", "attempts/req", "TTFT ms", "SLO",
-                "USD/1M tok", "USD/1k req", "Turbo-off USD/1M tok", "ROI"):
-        t.add_column(col, justify="right")
-    for row in r.rows:
-        off = row.turbo_off
-        for k, tc in enumerate(row.turbo_on):
-            t.add_row(row.band if k == 0 else "", f"{row.load_rps:.2f}" if k == 0 else "", tc.tier,
-                      f"{tc.served_rps:.2f}", f"{tc.shed_rate:.0%}", f"{tc.attempts_per_request:.2f}",
-                      _ms(tc.ttft_s), _slo(tc.slo_met, tc.tier == "standard" and r.inputs.standard_slo_ttft_s is None),
-                      "—" if tc.cost_per_mtok is None else f"{tc.cost_per_mtok:.4f}",
-                      "—" if tc.cost_per_1k_requests is None else f"{tc.cost_per_1k_requests:.4f}",
-                      ("—" if off.cost_per_mtok is None else f"{off.cost_per_mtok:.4f}") if k == 0 else "",
-                      f"{row.roi:+.1%}" if k == 0 else "")
-    return t
-
-
 @app.command("roi")
 def roi_cmd(
     gpu: str = GPU_OPT,
@@ -337,7 +313,7 @@ def roi_cmd(
                 out["calibration"] = cal.to_dict()
             _print_json(out)
             return
-        console.print(_roi_table(report))
+        console.print(roi_table(report, measured=cal is not None))
         if cal is not None:
             console.print(_calibration_summary(cal))
 
@@ -345,37 +321,6 @@ def roi_cmd(
 
 
 # ---- matrix -------------------------------------------------------------------------------------------
-
-
-def _decision_table(d: Decision) -> Table:
-    t = Table(title=f"Recommendation: {d.label}   (peak {d.per_replica_rps:.2f} req/s per replica, knee "
-                    f"{d.knee_rps:.2f} ({d.knee_source}), saturation {d.saturation_rps:.2f}, "
-                    f"Turbo cap {d.turbo_cap_share:.0%} of traffic)")
-    t.add_column("rule")
-    t.add_column("verdict")
-    t.add_column("reason")
-    for r in d.rules:
-        t.add_row(r.name, LABELS[r.verdict], r.reason)
-    return t
-
-
-def _thresholds_table(th: Thresholds, what: str) -> Table:
-    n = th.replicas
-    t = Table(title=f"Up to what load is Turbo on, capped, off? {what}, {n} replica(s); knee {th.knee_rps:.2f} "
-                    f"req/s per replica ({th.knee_source}), saturation {th.saturation_rps:.2f}",
-              caption="Give --peak-rps for the recommendation at one load.")
-    for col, right in (("fleet req/s", True), ("per replica req/s", True), ("recommendation", False),
-                       ("why", False)):
-        t.add_column(col, justify="right" if right else "left")
-    for b in th.bands:
-        if b.to_rps is None:
-            fleet, per = f"from {b.from_rps * n:.2f}", f"from {b.from_rps:.2f}"
-        elif b.from_rps == 0:
-            fleet, per = f"up to {b.to_rps * n:.2f}", f"up to {b.to_rps:.2f}"
-        else:
-            fleet, per = f"{b.from_rps * n:.2f} – {b.to_rps * n:.2f}", f"{b.from_rps:.2f} – {b.to_rps:.2f}"
-        t.add_row(fleet, per, b.label, "; ".join(b.reasons))
-    return t
 
 
 @app.command("matrix")
@@ -425,13 +370,16 @@ def matrix_cmd(
             if as_json:
                 _print_json({**th.to_dict(), **({"calibration": cal.to_dict()} if cal is not None else {})})
                 return
-            console.print(_thresholds_table(th, f"{dep.model.name} on {tp}× {dep.gpu.name}"))
+            console.print(thresholds_table(th, f"{dep.model.name} on {tp}× {dep.gpu.name}"))
             if cal is not None:
                 console.print(_calibration_summary(cal))
             return
         inputs = MatrixInputs(peak_rps=peak_rps, replicas=replicas, kv_threshold=kv_threshold,
                               lora_hot_loading=lora, http2_reuse=http2, knee_factor=knee_factor)
         decision = decide(lm, inputs, **measured)
+        tps = () if cal is not None else tp_choices(
+            _fitting_tps(gpu, model, dtype, kv_dtype, gpu_mem_util, prompt_tokens, max_tokens, batch_size,
+                         max_num_batched_tokens), peak_rps, dep.gpu.price_per_hour, knee_factor)
         written = None
         if xlsx is not None:
             if cal is not None:
@@ -444,15 +392,28 @@ def matrix_cmd(
                 out["calibration"] = cal.to_dict()
             if written is not None:
                 out["xlsx"] = str(written)
-            _print_json(out)
+            _print_json({**out, "tp_choices": [c.to_dict() for c in tps]})
             return
-        console.print(_decision_table(decision))
+        console.print(decision_table(decision, replicas))
+        if tps:
+            console.print(tp_table(tps, tp, dep.gpu.name))
         if cal is not None:
             console.print(_calibration_summary(cal))
         if written is not None:
             console.print(f"workbook written: {written} (edit the inputs sheet; the matrix sheet recomputes)")
 
     _run(go)
+
+
+def _fitting_tps(gpu: str, model: str, dtype: str, kv_dtype: str, gpu_mem_util: float, prompt: int, output: int,
+                 seqs: int, batched: int) -> dict[int, LatencyModel]:
+    """The load model at each TP of one 8-GPU node that holds the model."""
+    out = {}
+    for n in (1, 2, 4, 8):
+        with suppress(TurbogateError, ValueError):
+            out[n] = latency_model(_deployment(gpu, model, n, dtype, kv_dtype, gpu_mem_util), prompt, output, seqs,
+                                   batched)
+    return out
 
 
 # ---- catalogs -----------------------------------------------------------------------------------------

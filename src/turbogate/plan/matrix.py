@@ -166,6 +166,40 @@ def decide(
                     kv_utilization=util, turbo_cap_share=share, replicas_needed=needed, knee_source=knee_source)
 
 
+@dataclass(frozen=True, slots=True)
+class TpChoice:
+    """One tensor-parallel size at a peak: the replicas that put the peak at the knee, and their cost."""
+
+    tp: int
+    replicas: int
+    knee_rps: float  # per replica
+    saturation_rps: float  # per replica
+    price_per_gpu_hour: float
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.replicas
+
+    @property
+    def cost_per_hour(self) -> float:
+        return self.gpus * self.price_per_gpu_hour
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tp": self.tp, "replicas": self.replicas, "gpus": self.gpus, "knee_rps": self.knee_rps,
+                "saturation_rps": self.saturation_rps, "cost_per_hour": self.cost_per_hour}
+
+
+def tp_choices(models: dict[int, LatencyModel], peak_rps: float, price_per_gpu_hour: float,
+               knee_factor: float = DEFAULT_KNEE_FACTOR) -> tuple[TpChoice, ...]:
+    """For each TP (its load model), the replicas ``⌈peak / knee⌉`` as :func:`decide` counts them;
+    cheapest first (fewer GPUs on a tie)."""
+    out = []
+    for tp, lm in models.items():
+        knee = lm.knee(knee_factor)
+        out.append(TpChoice(tp, max(1, math.ceil(peak_rps / knee)), knee, lm.saturation_rate, price_per_gpu_hour))
+    return tuple(sorted(out, key=lambda c: (c.cost_per_hour, c.gpus, c.tp)))
+
+
 # ---- without a peak: up to what load is Turbo on, capped, off? ---------------------------------------
 
 

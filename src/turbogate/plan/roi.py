@@ -215,6 +215,7 @@ class RoiReport:
             "knee_rps": self.knee_rps, "knee_source": self.knee_source, "saturation_rps": self.saturation_rps,
             "price_per_mtok": self.price_per_mtok, "turbo_slo_ttft_s": self.turbo_slo_ttft_s,
             "tokens_per_request": self.tokens_per_request,
+            "ttft_statistic": "mean",  # every ttft_s below, and the SLO verdicts judge it: a mean hides the tail
             "rows": [r.to_dict() for r in self.rows],
         }
 
