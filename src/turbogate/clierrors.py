@@ -23,7 +23,10 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageErro
 from typer._click.utils import _detect_program_name
 from typer.core import TyperGroup
 
+from turbogate import clihelp
 from turbogate.errors import BadInput, CatalogError, ConfigError, TurbogateError, ValidationError
+
+clihelp.install()  # every app is built on OneLineErrors, so its help is fixed here too
 
 DEBUG_FLAG = "--debug"
 DEBUG_ENV = "TURBOGATE_DEBUG"

@@ -17,6 +17,9 @@ from turbogate.results import RequestRecord, load_run
 
 KEY = "sk-fail-loudly"
 MODEL = "llama-3.2-1b"
+# The first key passes the check before load (GET /v1/models); the three others are refused.
+MOSTLY_REVOKED = ["--api-key", KEY, "--api-key", "sk-revoked-1", "--api-key", "sk-revoked-2",
+                  "--api-key", "sk-revoked-3"]
 
 
 @pytest.fixture(scope="module")
@@ -36,14 +39,15 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 def test_model_discovery_without_a_key_says_pass_api_key(gateway: Service, tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["--host", gateway.url, "--qps", "5", "--duration", "1", "--no-live",
                                    "--out", str(tmp_path / "r")])
-    assert res.exit_code == 1
+    assert res.exit_code == 2  # refused before any load, as bad input
     assert "401" in res.output and "--api-key" in res.output and "pass --model" not in res.output
 
 
-def test_an_all_401_run_stops_names_the_cause_and_exits_non_zero(gateway: Service, tmp_path: Path) -> None:
+def test_a_mostly_401_run_stops_names_the_cause_and_exits_non_zero(gateway: Service, tmp_path: Path) -> None:
     out = tmp_path / "r"
+    keys = MOSTLY_REVOKED
     res = CliRunner().invoke(app, ["--host", gateway.url, "--model", MODEL, "--qps-start", "5", "--qps-end", "20",
-                                   "--duration", "20", "--no-live", "--out", str(out)], env={"COLUMNS": "200"})
+                                   "--duration", "20", "--no-live", "--out", str(out), *keys], env={"COLUMNS": "200"})
     assert res.exit_code == 1, res.output
     assert "HTTP 401 ×" in res.output  # the reasons by count, on the terminal
     assert "stopped:" in res.output and "pass --api-key" in res.output
@@ -87,9 +91,10 @@ def test_first_step_rule_counts_shedding_apart() -> None:
 
 
 def test_find_knee_stops_on_a_failing_first_probe(gateway: Service, tmp_path: Path) -> None:
+    keys = MOSTLY_REVOKED
     res = CliRunner().invoke(app, ["--host", gateway.url, "--model", MODEL, "--find-knee", "--qps-start", "10",
-                                   "--step-duration", "1", "--no-live", "--no-report", "--out", str(tmp_path / "r")],
-                             env={"COLUMNS": "200"})
+                                   "--step-duration", "1", "--no-live", "--no-report", "--out", str(tmp_path / "r"),
+                                   *keys], env={"COLUMNS": "200"})
     assert res.exit_code == 1, res.output
     assert "HTTP 401" in res.output and "--api-key" in res.output
     assert len(load_run(tmp_path / "r", with_samples=False).summary.steps) == 1  # no second probe

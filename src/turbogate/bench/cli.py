@@ -18,7 +18,7 @@ from turbogate.clierrors import OneLineErrors
 from turbogate.config import Listen
 from turbogate.errors import BadInput, TurbogateError
 from turbogate.results import Summary, compare, load_run
-from turbogate.results.fmt import fmt_ms, fmt_num, fmt_pct, fmt_signed_pct
+from turbogate.results.fmt import fmt_cost, fmt_count, fmt_ms, fmt_num, fmt_pct, fmt_range, fmt_rate, fmt_signed_pct
 from turbogate.results.knee import method_cell
 
 app = typer.Typer(
@@ -26,6 +26,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     cls=OneLineErrors,
+    subcommand_metavar="[compare RUN_A RUN_B]",  # the bench itself runs without a subcommand
 )
 
 
@@ -43,7 +44,8 @@ def print_summary(summary: Summary, console: Console) -> None:
                 "TPOT p50", "E2E p95", "lag p99"):
         t.add_column(col)
     for tier, g in summary.overall.items():
-        t.add_row(tier, str(g.requests), str(g.ok), f"{g.errors} ({fmt_pct(g.error_rate)})", str(g.unfinished),
+        t.add_row(tier, fmt_count(g.requests), fmt_count(g.ok), f"{fmt_count(g.errors)} ({fmt_pct(g.error_rate)})",
+                  fmt_count(g.unfinished),
                   fmt_num(g.achieved_rps), fmt_num(g.output_tokens_per_s), fmt_ms(g.pct("ttft", "p50")),
                   fmt_ms(g.pct("ttft", "p95")), fmt_ms(g.pct("tpot", "p50")), fmt_ms(g.pct("e2e", "p95")),
                   fmt_ms(g.pct("lag", "p99")))
@@ -66,11 +68,11 @@ def print_summary(summary: Summary, console: Console) -> None:
 
 def print_roi(summary: Summary, console: Console) -> None:
     rt = Table(title="ROI by load band")
-    for col in ("band", "tier", "offered req/s", "achieved req/s", "p95 TTFT", "p95 E2E", "errors", "cost/1k req"):
+    for col in ("band", "tier", "offered", "achieved", "p95 TTFT", "p95 E2E", "errors", "cost/1k req"):
         rt.add_column(col)
     for r in summary.roi:
-        rt.add_row(r.band, r.tier, f"{fmt_num(r.offered_min)}–{fmt_num(r.offered_max)}", fmt_num(r.achieved_rps),
-                   r.p95("ttft"), r.p95("e2e"), fmt_pct(r.error_rate), fmt_num(r.cost_per_1k, 4))
+        rt.add_row(r.band, r.tier, fmt_range(r.offered_min, r.offered_max), fmt_rate(r.achieved_rps),
+                   r.p95("ttft"), r.p95("e2e"), fmt_pct(r.error_rate), fmt_cost(r.cost_per_1k))
     console.print(rt)
 
 
@@ -171,8 +173,7 @@ def bench(
     console.print(knee_line(result.summary))
     console.print(f"run folder: {result.run_dir}" + (" (interrupted)" if result.summary.interrupted else ""))
     if result.failure:
-        raise BenchFailed(f"stopped: {result.failure}",
-                          hint=f"every request is in {result.run_dir / 'requests.jsonl'}")
+        raise BenchFailed(result.failure, hint=f"every request is in {result.run_dir / 'requests.jsonl'}")
 
 
 def _run(cfg: BenchConfig) -> BenchResult:

@@ -27,8 +27,10 @@ ROUTE = typer.Option("/v1/chat/completions", "--route", help="/v1/chat/completio
 SHAPE = typer.Option(None, "--shape", help=f"Load shape: {', '.join(SHAPES)}. Default: constant "
                      "with --qps, linear when --qps-start/--qps-end are given.")
 QPS = typer.Option(None, "--qps", help="Rate of the constant shape (req/s).")
-QPS_START = typer.Option(None, "--qps-start", help="Start rate of a ramp / sweep / --find-knee.")
-QPS_END = typer.Option(None, "--qps-end", help="End rate of a ramp / sweep (cap of --find-knee).")
+QPS_START = typer.Option(None, "--qps-start", help="Start rate of a ramp or sweep (and the first probe of "
+                         "`turbogate bench --find-knee`).")
+QPS_END = typer.Option(None, "--qps-end", help="End rate of a ramp or sweep (and the cap of `turbogate bench "
+                       "--find-knee`).")
 STEPS = typer.Option(10, "--steps", min=1, help="Sweep steps, or slices of a ramp for per-step stats.")
 DURATION = typer.Option(60.0, "--duration", help="Seconds of load.")
 ARRIVALS_OPT = typer.Option("poisson", "--arrivals", help=f"Arrival process: {', '.join(ARRIVALS)}.")

@@ -17,7 +17,7 @@ import aiohttp
 
 from turbogate.bench.arrivals import Arrivals, Scheduled, build_schedule
 from turbogate.bench.collectors import Collectors, Nvml, parse_prometheus
-from turbogate.bench.failures import BenchFailed, first_step_failure, hint, reasons, reasons_line
+from turbogate.bench.failures import BenchFailed, first_step_failure, hint, reasons, reasons_line, run_failure
 from turbogate.bench.findknee import KneeSearch
 from turbogate.bench.live import LiveDisplay
 from turbogate.bench.machine import LocalCpu, apply_verdict, bound_line, judge, with_cpu
@@ -25,6 +25,7 @@ from turbogate.bench.runner import Runner, Target
 from turbogate.bench.shapes import Constant, make_shape, shape_steps
 from turbogate.bench.workers import RayWorkerPool, WorkerJob, WorkerPool, drive, lag_notes, merge, split
 from turbogate.bench.workload import Workload
+from turbogate.errors import BadInput
 from turbogate.results import (
     ALL,
     SLO,
@@ -99,23 +100,36 @@ class BenchConfig:
         return d
 
 
-async def discover_model(session: aiohttp.ClientSession, host: str, api_key: str | None = None) -> str:
+async def discover_model(session: aiohttp.ClientSession, host: str, api_key: str | None = None,
+                         model: str = "") -> str:
+    """The model to load: ``model`` once GET /v1/models shows the target serves it (refused at once,
+    before any load, when the list lacks it or the key is refused), else the list's first."""
     url = host.rstrip("/") + "/v1/models"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as r:
             if r.status == 401:
-                raise BenchFailed(f"GET {url} answered HTTP 401: " + (
-                    "the key was refused; check --api-key" if api_key else "the target wants a key; pass --api-key"))
+                raise BadInput(f"GET {url} answered HTTP 401: the target "
+                               + ("refused the key" if api_key else "wants an API key"),
+                               "check --api-key" if api_key else "pass --api-key KEY")
             if r.status != 200:
-                raise BenchFailed(f"GET {url} answered HTTP {r.status}; pass --model")
+                if model:  # a target without the list: the model cannot be checked beforehand
+                    return model
+                raise BenchFailed(f"GET {url} answered HTTP {r.status}", hint="pass --model")
             data = await r.json(content_type=None)
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise BenchFailed(f"cannot reach {url} ({type(exc).__name__}: {exc}); is the target up?") from None
-    models = data.get("data") if isinstance(data, dict) else None
-    if not models:
-        raise BenchFailed(f"{url} lists no models; pass --model")
-    return str(models[0]["id"])
+        raise BenchFailed(f"cannot reach {url} ({type(exc).__name__}: {exc})", hint="is the target up at --host?"
+                          ) from None
+    listed = data.get("data") if isinstance(data, dict) else None
+    ids = [str(m["id"]) for m in listed or () if isinstance(m, dict) and "id" in m]
+    if model and ids and model not in ids:
+        raise BadInput(f"the target does not serve the model {model!r} (GET {url} lists {', '.join(ids)})",
+                       "pass --model with one of those")
+    if model:
+        return model
+    if not ids:
+        raise BenchFailed(f"{url} lists no models", hint="pass --model")
+    return ids[0]
 
 
 async def discover_replicas(session: aiohttp.ClientSession, host: str) -> list[str]:
@@ -141,7 +155,7 @@ class BenchResult:
     records: list[RequestRecord]
     samples: list[Sample]
     notices: list[str]
-    failure: str | None = None  # why the run stopped early (the CLI exits non-zero)
+    failure: str | None = None  # why the run stopped early or failed as a whole (the CLI exits non-zero)
 
 
 async def _find_knee(cfg: BenchConfig, runner: Runner, rng: random.Random, steps: list[Step],
@@ -241,7 +255,7 @@ async def run_bench(cfg: BenchConfig, *, echo: Any = None) -> BenchResult:
     out_dir = cfg.out or Path("runs") / f"bench-{started_at.strftime('%Y%m%d-%H%M%S')}"
     async with aiohttp.ClientSession() as probe_session:
         t = cfg.target
-        model = t.model or await discover_model(probe_session, t.base_url, t.api_keys[0] if t.api_keys else None)
+        model = await discover_model(probe_session, t.base_url, t.api_keys[0] if t.api_keys else None, t.model)
         replicas = await discover_replicas(probe_session, t.base_url)
     own = cfg.target.base_url.rstrip("/") + "/metrics"
     if replicas:  # a turbogate gateway: scrape it and the engines behind it (KV use, fragmentation)
@@ -331,13 +345,14 @@ async def run_bench(cfg: BenchConfig, *, echo: Any = None) -> BenchResult:
         notes.append(f"errors by reason: {reasons_line(counts)} ({hint(counts.most_common(1)[0][0])})")
     interrupted = runner.stop.is_set()
     config = cfg.describe() | {"model": model}
-    warnings = [f"stopped: {why}" for why in failure]
+    run_failed = None if failure else run_failure(records, cfg.max_error_rate)
+    warnings = [f"stopped: {why}" for why in failure] + ([f"failed: {run_failed}"] if run_failed else [])
     summary = summarize(records, steps, kind="bench", started_at=started_iso, duration_s=duration, config=config,
                         slo=cfg.slo, knee_settings=cfg.knee, cost=cfg.cost, interrupted=interrupted, notes=notes,
                         warnings=warnings, max_lag_s=cfg.max_lag_s)
     summary = apply_verdict(summary, judge(summary, collectors.samples, cfg.max_lag_s))
     write_run(out_dir, records, collectors.samples, summary, report=cfg.report)
-    return BenchResult(out_dir, summary, records, collectors.samples, notices, failure[0] if failure else None)
+    return BenchResult(out_dir, summary, records, collectors.samples, notices, failure[0] if failure else run_failed)
 
 
 def knee_line(summary: Summary) -> str:

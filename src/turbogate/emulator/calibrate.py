@@ -79,8 +79,8 @@ def fit_step_model(records: Iterable[RequestRecord]) -> StepFit:
     """The step model that best explains the run's per-request decode times (see the module docstring)."""
     first, last, steps, _prompt = _windows(records)
     if first.size == 0:
-        raise CalibrationError("the run has no streamed request with 2 output tokens or more: run the bench with "
-                               "--stream (the default) and fixed output lengths")
+        raise CalibrationError("the run has no streamed request with 2 output tokens or more: run `turbogate "
+                               "bench --stream` (the default) with fixed output lengths")
     if first.size < MIN_REQUESTS:
         raise CalibrationError(f"the run has {first.size} usable requests; a fit needs {MIN_REQUESTS} or more")
     span = last - first

@@ -22,6 +22,32 @@ def fmt_num(v: float | None, sig: int = 3) -> str:
     return "0" if text in ("-0", "") else text
 
 
+def fmt_count(n: int | None) -> str:
+    """A count with thousands separators: 537530 → "537,530"."""
+    return "–" if n is None else f"{n:,}"
+
+
+def fmt_rate(v: float | None, unit: str = "req/s") -> str:
+    """A rate with its unit: "3.19 req/s", "4,000 req/s" (never "4e+03")."""
+    return "–" if v is None else f"{fmt_num(v)} {unit}"
+
+
+def fmt_range(lo: float | None, hi: float | None, unit: str = "req/s") -> str:
+    """"8–12 req/s"; one figure when both ends read the same ("8 req/s", never "8–8")."""
+    a, b = fmt_num(lo), fmt_num(hi)
+    return f"{a} {unit}" if a == b else f"{a}–{b} {unit}"
+
+
+COST_UNIT = "cost units"  # what --fleet-cost-per-hour is counted in (any currency the user chose)
+
+
+def fmt_cost(v: float | None, per: str = "") -> str:
+    """A cost with its unit: "0.0729 cost units / 1k req" (4 significant digits, never exponent form)."""
+    if v is None:
+        return "–"
+    return f"{fmt_num(v, 4)} {COST_UNIT}" + (f" / {per}" if per else "")
+
+
 def fmt_ms(seconds: float | None) -> str:
     """A duration: ms below a second, s above (0.0734 → "73 ms", 2.4 → "2.4 s", 16.04 → "16 s")."""
     if seconds is None:

@@ -11,7 +11,17 @@ import plotly.io as pio
 from plotly.subplots import make_subplots
 
 from turbogate.results import figures
-from turbogate.results.fmt import fmt_ms, fmt_num, fmt_pct, fmt_signed_pct, fmt_value
+from turbogate.results.fmt import (
+    fmt_cost,
+    fmt_count,
+    fmt_ms,
+    fmt_num,
+    fmt_pct,
+    fmt_range,
+    fmt_rate,
+    fmt_signed_pct,
+    fmt_value,
+)
 from turbogate.results.knee import METHOD_TEXT, method_cell
 from turbogate.results.schema import ALL, RequestRecord, Sample
 from turbogate.results.summary import Summary
@@ -72,18 +82,19 @@ def _unfinished_note(s: Summary) -> str:
 
 
 def _roi_table(s: Summary) -> str:
-    rows = [[r.band, r.tier, str(r.steps), f"{_fmt(r.offered_min)}–{_fmt(r.offered_max)}", _fmt(r.achieved_rps),
-             r.p95("ttft"), r.p95("e2e"), fmt_pct(r.error_rate), _fmt(r.cost_per_1k, digits=4)]
+    rows = [[r.band, r.tier, str(r.steps), fmt_range(r.offered_min, r.offered_max), fmt_rate(r.achieved_rps),
+             r.p95("ttft"), r.p95("e2e"), fmt_pct(r.error_rate), fmt_cost(r.cost_per_1k)]
             for r in s.roi]
-    return _table(["band", "tier", "steps", "offered req/s", "achieved req/s", "p95 TTFT", "p95 E2E",
+    return _table(["band", "tier", "steps", "offered", "achieved", "p95 TTFT", "p95 E2E",
                    "errors", "cost / 1k req"], rows)
 
 
 def _overall_table(s: Summary) -> str:
     rows = []
     for tier, g in s.overall.items():
-        rows.append([tier, str(g.requests), str(g.ok), f"{g.errors} ({fmt_pct(g.error_rate)})",
-                     fmt_pct(g.shed_rate), str(g.unfinished), _fmt(g.achieved_rps), _fmt(g.output_tokens_per_s),
+        rows.append([tier, fmt_count(g.requests), fmt_count(g.ok), f"{fmt_count(g.errors)} ({fmt_pct(g.error_rate)})",
+                     fmt_pct(g.shed_rate), fmt_count(g.unfinished), fmt_rate(g.achieved_rps),
+                     fmt_rate(g.output_tokens_per_s, "tok/s"),
                      fmt_ms(g.pct("ttft", "p50")), fmt_ms(g.pct("ttft", "p99")), fmt_ms(g.pct("tpot", "p50")),
                      fmt_ms(g.pct("e2e", "p95")), fmt_ms(g.pct("lag", "p99"))])
     return _table(["tier", "requests", "ok", "errors", "shed", "unfinished", "req/s", "out tok/s", "TTFT p50",

@@ -138,7 +138,7 @@ def summarize(records: Iterable[RequestRecord], steps: Sequence[Step], *, kind: 
         knees = {t: replace(k, confidence="low" if k.verdict == "knee" else k.confidence,
                             note=k.note + f" (bench lagged: p99 dispatch lag {fmt_ms(lag)})") for t, k in knees.items()}
     roi = roi_table(per_step, knees, cost)
-    stopped = [w for w in warns if w.startswith("stopped:")]
+    stopped = [w for w in warns if w.startswith(("stopped:", "failed:"))]
     advice = f"No recommendation: the run {stopped[0]}" if stopped else recommendation(roi, knees)
     return Summary(
         schema_version=SCHEMA_VERSION, kind=kind, started_at=started_at, duration_s=duration_s, config=config,
