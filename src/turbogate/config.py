@@ -84,7 +84,12 @@ class TierConfig(_Model):
         1.0, gt=0, le=1, description="holdback: dispatch only while the pool's use is under this fraction"
     )
     queue_bound: int = Field(1024, ge=1, description="most requests waiting in this tier's queue (per pool)")
-    queue_budget_s: float = Field(30.0, gt=0, description="longest a request may wait before it is shed (503)")
+    ttft_slo_s: float | None = Field(
+        None, gt=0, description="the tier's time-to-first-token objective (s): its queue budget by default, and a "
+        "standing queue is then served newest first so that what is served meets it (controlled delay, "
+        "sched/codel.py); for turbo, a request that would queue past it is served Standard at once")
+    queue_budget_s: float = Field(30.0, gt=0, description="longest a request may wait before it is shed (503); "
+                                  "default: ttft_slo_s when set, else 30")
     deadline_s: float = Field(300.0, gt=0, description="arrival to full answer (first byte for streams) → 504")
     enabled: bool = True
     dscp: int | str | None = Field(
@@ -103,17 +108,21 @@ class TierConfig(_Model):
             for key, why in _REMOVED_TIER_KEYS.items():
                 if key in data:
                     raise ValueError(f"{key!r} was removed: {why}")
+            if data.get("queue_budget_s") is None and data.get("ttft_slo_s") is not None:
+                data = {**data, "queue_budget_s": data["ttft_slo_s"]}  # the queue budget follows the objective
         return data
 
 
 def _default_tiers() -> dict[str, TierConfig]:
     return {
+        # Turbo keeps a longer budget than its objective: what exceeds the objective is served
+        # Standard at arrival (sched/turbo_supply.py), and one already queued is better late than refused.
         "turbo": TierConfig(min_share=0.0, capacity_share=1.0, max_utilization=1.0, queue_bound=256,
-                            queue_budget_s=5, deadline_s=120),
+                            ttft_slo_s=1.0, queue_budget_s=5, deadline_s=120),
         "standard": TierConfig(min_share=0.2, capacity_share=0.9, max_utilization=0.85, queue_bound=1024,
-                               queue_budget_s=30, deadline_s=300),
+                               ttft_slo_s=5.0, queue_budget_s=5.0, deadline_s=300),
         "relax": TierConfig(min_share=0.05, capacity_share=0.5, max_utilization=0.7, queue_bound=4096,
-                            queue_budget_s=120, deadline_s=600),
+                            ttft_slo_s=60.0, queue_budget_s=60.0, deadline_s=600),
     }
 
 

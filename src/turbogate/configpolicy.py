@@ -45,6 +45,7 @@ def flow_policy(config: GatewayConfig, pools: Sequence[PoolSpec] | None = None, 
             queue_budget_s=t.queue_budget_s,
             deadline_s=t.deadline_s,
             min_share=t.min_share,
+            ttft_slo_s=t.ttft_slo_s,
         )
         for name, t in config.tiers.items()
     }

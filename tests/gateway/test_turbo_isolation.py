@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from tests.gateway.conftest import ADMIN, admin_state
-from turbogate.config import hash_key
+from turbogate.config import _default_tiers, hash_key
 from turbogate.engine import EngineConfig
 from turbogate.engine.capacity import saturated_rate
 from turbogate.perf import deployment, get_gpu, resolve_model
@@ -36,6 +36,7 @@ GPU, MODEL, SEQS = "L4", "llama-3.1-8b", 8
 SCALE = 1.0
 PROMPT, OUTPUT = 128, 32
 KEY = "sk-isolation-test"
+STANDARD_SLO_S = _default_tiers()["standard"].ttft_slo_s or 5.0
 
 
 def fleet_capacity(replicas: int) -> float:
@@ -153,8 +154,13 @@ def failures(f: dict[str, Any]) -> list[str]:
     checks = {
         "Turbo's median at 2x within 2.5x its light-load median":
             f["turbo_p50_heavy_s"] <= 2.5 * f["turbo_p50_light_s"],
-        "Turbo's median under a tenth of Standard's (tiers, not FIFO)":
-            f["turbo_p50_heavy_s"] <= 0.1 * f["standard_p50_heavy_s"],
+        # Standard's standing queue is served newest first (sched/codel.py): what it serves meets
+        # its objective instead of waiting out a FIFO budget, so tiers show in who waits, not in
+        # a tenfold gap between medians.
+        "Turbo's median no more than Standard's (tiers, not FIFO)":
+            f["turbo_p50_heavy_s"] <= f["standard_p50_heavy_s"],
+        "Standard's median within its TTFT objective (controlled delay)":
+            f["standard_p50_heavy_s"] <= STANDARD_SLO_S,
         "no Turbo request shed": f["turbo_shed"] == 0,
         "Standard keeps a fifth of what is served": f["standard_share"] >= 0.2,
         "Relax is served": f["relax_done"] > 0,

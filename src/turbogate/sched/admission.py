@@ -43,8 +43,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from turbogate.sched.codel import ControlledDelay
 from turbogate.sched.surge import ArrivalPace, turbo_deficit
 from turbogate.sched.tiers import RANK, TIERS, Tier
+from turbogate.sched.turbo_supply import TurboSupply
 
 #: Weight of one dispatch in each tier's recent-share EWMA (about the last 200 dispatches): long
 #: enough that a burst of Turbo, which takes most dispatches for a few seconds, does not make a
@@ -138,6 +140,8 @@ class TierPolicy:
     queue_budget_s: float = 30.0
     deadline_s: float = 300.0
     min_share: float = 0.0
+    #: The tier's TTFT objective: with one, a standing queue is served newest first (sched/codel.py).
+    ttft_slo_s: float | None = None
 
     @property
     def queue_limit_s(self) -> float:
@@ -184,12 +188,14 @@ class Ticket:
     vtag: float = 0.0
     state: State = State.QUEUED
     dispatched_at: float | None = None
+    first: bool = False  # ahead of its tier's fair order (Turbo served Standard for want of supply)
 
     # Written out, not generated: a compiled build runs a generated dataclass __init__ as interpreted Python.
     def __init__(self, tenant: str, tier: Tier, arrival: float, cost: float = 1.0, payload: builtins.object = None,
-                 id: int = 0, vtag: float = 0.0, state: State = _QUEUED, dispatched_at: float | None = None) -> None:
+                 id: int = 0, vtag: float = 0.0, state: State = _QUEUED, dispatched_at: float | None = None,
+                 first: bool = False) -> None:
         self.tenant, self.tier, self.arrival, self.cost, self.payload = tenant, tier, arrival, cost, payload
-        self.id, self.vtag, self.state, self.dispatched_at = id, vtag, state, dispatched_at
+        self.id, self.vtag, self.state, self.dispatched_at, self.first = id, vtag, state, dispatched_at, first
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +277,11 @@ class Admission:
         self._top_arrivals = _Rate()
         self._completions = _Rate()
         self.pace = ArrivalPace()  # follows a surge faster than _top_arrivals (sched/surge.py)
+        # Controlled delay for the lower tiers with a TTFT objective (the top tier's excess is
+        # downgraded at arrival instead: sched/turbo_supply.py).
+        self._codel = {t: ControlledDelay(p.ttft_slo_s, _QUEUED) for t, p in self.policies.items()
+                       if p.ttft_slo_s is not None and t is not _TOP}
+        self.supply = TurboSupply()
 
     # ---- queries -------------------------------------------------------------------------
     def queue_length(self, tier: Tier) -> int:
@@ -374,7 +385,7 @@ class Admission:
                         f"the {tier.value} queue is full ({policy.queue_bound} waiting)")
         # Nothing queued and a slot free: the prediction is 0, under any budget (the usual arrival).
         predicted = self.predicted_wait_s(tier, slots) if self.queued or self.in_flight >= slots else None
-        if predicted is not None and predicted > self._queue_limits[tier]:
+        if predicted is not None and predicted > self._queue_limits[tier] and not self._newest_first(tier):
             return Shed(503, "queue_time_budget", clamp_retry(predicted - policy.queue_limit_s),
                         f"expected queue time {predicted:.1f}s exceeds the {tier.value} budget "
                         f"of {policy.queue_limit_s:g}s")
@@ -391,10 +402,19 @@ class Admission:
         self._active[ticket.tenant] = active + 1
         return None
 
+    def _newest_first(self, tier: Tier) -> bool:
+        """Is ``tier``'s queue standing, or on its way (then a new arrival is served first, whatever
+        waits ahead of it, and no FIFO prediction says it must be refused)?"""
+        codel = self._codel.get(tier)
+        return codel is not None and codel.above_since is not None
+
     def _enqueue(self, ticket: Ticket) -> None:
         queue = self._queues[ticket.tier]
-        heapq.heappush(queue.heap, (ticket.vtag, ticket.id, ticket))
+        heapq.heappush(queue.heap, (-1.0 if ticket.first else ticket.vtag, ticket.id, ticket))
         queue.length += 1
+        codel = self._codel.get(ticket.tier)
+        if codel is not None:
+            codel.joined(ticket, queue.length)
         self.queued += 1
         queue.queued_by_tenant[ticket.tenant] = queue.queued_by_tenant.get(ticket.tenant, 0) + 1
 
@@ -473,6 +493,9 @@ class Admission:
             if (queue.in_flight < cap and (best is None or due)
                     and in_flight < (max(line, line_above) if due else line)):
                 head = queue.head()
+                codel = self._codel.get(_tier)
+                if codel is not None:
+                    head = codel.choose(head, now)
                 if head is not None:
                     if due:
                         owed = head
@@ -490,7 +513,15 @@ class Admission:
         queue.length -= 1
         self.queued -= 1
         self._dec_queued(queue, ticket.tenant)
+        if not queue.length and self._codel:
+            self._emptied(ticket.tier)
         self._start(ticket, now)
+
+    def _emptied(self, tier: Tier) -> None:
+        """``tier``'s queue just emptied: its arrival order (sched/codel.py) holds nothing to keep."""
+        codel = self._codel.get(tier)
+        if codel is not None:
+            codel.order.clear()
 
     def _start(self, ticket: Ticket, now: float) -> None:
         """``ticket`` leaves for its replica (taken off the queue, or never queued: ``submit_now``)."""
@@ -550,7 +581,7 @@ class Admission:
         queue.length += 1
         self.queued += 1
         queue.queued_by_tenant[ticket.tenant] = queue.queued_by_tenant.get(ticket.tenant, 0) + 1
-        heapq.heappush(queue.heap, (ticket.vtag, ticket.id, ticket))
+        heapq.heappush(queue.heap, (-1.0 if ticket.first else ticket.vtag, ticket.id, ticket))
 
     def on_complete(self, ticket: Ticket, now: float, *, count_service: bool = True) -> None:
         """A dispatched ticket finished (served, failed or cancelled): free its slot."""
@@ -579,6 +610,8 @@ class Admission:
         queue.length -= 1
         self.queued -= 1
         self._dec_queued(queue, ticket.tenant)
+        if not queue.length and self._codel:
+            self._emptied(ticket.tier)
         self._release_tenant(ticket.tenant)
         return True
 

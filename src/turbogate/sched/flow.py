@@ -57,6 +57,7 @@ from turbogate.sched.policy import FlowPolicy, PoolSpec, TenantSpec
 from turbogate.sched.regions import RegionPolicy, Regions, pool_view, rtt_probes, turbo_candidates
 from turbogate.sched.tiering import asked_tier, served_tier
 from turbogate.sched.tiers import TIER_NAME, TIERS, Tier
+from turbogate.sched.turbo_supply import EXCESS_REASONS, turbo_excess
 from turbogate.sched.warmup import WarmUp, warm_result
 
 _QUEUED, _UPSTREAM, _ANSWERING, _DONE = Phase.QUEUED, Phase.UPSTREAM, Phase.ANSWERING, Phase.DONE
@@ -220,6 +221,10 @@ class Flow:
                 refused = guard.grant(now)
                 if refused is not None:  # past the knee: served Standard, and the answer says why
                     served, why = _STANDARD, refused
+        if served is _TURBO and self._tiered:  # beyond what the pool can give Turbo: told at once
+            excess = turbo_excess(self.pools[pool].admission, now, *self.picker.slot_counts(pool, now))
+            if excess is not None:
+                served, why = _STANDARD, excess
         policy = self.policy
         tokens = given if given is not None and given > 0 else policy.default_max_tokens
         cost = float(min(tokens, cap)) + min(prompt_bytes / 4.0, float(cap))
@@ -273,7 +278,8 @@ class Flow:
         slots = counts[0]
         if slots <= 0:
             return [self._no_replica(req, now)]
-        ticket = Ticket(req.tenant, req.served if self._tiered else _STANDARD, req.arrival, req.cost, req)
+        ticket = Ticket(req.tenant, req.served if self._tiered else _STANDARD, req.arrival, req.cost, req,
+                        first=req.downgrade in EXCESS_REASONS)
         admission = pool.admission
         decision: Admitted | Shed | bool
         if admission.queued == 0:  # the usual arrival: L1's choice is this request or none, in one call

@@ -1,0 +1,98 @@
+"""What Turbo can be given in a pool, and what happens to the rest (pure, ``now`` passed in).
+
+Turbo asking more than a pool can give it must be told at once: served as Standard (the
+answer's ``X-Turbogate-Downgrade`` says why), never queued until its budget runs out and then
+refused — by then it has waited longer than Standard would have, and longer than its objective.
+
+What Turbo can be given is measured, not modelled: the completions a full pool makes (its
+proven slots over the measured dispatch-to-completion time, sched/admission.py), less the
+shares of dispatches the lower tiers that ask for any are guaranteed (``min_share``), less the
+holdback's headroom for Turbo's own swing.  A token bucket at that
+rate, as deep as one service time of it, passes Turbo's own bursts and stops a demand that
+stays above it.  Independently, a Turbo request that would queue behind others for longer than
+Turbo's TTFT objective (its queue budget where it has none) is served Standard at once.
+
+A downgraded request goes first in Standard's line (``Ticket.first``): Standard's own queue
+may stand under the same overload (sched/codel.py serves it newest first and refuses the rest
+at its objective), and a paying Turbo request must not wait out Standard's objective there.
+
+Before anything is measured (a cold gateway) nothing is downgraded: the bound would be a guess.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from turbogate.sched.tiers import TIERS
+
+if TYPE_CHECKING:
+    from turbogate.sched.admission import Admission
+
+_TOP = TIERS[0]
+
+#: Downgrade reasons (``X-Turbogate-Downgrade``).
+OVER_SUPPLY = "turbo_over_supply"
+QUEUE_OVER_OBJECTIVE = "turbo_queue_over_objective"
+#: Why a request is served Standard for want of Turbo supply (``Ticket.first`` for these).
+EXCESS_REASONS = frozenset({OVER_SUPPLY, QUEUE_OVER_OBJECTIVE})
+
+
+class TurboSupply:
+    """One pool's Turbo supply: a token bucket at the measured rate Turbo can be given."""
+
+    __slots__ = ("_at", "_tokens", "rate_rps")
+
+    def __init__(self) -> None:
+        self._tokens = -1.0  # full at the first look
+        self._at = 0.0
+        self.rate_rps: float | None = None  # the supply as of the last look (None: not measured yet)
+
+    def supply_rps(self, admission: Admission, proven_slots: int) -> float | None:
+        """Turbo requests per second the pool can give Turbo now, or None (no bound: nothing
+        measured yet, or no other tier asks):
+        the rate whose occupancy (rate × service, Little's law) plus the holdback's headroom for
+        its swing (β √occupancy, sched/admission.py ``headroom_slots``) fits in the slots the
+        lower tiers' guaranteed shares leave."""
+        service = admission.service_estimate_s
+        if service is None or service <= 0.0 or proven_slots <= 0:
+            return None
+        lower = [p.min_share for t, p in admission.policies.items()
+                 if t is not _TOP and (admission.queue_length(t) or admission.tier_in_flight(t))]
+        if not lower:
+            return None  # no other tier asks for anything: Turbo may have the whole pool
+        room = proven_slots * max(0.0, 1.0 - sum(lower))
+        from turbogate.sched.admission import _staffing_beta  # (admission imports this module)
+
+        beta = _staffing_beta(admission.headroom_risk) if admission.headroom_staffing else 0.0
+        root = (-beta + math.sqrt(beta * beta + 4.0 * room)) / 2.0  # occupancy a with a + β √a = room
+        return root * root / service
+
+    def grant(self, admission: Admission, now: float, slots: int, proven_slots: int) -> str | None:
+        """None: a Turbo request may be served Turbo; else why it is served Standard."""
+        base = proven_slots if proven_slots < slots else slots
+        rate = self.rate_rps = self.supply_rps(admission, base)
+        if rate is None:
+            return None
+        policy = admission.policies[_TOP]
+        objective = policy.ttft_slo_s if policy.ttft_slo_s is not None else policy.queue_limit_s
+        service = admission.service_estimate_s or 0.0
+        depth = max(2.0, rate * service)
+        tokens = depth if self._tokens < 0.0 else min(depth, self._tokens + (now - self._at) * rate)
+        self._at = now
+        self._tokens = tokens
+        if admission.queue_length(_TOP) > 0:
+            predicted = admission.predicted_wait_s(_TOP, slots)
+            if predicted is not None and predicted > objective:
+                return QUEUE_OVER_OBJECTIVE
+        if tokens < 1.0:
+            return OVER_SUPPLY
+        self._tokens = tokens - 1.0
+        return None
+
+
+
+def turbo_excess(admission: Admission, now: float, slots: int, proven_slots: int) -> str | None:
+    """For a Turbo request about to be opened on ``admission``'s pool: None (served Turbo), or the
+    reason it is served Standard (first in Standard's line: ``Ticket.first``)."""
+    return admission.supply.grant(admission, now, slots, proven_slots)
