@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from turbogate.bench.cli import app
 from turbogate.perf import deployment, get_gpu, get_model, saturation
+from turbogate.perf.profiles import DEFAULT_PROFILE, with_profile
 from turbogate.procs import Service, start_emulator
 from turbogate.results import load_run
 
@@ -167,7 +168,7 @@ def test_summary_equals_recomputation_from_requests(
 def test_knee_lands_near_the_perf_model_capacity(emulator_factory: Callable[..., Service], tmp_path: Path) -> None:
     gpu, model, seqs, scale, out_tokens = "L4", "llama-3.1-8b", 16, 0.2, 32
     emu = emulator_factory("--time-scale", str(scale), "--gpu", gpu, "--model", model, "--max-num-seqs", str(seqs))
-    dep = deployment(get_gpu(gpu), get_model(model))
+    dep = with_profile(deployment(get_gpu(gpu), get_model(model)), DEFAULT_PROFILE)  # emulate's default profile
     # The emulator counts chat prompts as BOS + 5 framing tokens + content + 4: 128 content tokens → 138.
     expected = saturation(dep, 138, out_tokens, max_num_seqs=seqs).request_rate / scale
     out = tmp_path / "knee"
@@ -233,7 +234,7 @@ def test_find_knee_steps_up_then_bisects_to_the_capacity(
         emulator_factory: Callable[..., Service], tmp_path: Path) -> None:
     gpu, model, seqs, scale, out_tokens = "L4", "llama-3.1-8b", 16, 0.2, 32
     emu = emulator_factory("--time-scale", str(scale), "--gpu", gpu, "--model", model, "--max-num-seqs", str(seqs))
-    expected = saturation(deployment(get_gpu(gpu), get_model(model)), 138, out_tokens,
+    expected = saturation(with_profile(deployment(get_gpu(gpu), get_model(model)), DEFAULT_PROFILE), 138, out_tokens,
                           max_num_seqs=seqs).request_rate / scale
     out = tmp_path / "fk"
     res = CliRunner().invoke(app, [

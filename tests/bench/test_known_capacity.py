@@ -25,6 +25,7 @@ from turbogate.config import hash_key
 from turbogate.engine import EngineConfig
 from turbogate.engine.capacity import saturated_rate
 from turbogate.perf import deployment, get_gpu, resolve_model, saturation
+from turbogate.perf.profiles import DEFAULT_PROFILE, with_profile
 from turbogate.procs import Service, start_emulator, start_gateway
 from turbogate.results import ALL, Summary, load_run
 
@@ -42,7 +43,7 @@ class Pair:
 
     def engine_capacity(self) -> float:
         """Requests/s one replica sustains in virtual time (the emulator's own engine at saturation)."""
-        dep = deployment(get_gpu(self.gpu), resolve_model(self.model))
+        dep = with_profile(deployment(get_gpu(self.gpu), resolve_model(self.model)), DEFAULT_PROFILE)  # emulate's
         return saturated_rate(dep, EngineConfig(max_num_seqs=self.seqs), self.prompt + CHAT_FRAMING, self.output)
 
 
@@ -116,7 +117,7 @@ def four_a(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 def test_reference_capacity_matches_the_closed_form() -> None:
     for pair in (A, B):
-        dep = deployment(get_gpu(pair.gpu), resolve_model(pair.model))
+        dep = with_profile(deployment(get_gpu(pair.gpu), resolve_model(pair.model)), DEFAULT_PROFILE)
         closed = saturation(dep, pair.prompt + CHAT_FRAMING, pair.output, max_num_seqs=pair.seqs).request_rate
         assert pair.engine_capacity() == pytest.approx(closed, rel=0.03)
 

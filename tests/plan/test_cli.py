@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from turbogate.cli import app
 from turbogate.perf import deployment, get_gpu, get_model
+from turbogate.perf.profiles import DEFAULT_PROFILE, with_profile
 from turbogate.plan.latency import latency_model
 from turbogate.results import RequestRecord, Step, load_run, summarize, write_run
 
@@ -33,7 +34,9 @@ def test_capacity_json_matches_the_model() -> None:
                               "--output-tokens", "256", "--rates", "1,17", "--json"))
     assert out["gpu"] == "A100-80G-SXM"
     assert out["kv_bytes_per_token"] == 131_072
-    lm = latency_model(deployment(get_gpu("A100-80G-SXM"), get_model("llama-3.1-8b")), 512, 256)
+    # plan's default engine profile (vllm-v1) is the model the command runs
+    dep = with_profile(deployment(get_gpu("A100-80G-SXM"), get_model("llama-3.1-8b")), DEFAULT_PROFILE)
+    lm = latency_model(dep, 512, 256)
     assert out["saturation"]["request_rate"] == pytest.approx(lm.saturation_rate)
     assert [r["rate"] for r in out["rates"]] == [1.0, 17.0]
     assert out["rates"][0]["ttft_s"] == pytest.approx(lm.ttft(1.0))
@@ -107,7 +110,7 @@ def _fake_run(tmp_path: Path, scale: float, overload: bool = False) -> Path:
     """A sim-kind run whose mean TTFT and TPOT are ``scale`` × the planner's prediction at every step;
     ``overload`` adds steps at 1.3 and 1.6 × saturation where the excess is shed (503): two, because one
     failing step (the highest) is not yet a knee."""
-    dep = deployment(get_gpu("H100-SXM"), get_model("llama-3.2-1b"))
+    dep = with_profile(deployment(get_gpu("H100-SXM"), get_model("llama-3.2-1b")), DEFAULT_PROFILE)
     lm = latency_model(dep, 512, 256)
     rates = [0.2 * lm.saturation_rate, 0.4 * lm.saturation_rate, 0.6 * lm.saturation_rate]
     if overload:

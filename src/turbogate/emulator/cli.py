@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from turbogate.errors import BadInput, TurbogateError
+from turbogate.plan.profile_opts import engine_profile_option, gpu_profile_option, profiled
 
 
 class SchedulingPolicy(StrEnum):
@@ -69,6 +70,8 @@ def emulate(
         help="A bench run folder of a real engine (streamed): fit the step time (per step, per sequence, per "
              "prompt token) to its inter-token gaps and emulate that engine; give it the engine's --max-num-seqs. "
              "The fit is printed as one JSON line on stderr (docs/engines.md)."),
+    engine_profile: str = engine_profile_option(),
+    gpu_profile: Path | None = gpu_profile_option(),
 ) -> None:
     """Run an OpenAI-compatible engine emulator (vLLM-shaped scheduler, roofline timing)."""
     from turbogate.emulator.server import build_app, run_server
@@ -88,6 +91,7 @@ def emulate(
             served_model_names=served_model_name or [model], tokenizer=tokenizer, time_scale=time_scale, seed=seed,
             error_rate=error_rate, hang_rate=hang_rate, crash_after=crash_after, startup_delay=startup_delay,
             crash_mid_stream=crash_mid_stream, metrics_delay=metrics_delay,
+            profile=lambda dep: profiled(dep, engine_profile, gpu_profile),
         )
     except (TurbogateError, ValueError, RuntimeError, FileNotFoundError) as exc:
         raise BadInput(str(exc), exc.hint if isinstance(exc, TurbogateError) else None) from exc  # one line, exit 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 
 import uvicorn
@@ -11,7 +12,7 @@ from turbogate.emulator.app import EmulatorApp, EmulatorSettings, Faults
 from turbogate.emulator.calibrate import StepFit, factors_for
 from turbogate.emulator.tokens import make_counter
 from turbogate.engine import Engine, EngineConfig, Policy
-from turbogate.perf import deployment, get_gpu, resolve_model
+from turbogate.perf import Deployment, deployment, get_gpu, resolve_model
 
 log = logging.getLogger("turbogate.emulator")
 
@@ -22,10 +23,13 @@ def build_app(*, gpu: str, model: str, tp: int = 1, max_num_seqs: int = 256, max
               served_model_names: list[str] | None = None, tokenizer: str | None = None, time_scale: float = 1.0,
               seed: int = 0, error_rate: float = 0.0, hang_rate: float = 0.0, crash_after: int | None = None,
               startup_delay: float = 0.0, crash_mid_stream: bool = False,
-              metrics_delay: float = 0.0, step_fit: StepFit | None = None) -> EmulatorApp:
+              metrics_delay: float = 0.0, step_fit: StepFit | None = None,
+              profile: Callable[[Deployment], Deployment] | None = None) -> EmulatorApp:
     spec = resolve_model(model)
     dep = deployment(get_gpu(gpu), spec, tp=tp, weight_dtype=dtype, kv_dtype=kv_cache_dtype,
                      gpu_mem_util=gpu_memory_utilization)
+    if profile is not None:  # --engine-profile / --gpu-profile
+        dep = profile(dep)
     if step_fit is not None:  # --calibrate-from: a real engine's measured step time, not the roofline's
         dep = replace(dep, factors=factors_for(dep, step_fit))
     engine = Engine(dep, EngineConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,

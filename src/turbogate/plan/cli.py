@@ -22,10 +22,13 @@ from turbogate.clierrors import OneLineErrors
 from turbogate.errors import BadInput, TurbogateError
 from turbogate.perf import GPUS, MODELS, Deployment, GiB, deployment, get_gpu, kv_bytes_per_token, resolve_model
 from turbogate.perf.default_workload import OUTPUT_TOKENS, PROMPT_TOKENS
+from turbogate.plan.burst_cli import burst_cmd
 from turbogate.plan.calibrate import Calibration, calibrate, rel_error
 from turbogate.plan.capacity import DEFAULT_BATCH_SIZES, CapacityReport, capacity
 from turbogate.plan.latency import DEFAULT_KNEE_FACTOR, LatencyModel, latency_model
 from turbogate.plan.matrix import DEFAULT_KV_THRESHOLD, MatrixInputs, decide, thresholds, tp_choices
+from turbogate.plan.profile_cli import profile_cmd
+from turbogate.plan.profile_opts import engine_profile_option, gpu_profile_option, profiled
 from turbogate.plan.roi import RoiInputs, reuse_model, roi
 from turbogate.plan.size_cli import size_cmd
 from turbogate.plan.views import decision_table, roi_table, thresholds_table, tp_table
@@ -40,6 +43,8 @@ app = typer.Typer(
     cls=OneLineErrors,
 )
 app.command("size")(size_cmd)
+app.command("profile")(profile_cmd)
+app.command("burst")(burst_cmd)
 
 # Piped or captured output gets a wide console so the tables are not truncated to 80 columns.
 console = Console() if sys.stdout.isatty() else Console(width=200)
@@ -223,11 +228,13 @@ def capacity_cmd(
     replicas: int = typer.Option(1, "--replicas", min=1, help="Replicas behind the run given with --from-run."),
     from_run: Path = RUN_OPT,
     as_json: bool = JSON_OPT,
+    engine_profile: str = engine_profile_option(),
+    gpu_profile: Path | None = gpu_profile_option(),
 ) -> None:
     """Weights, KV capacity, step times, saturation and predicted TTFT/TPOT against request rate."""
 
     def go() -> None:
-        dep = _deployment(gpu, model, tp, dtype, kv_dtype, gpu_mem_util)
+        dep = profiled(_deployment(gpu, model, tp, dtype, kv_dtype, gpu_mem_util), engine_profile, gpu_profile)
         report = capacity(dep, prompt_tokens, output_tokens, max_num_seqs, max_num_batched_tokens,
                           rates=_floats(rates, "--rates"),
                           batch_sizes=_ints(batch_sizes, "--batch-sizes") or DEFAULT_BATCH_SIZES,
