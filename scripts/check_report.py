@@ -96,7 +96,8 @@ READABILITY_JS = r"""
 """
 
 
-async def _inspect(ws_url: str, timeout: float, screenshot: Path | None = None) -> dict[str, Any]:
+async def _inspect(ws_url: str, timeout: float, screenshot: Path | None = None,
+                   probe: str | None = None) -> dict[str, Any]:
     errors: list[str] = []
     msg_id = 0
     async with websockets.connect(ws_url, max_size=None) as ws:
@@ -154,6 +155,10 @@ async def _inspect(ws_url: str, timeout: float, screenshot: Path | None = None) 
         await asyncio.sleep(0.5)  # let late errors arrive
         res = await call("Runtime.evaluate", returnByValue=True, expression=READABILITY_JS)
         errors.extend("readability: " + str(x) for x in res["result"]["result"].get("value") or [])
+        probed = None
+        if probe is not None:  # a test's own question about the drawn page (e.g. a figure's axis range)
+            res = await call("Runtime.evaluate", returnByValue=True, expression=probe)
+            probed = res["result"]["result"].get("value")
         if screenshot is not None:
             await call("Emulation.setDeviceMetricsOverride", width=1400, height=900, deviceScaleFactor=1,
                        mobile=False)
@@ -169,10 +174,11 @@ async def _inspect(ws_url: str, timeout: float, screenshot: Path | None = None) 
                 screenshot.with_name(f"{screenshot.stem}-{n}{screenshot.suffix}").write_bytes(
                     base64.b64decode(part["result"]["data"]))
         task.cancel()
-    return {"errors": errors, "figures": expected, "rendered": plots}
+    return {"errors": errors, "figures": expected, "rendered": plots, **({"probe": probed} if probe else {})}
 
 
-def check(report: Path, chromium: str, timeout: float = 30.0, screenshot: Path | None = None) -> dict[str, Any]:
+def check(report: Path, chromium: str, timeout: float = 30.0, screenshot: Path | None = None,
+          probe: str | None = None) -> dict[str, Any]:
     # Chromium's helper processes may still be writing the profile as it is removed: a leftover
     # temp folder must not turn a clean page into a failed check.
     with tempfile.TemporaryDirectory(prefix="tg-chromium-", ignore_cleanup_errors=True) as tmp:
@@ -186,7 +192,7 @@ def check(report: Path, chromium: str, timeout: float = 30.0, screenshot: Path |
         try:
             port = _devtools_port(user_dir, proc, timeout)
             ws_url = _page_ws(port, timeout)
-            return asyncio.run(_inspect(ws_url, timeout, screenshot))
+            return asyncio.run(_inspect(ws_url, timeout, screenshot, probe))
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)

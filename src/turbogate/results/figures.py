@@ -102,19 +102,47 @@ def _sample(values: list[float], rng: random.Random) -> list[float]:
     return values if len(values) <= MAX_POINTS else rng.sample(values, MAX_POINTS)
 
 
+def log_histogram_axis(values: Sequence[float], bins: int = 30) -> tuple[float, float, float]:
+    """(start, end, bin size) in log10 seconds for one tier's histogram: its own span, so a Turbo TTFT of
+    ~50 ms fills its panel instead of hiding in Standard's first bar of a 0–20 s axis."""
+    logs = [math.log10(v) for v in values if v > 0 and math.isfinite(v)]
+    if not logs:
+        return (-3.0, 1.0, 4.0 / bins)
+    lo, hi = min(logs), max(logs)
+    if hi - lo < 0.1:  # a very tight tier still gets a readable width (±12 % around its centre)
+        mid = (lo + hi) / 2
+        lo, hi = mid - 0.05, mid + 0.05
+    size = (hi - lo) / bins
+    return (lo - size, hi + size, size)
+
+
+def _log_ticks_between(start: float, end: float, n: int = 5) -> dict[str, Any]:
+    vals = [start + (end - start) * i / (n - 1) for i in range(n)]
+    return {"tickvals": vals, "ticktext": [fmt_ms(10.0 ** v) for v in vals]}
+
+
 def distribution_figure(records: Sequence[RequestRecord]) -> go.Figure:
+    """TTFT and TPOT per tier, one row of panels per tier, each on a log axis fitted to that tier's values."""
     rng = random.Random(0)
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT (s)", "TPOT (s)"))
-    tiers = sorted({tier_key(r) for r in records})
-    for tier in tiers:
+    order = [*COLORS]  # turbo, standard, relax first: Turbo's panels on top
+    tiers = sorted({tier_key(r) for r in records}, key=lambda t: (order.index(t) if t in order else len(order), t))
+    tiers = tiers or ["none"]
+    titles = [f"{tier} {metric}" for tier in tiers for metric in ("TTFT", "TPOT")]
+    fig = make_subplots(rows=len(tiers), cols=2, subplot_titles=titles, vertical_spacing=0.5 / len(tiers) / 2)
+    for row, tier in enumerate(tiers, start=1):
         ok = [r for r in records if r.ok and tier_key(r) == tier]
-        ttft = _sample([r.ttft_s for r in ok if r.ttft_s is not None], rng)
-        tpot = _sample([r.tpot_s for r in ok if r.tpot_s is not None], rng)
-        fig.add_trace(go.Histogram(x=ttft, name=tier, legendgroup=tier, opacity=0.6,
-                                   marker={"color": color(tier)}), row=1, col=1)
-        fig.add_trace(go.Histogram(x=tpot, name=tier, legendgroup=tier, showlegend=False, opacity=0.6,
-                                   marker={"color": color(tier)}), row=1, col=2)
-    fig.update_layout(title="TTFT and TPOT distributions", barmode="overlay", height=400)
+        for col, values in ((1, [r.ttft_s for r in ok if r.ttft_s is not None]),
+                            (2, [r.tpot_s for r in ok if r.tpot_s is not None])):
+            shown = _sample([v for v in values if v > 0], rng)
+            start, end, size = log_histogram_axis(shown)
+            fig.add_trace(go.Histogram(
+                x=[math.log10(v) for v in shown], xbins={"start": start, "end": end, "size": size}, name=tier,
+                legendgroup=tier, showlegend=(col == 1), marker={"color": color(tier)},
+                hovertemplate=f"{tier}: %{{y}} requests<extra></extra>"), row=row, col=col)
+            fig.update_xaxes(range=[start, end], row=row, col=col, **_log_ticks_between(start, end))
+    fig.update_yaxes(title_text="requests", col=1)
+    fig.update_layout(title="TTFT and TPOT distributions per tier (log scale, each tier on its own range)",
+                      height=180 + 220 * len(tiers), bargap=0.05)
     return fig
 
 
@@ -178,27 +206,46 @@ def _unit(name: str) -> str:
 UNIT_TITLES = {"rate": "req/s", "count": "count", "fraction": "fraction (0–1)", "percent": "%", "seconds": "s"}
 
 
+SOURCE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                 "#bcbd22", "#17becf")
+METRIC_DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
+
+
+def _source_name(source: str) -> str:
+    """``http://127.0.0.1:8001/metrics`` → ``127.0.0.1:8001``: a replica reads as its address."""
+    return source.removeprefix("http://").removeprefix("https://").removesuffix("/metrics")
+
+
 def timelines(samples: Sequence[Sample]) -> go.Figure | None:
-    series: dict[str, list[tuple[float, float]]] = {}
-    units: dict[str, str] = {}
+    """One panel per unit; within one, a replica (or the bench, or a GPU) keeps one colour and a metric one dash,
+    so a dozen series stay told apart and one replica's lines read together."""
+    series: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    units: dict[tuple[str, str], str] = {}
     for smp in samples:
         engine = smp.name in ENGINE_SERIES
         if not (engine or smp.source.startswith("nvml") or smp.source == "bench"):
             continue
-        key = f"{smp.name} ({smp.source})"
+        key = (_source_name(smp.source), smp.name)
         series.setdefault(key, []).append((smp.t, smp.value))
         units[key] = _unit(smp.name)
     if not series:
         return None
     order = [u for u in UNIT_TITLES if u in units.values()]
+    sources = sorted({src for src, _ in series})
+    names = sorted({name for _, name in series})
     fig = make_subplots(rows=len(order), cols=1, shared_xaxes=True, vertical_spacing=0.06,
                         subplot_titles=[UNIT_TITLES[u] for u in order])
-    for key, pts in sorted(series.items()):
+    for (src, name), pts in sorted(series.items()):
         pts.sort()
-        fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines", name=key),
-                      row=order.index(units[key]) + 1, col=1)
+        fig.add_trace(go.Scatter(
+            x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines", name=f"{name} · {src}", legendgroup=src,
+            legendgrouptitle={"text": src},
+            line={"color": SOURCE_COLORS[sources.index(src) % len(SOURCE_COLORS)],
+                  "dash": METRIC_DASHES[names.index(name) % len(METRIC_DASHES)]}),
+            row=order.index(units[(src, name)]) + 1, col=1)
     if "fraction" in order:
         fig.update_yaxes(range=[0, 1.05], row=order.index("fraction") + 1, col=1)
     fig.update_xaxes(title_text="s since start", row=len(order), col=1)
-    fig.update_layout(title="Engine, GPU and bench timelines", height=240 + 200 * len(order))
+    fig.update_layout(title="Engine, GPU and bench timelines (colour: replica or source; dash: metric)",
+                      height=240 + 200 * len(order), legend={"groupclick": "toggleitem"})
     return fig
