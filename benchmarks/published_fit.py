@@ -3,6 +3,7 @@ that fitted each engine profile on its fitting half.  Used by engine_calibration
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import replace
 from typing import Any
@@ -89,17 +90,9 @@ def _loss(cells: tuple[PublishedCell, ...], profile: EngineProfile) -> float:
     return total / len(cells)
 
 
-def fit_profile(name: str, rounds: int = 3) -> dict[str, Any]:
-    """Coordinate descent over SEARCH (and the profile's EXTRA_SEARCH) on its fitting-half cells."""
-    if name == "vllm-v1":
-        raise SystemExit("vllm-v1's GPU-side factors are vllm-v0's fit (--fit vllm-v0); see perf/profiles.py")
-    profile = get_profile(name)
-    cells = tuple(c for c in published_cells(split="fit") if c.engine_profile in FIT_GROUPS.get(name, (name,)))
-    if not cells:
-        raise SystemExit(f"no fitting cells for {name}")
-    space = {**SEARCH, **EXTRA_SEARCH.get(name, {})}
+def _descend(cells: tuple[PublishedCell, ...], profile: EngineProfile, space: dict[str, tuple[float, ...]],
+             rounds: int) -> tuple[float, EngineProfile]:
     best = _loss(cells, profile)
-    start = best
     for _ in range(rounds):
         for factor, values in space.items():
             for v in values:
@@ -107,6 +100,27 @@ def fit_profile(name: str, rounds: int = 3) -> dict[str, Any]:
                 loss = _loss(cells, trial)
                 if loss < best - 1e-9:
                     best, profile = loss, trial
-    f = profile.factors
+    return best, profile
+
+
+def fit_profile(name: str, restarts: int = 25, rounds: int = 3, seed: int = 1) -> dict[str, Any]:
+    """Coordinate descent over SEARCH (and the profile's EXTRA_SEARCH) on its fitting-half cells, from the
+    profile's current values and from ``restarts`` random starting points (seeded: the result repeats)."""
+    if name == "vllm-v1":
+        raise SystemExit("vllm-v1's GPU-side factors are vllm-v0's fit (--fit vllm-v0); see perf/profiles.py")
+    profile = get_profile(name)
+    cells = tuple(c for c in published_cells(split="fit") if c.engine_profile in FIT_GROUPS.get(name, (name,)))
+    if not cells:
+        raise SystemExit(f"no fitting cells for {name}")
+    space = {**SEARCH, **EXTRA_SEARCH.get(name, {})}
+    start = _loss(cells, profile)
+    best, fitted = _descend(cells, profile, space, rounds)
+    rng = random.Random(seed)
+    for _ in range(restarts):
+        guess = replace(profile, factors=replace(profile.factors, **{k: rng.choice(v) for k, v in space.items()}))
+        loss, found = _descend(cells, guess, space, rounds)
+        if loss < best - 1e-9:
+            best, fitted = loss, found
+    f = fitted.factors
     return {"profile": name, "cells": [c.id for c in cells], "loss_before": round(start, 4), "loss": round(best, 4),
             "factors": {k: getattr(f, k) for k in space}}
