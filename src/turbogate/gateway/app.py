@@ -126,6 +126,9 @@ class GatewayApp(AsgiApp):
                      ", ".join(r.url for r in p.replicas))
         log.info("tiers: %s", ", ".join(f"{name} ({'on' if t.enabled else 'off'}, queue budget {t.queue_budget_s:g}s,"
                                         f" deadline {t.deadline_s:g}s)" for name, t in cfg.tiers.items()))
+        if cfg.metrics.token_sha256 is None and cfg.metrics.port is None:
+            log.warning("/metrics is public on the main port and names every tenant and its traffic; set "
+                        "metrics.token_sha256 (a bearer token) or metrics.port (a port of its own) in the config")
         with contextlib.suppress(Exception):  # a replica down at start is ejected, not fatal
             await asyncio.wait_for(scrape_all(self.rt, self.driver), cfg.scrape.timeout_s + 0.5)
         for pool in self.rt.flow.picker.pools():

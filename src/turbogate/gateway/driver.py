@@ -70,6 +70,9 @@ class FlowDriver:
         self._armed_at = math.inf
         self._looked_at = -1  # the flow's timers_epoch when wake_at was last asked (-1: ask now)
         self._tasks: set[asyncio.Task[None]] = set()
+        # Replicas that answered a scrape or a health check since start: one that never has is "not up yet"
+        # in the log (its engine may still be loading), not "ejected".
+        self.answered: set[str] = set()
 
     @staticmethod
     def now() -> float:
@@ -97,11 +100,15 @@ class FlowDriver:
             elif isinstance(action, Probe):
                 self._spawn(self._run_probe(action.replica))
             elif isinstance(action, HealthChange):
+                rid, pool = action.replica.id, action.replica.pool
                 if action.healthy:
-                    log.warning("replica %s (pool %s) is back: %s", action.replica.id, action.replica.pool,
-                                action.reason)
+                    up = "is back" if rid in self.answered else "is up"
+                    self.answered.add(rid)
+                    log.warning("replica %s (pool %s) %s: %s", rid, pool, up, action.reason)
+                elif rid in self.answered:
+                    log.warning("replica %s (pool %s) ejected: %s", rid, pool, action.reason)
                 else:
-                    log.warning("replica %s (pool %s) ejected: %s", action.replica.id, action.replica.pool,
+                    log.warning("replica %s (pool %s) not up yet (%s); it is probed until it answers", rid, pool,
                                 action.reason)
                 if self._on_health is not None:
                     self._on_health(action)
@@ -139,6 +146,8 @@ class FlowDriver:
     async def _run_probe(self, replica: Replica) -> None:
         ok = await self._probe(replica)
         self.run(self.flow.probed(replica.id, ok, time.perf_counter()))
+        if ok:
+            self.answered.add(replica.id)
 
     async def _run_rtt(self, replica: Replica, measure: Callable[[Replica], Awaitable[float | None]]) -> None:
         rtt = await measure(replica)

@@ -103,6 +103,8 @@ async def scrape_all(rt: Runtime, driver: FlowDriver, notes: ScrapeLog | None = 
     for r, result in zip(targets, results, strict=True):
         if notes is not None:
             notes.note(r.state.id, result)
+        if not isinstance(result, ScrapeFailed):
+            driver.answered.add(r.state.id)
         driver.run(rt.flow.scraped(r.state.id, result, now))
 
 
