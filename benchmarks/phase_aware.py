@@ -2,7 +2,7 @@
 in the simulator, on a mixed long-prompt / long-output workload, over a family of fleets, seeds
 and loads.  Prints ONE JSON object.
 
-    python benchmarks/phase_aware.py [--seeds 1,2,3] [--loads 0.8,1.2] [--weights 1,4] [--duration 120]
+    python benchmarks/phase_aware.py [--seeds 1,2,3] [--loads 0.5,0.8,1.2] [--weights 0.25,1,4] [--duration 120]
 
 The workload: prompts of N(1500, 2500) tokens within 16..8000 and answers of N(300, 500) within
 8..1500, drawn independently, so long prompts with short answers and short prompts with long
@@ -13,8 +13,9 @@ config is examples/gateway.yaml (the default settings), with its pool's replicas
 fleet's.
 
 Per case and policy: goodput (req/s within the SLO), each tier's p95 TTFT and shed rate, p95
-TPOT.  ``verdict`` per weight: how often phase-aware's goodput beats the current picker's and
-the worst ratio of any tier's p95 TTFT to the current picker's.
+TPOT.  ``verdict`` per weight: how often phase-aware's goodput beats the current picker's, the
+worst ratio of any tier's p95 TTFT to the current picker's, and per fleet and load the medians
+over the seeds (docs/gateway.md, "Phase-aware choice", has the figures).
 """
 
 from __future__ import annotations
@@ -87,8 +88,8 @@ def _ms(v: float | None) -> float | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="1,2,3")
-    ap.add_argument("--loads", default="0.8,1.2", help="multiples of each fleet's modelled capacity")
-    ap.add_argument("--weights", default="1,4", help="phase_weight values to try")
+    ap.add_argument("--loads", default="0.5,0.8,1.2", help="multiples of each fleet's modelled capacity")
+    ap.add_argument("--weights", default="0.25,1,4", help="phase_weight values to try")
     ap.add_argument("--duration", type=float, default=120.0, help="measured seconds per run (virtual)")
     ap.add_argument("--fleets", default=",".join(f[0] for f in FLEETS))
     args = ap.parse_args()
@@ -125,9 +126,25 @@ def verdict(cases: list[dict[str, Any]], key: str) -> dict[str, Any]:
                   if c[key][f"{t}_p95_ttft_ms"] and c["turbogate"][f"{t}_p95_ttft_ms"]]
         if ratios:
             worst[t] = round(max(ratios), 3)
+    by: dict[str, dict[str, float]] = {}
+    for fleet in dict.fromkeys(c["fleet"] for c in cases):
+        for load in dict.fromkeys(c["load"] for c in cases):
+            mine = [c for c in cases if c["fleet"] == fleet and c["load"] == load and c["turbogate"]["goodput_rps"]]
+            if mine:
+                row = {"goodput_ratio_median": _median([c[key]["goodput_rps"] / c["turbogate"]["goodput_rps"]
+                                                        for c in mine])}
+                for t in TIERS:
+                    ms = f"{t}_p95_ttft_ms"
+                    row[f"{t}_p95_ttft_ratio_median"] = _median([c[key][ms] / c["turbogate"][ms] for c in mine
+                                                                 if c[key][ms] and c["turbogate"][ms]])
+                by[f"{fleet}@{load:g}"] = row
     return {"goodput_ratio_min": round(min(gains), 3), "goodput_ratio_median": round(statistics.median(gains), 3),
             "goodput_wins": sum(g > 1.0 for g in gains), "goodput_losses": sum(g < 1.0 for g in gains),
-            "cases": len(gains), "worst_p95_ttft_ratio": worst}
+            "cases": len(gains), "worst_p95_ttft_ratio": worst, "by_fleet_and_load": by}
+
+
+def _median(xs: list[float]) -> float:
+    return round(statistics.median(xs), 3) if xs else float("nan")
 
 
 if __name__ == "__main__":
