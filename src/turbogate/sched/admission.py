@@ -247,7 +247,7 @@ class Admission:
         *,
         min_samples: int = 5,
         tenant_counts: dict[str, int] | None = None,
-        headroom_risk: float = 0.05,
+        headroom_risk: float = 0.01,
         headroom_staffing: bool = True,
     ) -> None:
         """``tenant_counts`` may be one dict shared by the admissions of several pools, so a
@@ -490,8 +490,11 @@ class Admission:
             cap = max(1, math.floor(policy.capacity_share * slots + 1e-9))
             # An owed tier takes the turn of the tier above it, with that tier's line: it never
             # reaches into headroom kept for a tier that is not waiting.
-            if (queue.in_flight < cap and (best is None or due)
-                    and in_flight < (max(line, line_above) if due else line)):
+            # Turbo served Standard for want of supply (``Ticket.first``) goes first in Standard's
+            # line, after any Turbo waiting, up to what leaves Turbo its headroom rather than
+            # Standard's own utilization line (sched/turbo_supply.py).
+            reach = max(line, ceiling) if queue.heap[0][0] < 0.0 else max(line, line_above) if due else line
+            if queue.in_flight < cap and (best is None or due) and in_flight < reach:
                 head = queue.head()
                 codel = self._codel.get(_tier)
                 if codel is not None:

@@ -34,6 +34,11 @@ _TOP = TIERS[0]
 #: Downgrade reasons (``X-Turbogate-Downgrade``).
 OVER_SUPPLY = "turbo_over_supply"
 QUEUE_OVER_OBJECTIVE = "turbo_queue_over_objective"
+#: Whether a Turbo request that would queue past Turbo's objective is served Standard at once.
+#: Off: in a transient (a burst, a cold controller) Turbo's own queue, served first, clears
+#: sooner than Standard's line would (in simulation it sent requests to be refused there).
+QUEUE_RULE = False
+
 #: Why a request is served Standard for want of Turbo supply (``Ticket.first`` for these).
 EXCESS_REASONS = frozenset({OVER_SUPPLY, QUEUE_OVER_OBJECTIVE})
 
@@ -41,12 +46,13 @@ EXCESS_REASONS = frozenset({OVER_SUPPLY, QUEUE_OVER_OBJECTIVE})
 class TurboSupply:
     """One pool's Turbo supply: a token bucket at the measured rate Turbo can be given."""
 
-    __slots__ = ("_at", "_tokens", "rate_rps")
+    __slots__ = ("_at", "_tokens", "queue_rule", "rate_rps")
 
     def __init__(self) -> None:
         self._tokens = -1.0  # full at the first look
         self._at = 0.0
         self.rate_rps: float | None = None  # the supply as of the last look (None: not measured yet)
+        self.queue_rule = QUEUE_RULE
 
     def supply_rps(self, admission: Admission, proven_slots: int) -> float | None:
         """Turbo requests per second the pool can give Turbo now, or None (no bound: nothing
@@ -81,7 +87,7 @@ class TurboSupply:
         tokens = depth if self._tokens < 0.0 else min(depth, self._tokens + (now - self._at) * rate)
         self._at = now
         self._tokens = tokens
-        if admission.queue_length(_TOP) > 0:
+        if self.queue_rule and admission.queue_length(_TOP) > 0:
             predicted = admission.predicted_wait_s(_TOP, slots)
             if predicted is not None and predicted > objective:
                 return QUEUE_OVER_OBJECTIVE

@@ -1,0 +1,194 @@
+"""Turbo holds from the first second of a surge, and the lower tiers degrade gracefully (issue 38),
+in the pure core: a fake clock, a toy engine per replica (``max_num_seqs`` slots, a FIFO queue
+admitted at step boundaries, a fixed prefill and decode time), the real flow with the default
+tier policy and each replica's ``max_num_seqs`` configured.
+
+Load steps from 0.2× to 2× of capacity; Turbo's TTFT is judged per 5-s window after the step
+against its TTFT at 0.2×.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from turbogate.config import parse_config
+from turbogate.configpolicy import flow_policy
+from turbogate.sched import Dispatch, Flow, FlowRequest, PoolSpec, ReplicaLoad, ReplicaSpec, Respond, Tier
+from turbogate.sched.turbo_supply import EXCESS_REASONS
+
+PREFILL_S = 0.02
+DECODE_S = 1.5
+STEP_S = 0.012  # an engine admits waiting requests only at step boundaries, as vLLM does
+WINDOW_S = 5.0
+
+
+@dataclass
+class ToyEngine:
+    running: int = 0
+    waiting: deque[FlowRequest] = field(default_factory=deque)
+
+
+@dataclass
+class Served:
+    arrival: float
+    asked: Tier
+    served: Tier
+    ttft: float | None = None  # None: refused
+    status: int = 200
+    waited: float = 0.0  # arrival to the refusal, for a refused one
+    downgrade: str | None = None
+
+
+def run(mix: dict[Tier, float], *, seqs: int, replicas: int, hold: float, seed: int,
+        scrape_s: float = 1.0) -> tuple[list[Served], float]:
+    """0.2× capacity for ``hold`` seconds from a cold gateway, then 2× for ``hold``."""
+    config = parse_config({
+        "tenants": [{"name": "t", "key_sha256": "0" * 64, "tiers": ["turbo", "standard", "relax"]}],
+        "pools": [{"name": "p", "models": ["m"], "replicas": [{"url": "http://x", "max_num_seqs": seqs}]}],
+    })
+    pool = PoolSpec("p", ("m",), tuple(ReplicaSpec(f"r{i}", max_num_seqs=seqs) for i in range(replicas)))
+    flow = Flow(flow_policy(config, pools=[pool]))
+    capacity = replicas * seqs / (PREFILL_S + DECODE_S)
+    engines = {f"r{i}": ToyEngine() for i in range(replicas)}
+    rng = random.Random(seed)
+    events: list[tuple[float, int, Callable[[float], None]]] = []
+    seq = 0
+    out: dict[int, Served] = {}
+
+    def at(t: float, fn: Callable[[float], None]) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(events, (t, seq, fn))
+
+    def act(actions: list[object], now: float) -> None:
+        for a in actions:
+            if isinstance(a, Dispatch):
+                engines[a.replica.id].waiting.append(a.req)
+                at((now // STEP_S + 1) * STEP_S, lambda t, i=a.replica.id: start_some(i, t))
+            elif isinstance(a, Respond) and a.req is not None:
+                rec = out[a.req.id]
+                rec.status, rec.waited = a.status, now - a.req.arrival
+
+    def start_some(rid: str, now: float) -> None:
+        engine = engines[rid]
+        while engine.waiting and engine.running < seqs:
+            req = engine.waiting.popleft()
+            engine.running += 1
+            at(now + PREFILL_S, lambda t, r=req: first_token(r, t))
+            at(now + PREFILL_S + DECODE_S, lambda t, r=req, i=rid: finish(r, i, t))
+
+    def first_token(req: FlowRequest, now: float) -> None:
+        out[req.id].ttft = now - req.arrival
+        act(flow.first_byte(req, now), now)
+
+    def finish(req: FlowRequest, rid: str, now: float) -> None:
+        engines[rid].running -= 1
+        act(flow.finished(req, now, 200), now)
+        at((now // STEP_S + 1) * STEP_S, lambda t, i=rid: start_some(i, t))
+
+    def scrape(now: float) -> None:
+        for rid, e in engines.items():
+            act(flow.scraped(rid, ReplicaLoad(running=e.running, waiting=len(e.waiting), kv_usage=0.3), now), now)
+        if now < 2 * hold + 60:
+            at(now + scrape_s, scrape)
+
+    def arrive(now: float) -> None:
+        tier = rng.choices(list(mix), weights=list(mix.values()))[0]
+        req = flow.open(tenant="t", model="m", tier_body=tier.value, stream=True, now=now)
+        assert isinstance(req, FlowRequest)
+        out[req.id] = Served(now, req.asked, req.served, downgrade=req.downgrade)
+        act(flow.arrive(req, now), now)
+        rate = (0.2 if now < hold else 2.0) * capacity
+        nxt = now + rng.expovariate(rate)
+        if nxt < 2 * hold:
+            at(nxt, arrive)
+
+    at(0.0, scrape)
+    at(0.01, arrive)
+    while events:
+        t, _, fn = heapq.heappop(events)
+        wake = flow.wake_at()
+        if wake <= t:
+            act(flow.tick(wake), wake)
+        fn(t)
+    return list(out.values()), capacity
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def turbo_windows(records: list[Served], hold: float) -> tuple[float, list[float]]:
+    """Turbo's p95 at 0.2× and, per 5-s window after the step, its p95 ratio to that."""
+    light = [r.ttft for r in records if r.arrival < hold and r.served is Tier.TURBO and r.ttft is not None]
+    base = pct(light, 0.95)
+    ratios = []
+    t = hold
+    while t + WINDOW_S <= 2 * hold:
+        w = [r.ttft for r in records if t <= r.arrival < t + WINDOW_S and r.served is Tier.TURBO and r.ttft is not None]
+        ratios.append(pct(w, 0.95) / base)
+        t += WINDOW_S
+    return base, ratios
+
+
+FLEETS = {  # (max_num_seqs, replicas, tier mix with 20-30 % Turbo)
+    "16x2-20%": (16, 2, {Tier.TURBO: 0.2, Tier.STANDARD: 0.7, Tier.RELAX: 0.1}),
+    "32x2-25%": (32, 2, {Tier.TURBO: 0.25, Tier.STANDARD: 0.6, Tier.RELAX: 0.15}),
+    "8x3-30%": (8, 3, {Tier.TURBO: 0.3, Tier.STANDARD: 0.6, Tier.RELAX: 0.1}),
+}
+
+
+@pytest.mark.parametrize("fleet", list(FLEETS))
+def test_turbo_holds_in_every_window_after_a_step_to_twice_capacity(fleet: str) -> None:
+    """Four seeds per fleet: in three of them every 5-s window after the step, the first
+    included, keeps Turbo's p95 within 1.5× of unloaded (a Poisson burst of Turbo larger than
+    the headroom still makes a few wait now and then: in 2 of the 12 runs one window reached
+    3–5×); no Turbo request is refused in any."""
+    seqs, replicas, mix = FLEETS[fleet]
+    hold = 40.0
+    worst = []
+    for seed in range(1, 5):
+        records, _ = run(mix, seqs=seqs, replicas=replicas, hold=hold, seed=seed)
+        _, ratios = turbo_windows(records, hold)
+        worst.append(max(ratios))
+        heavy = [r for r in records if r.arrival >= hold]
+        # No Turbo request is refused: Turbo beyond what the pool can give it is served Standard
+        # at once (first in Standard's line, so it is not refused there either).
+        assert not [r for r in heavy if r.asked is Tier.TURBO and r.status in (429, 503)], seed
+        assert all(r.downgrade in EXCESS_REASONS for r in heavy
+                   if r.asked is Tier.TURBO and r.served is not Tier.TURBO), seed
+    assert sorted(worst)[2] <= 1.5, worst
+    assert max(worst) <= 6.0, worst
+
+
+def test_standard_served_under_standing_overload_meets_its_objective() -> None:
+    """Controlled delay: at 2× the Standard requests served are served within Standard's 5-s
+    objective (newest first once the queue stands); the rest are refused at the objective."""
+    seqs, replicas, mix = FLEETS["16x2-20%"]
+    hold = 40.0
+    records, capacity = run(mix, seqs=seqs, replicas=replicas, hold=hold, seed=2)
+    late = [r for r in records if r.arrival >= hold + 10.0]  # the standing part of the overload
+    served = [r for r in late if r.served is Tier.STANDARD and r.ttft is not None]
+    good = [r for r in served if r.ttft is not None and r.ttft <= 5.0]
+    assert served and len(good) >= 0.9 * len(served), (len(good), len(served))
+    refused = [r for r in late if r.served is Tier.STANDARD and r.status == 503]
+    assert refused and max(r.waited for r in refused) <= 5.0 + 0.5
+    # Standard still gets real throughput, not a trickle: at least its guaranteed share.
+    span = hold - 10.0
+    assert len(served) / span >= 0.2 * capacity * 0.9, (len(served) / span, capacity)
+
+
+def test_a_cold_gateway_at_low_load_does_not_hold_the_lower_tiers_back() -> None:
+    seqs, replicas, mix = FLEETS["8x3-30%"]
+    hold = 40.0
+    records, _ = run(mix, seqs=seqs, replicas=replicas, hold=hold, seed=3)
+    light = [r for r in records if r.arrival < hold]
+    p95 = {tier: pct([r.ttft for r in light if r.served is tier and r.ttft is not None], 0.95) for tier in Tier}
+    assert all(p95[t] <= 1.5 * p95[Tier.TURBO] for t in Tier), p95
