@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -146,3 +147,14 @@ def test_bad_inputs_name_the_option(kwargs: dict[str, object], word: str) -> Non
         SizeInputs(**args)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="TTFT p95"):
         TierSLO(-1.0)
+
+
+def test_searching_candidates_at_once_confirms_the_same_fleets() -> None:
+    cands = [_candidate("L4"), _candidate("A10G"), _candidate("H100-SXM"), _candidate("L40S")]
+    inputs = SizeInputs(30.0, 0.2, SLOS, top=4)
+    needed = {c.gpu: (closed_form_replicas(c, inputs) or 0) + 2 for c in cands}
+    one = size(cands, inputs, _Threshold(needed))
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        many = size(cands, inputs, _Threshold(needed), executor=pool, jobs=3)
+    assert [(f.candidate.gpu, f.replicas) for f in many.fleets] == [(f.candidate.gpu, f.replicas) for f in one.fleets]
+    assert {f.candidate.gpu: f.replicas for f in many.fleets} == needed

@@ -52,14 +52,14 @@ def _simulate(tmp: Path, name: str, fleet: dict[str, Any], inputs: dict[str, Any
     return out_p95
 
 
-@pytest.mark.parametrize(("gpu", "peak"), [("L4", 8.0), ("A10G", 12.0)])
+@pytest.mark.parametrize(("gpu", "peak", "jobs"), [("L4", 8.0, "1"), ("A10G", 12.0, "2")])  # in process; a pool
 def test_the_recommended_fleet_meets_the_slos_in_sim_and_one_replica_fewer_misses(
-        tmp_path: Path, gpu: str, peak: float) -> None:
+        tmp_path: Path, gpu: str, peak: float, jobs: str) -> None:
     r = CliRunner().invoke(app, [
         "plan", "size", "--model", MODEL, "--gpus", gpu, "--tp", "1", "--peak-rps", str(peak),
         "--prompt-tokens", "256", "--output-tokens", "128", "--turbo-share", "0.2",
         "--turbo-ttft-p95", str(SLO["turbo"]), "--standard-ttft-p95", str(SLO["standard"]), "--top", "1",
-        "--json", "--no-progress"])
+        "--json", "--no-progress", "--jobs", jobs])
     assert r.exit_code == 0, r.output
     answer = json.loads(r.output)
     (fleet,) = answer["fleets"]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -261,9 +262,22 @@ class _Search:
         return None
 
 
+def search(c: Candidate, start: int, measure: Measure, slos: Mapping[str, TierSLO]) -> tuple[int | None,
+                                                                                         dict[int, Measured]]:
+    """One candidate's walk from ``start``: the smallest count confirmed (None: not within the budget) and
+    every run it took.  A module-level function, so a process pool can run it."""
+    walk = _Search(c, measure, slos)
+    return walk.smallest(start), walk.runs
+
+
 def size(candidates: Sequence[Candidate], inputs: SizeInputs, measure: Measure,
-         on_candidate: Callable[[Candidate, int], None] | None = None) -> SizeResult:
-    """Rank fleets for ``inputs``: prune with the closed form, confirm with ``measure`` (module doc)."""
+         on_candidate: Callable[[Candidate, int], None] | None = None,
+         on_searched: Callable[[Candidate, dict[int, Measured]], None] | None = None,
+         executor: Executor | None = None, jobs: int = 1) -> SizeResult:
+    """Rank fleets for ``inputs``: prune with the closed form, confirm with ``measure`` (module doc).
+
+    With an ``executor``, up to ``jobs`` candidates are searched at once (``measure`` must then be
+    picklable); each is pruned, and its walk started, from what was confirmed when it was sent."""
     skipped: list[Skipped] = []
     bounded: list[tuple[float, int, Candidate]] = []
     for c in candidates:
@@ -278,25 +292,41 @@ def size(candidates: Sequence[Candidate], inputs: SizeInputs, measure: Measure,
     sims = 0
     ratio = math.inf  # the smallest simulated ÷ closed-form count so far
     slos = inputs.active_slos
-    for cost, n, c in bounded:
-        confirmed = sorted(f.cost_per_hour for f in fleets)
-        if len(confirmed) >= inputs.top and cost >= confirmed[inputs.top - 1]:
-            skipped.append(Skipped(c.gpu, c.tp, "pruned: its closed-form lower bound costs more than the confirmed "
-                                   "fleets", cost, n))
-            continue
-        if on_candidate is not None:
-            on_candidate(c, n)
-        search = _Search(c, measure, slos)
-        best = search.smallest(n if math.isinf(ratio) else max(n, math.floor(n * ratio)))
-        sims += len(search.runs)
+
+    def settle(cost: float, n: int, c: Candidate, best: int | None, runs: dict[int, Measured]) -> None:
+        nonlocal sims, ratio
+        sims += len(runs)
+        if on_searched is not None:
+            on_searched(c, runs)
         if best is None:
-            skipped.append(Skipped(c.gpu, c.tp, f"not confirmed in {len(search.runs)} simulations (tried "
-                                   f"{', '.join(map(str, sorted(search.runs)))} replicas)", cost, n))
-            continue
+            skipped.append(Skipped(c.gpu, c.tp, f"not confirmed in {len(runs)} simulations (tried "
+                                   f"{', '.join(map(str, sorted(runs)))} replicas)", cost, n))
+            return
         ratio = min(ratio, best / n)
-        smaller = search.runs.get(best - 1)
-        fleets.append(Fleet(c, best, search.runs[best], smaller,
-                            tuple(smaller.misses(slos)) if smaller is not None else (), n, inputs.peak_rps,
-                            inputs.turbo_share))
+        smaller = runs.get(best - 1)
+        fleets.append(Fleet(c, best, runs[best], smaller, tuple(smaller.misses(slos)) if smaller is not None else (),
+                            n, inputs.peak_rps, inputs.turbo_share))
+
+    queue = list(reversed(bounded))  # cheapest bound last: pop() takes it
+    pending: dict[Future[tuple[int | None, dict[int, Measured]]], tuple[float, int, Candidate]] = {}
+    while queue or pending:
+        while queue and len(pending) < max(1, jobs):
+            cost, n, c = queue.pop()
+            confirmed = sorted(f.cost_per_hour for f in fleets)
+            if len(confirmed) >= inputs.top and cost >= confirmed[inputs.top - 1]:
+                skipped.append(Skipped(c.gpu, c.tp, "pruned: its closed-form lower bound costs more than the "
+                                       "confirmed fleets", cost, n))
+                continue
+            start = n if math.isinf(ratio) else max(n, math.floor(n * ratio))
+            if on_candidate is not None:
+                on_candidate(c, n)
+            if executor is None:
+                settle(cost, n, c, *search(c, start, measure, slos))
+            else:
+                pending[executor.submit(search, c, start, measure, slos)] = (cost, n, c)
+        if pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in sorted(done, key=lambda f: pending[f][0]):
+                settle(*pending.pop(fut), *fut.result())
     fleets.sort(key=lambda f: (f.cost_per_hour, f.gpus, f.candidate.gpu))
     return SizeResult(tuple(fleets), tuple(skipped), sims)

@@ -11,6 +11,7 @@ import json
 import math
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from turbogate.config import load_config
 from turbogate.errors import BadInput, ConfigError, TurbogateError
 from turbogate.perf.default_workload import OUTPUT_TOKENS, PROMPT_TOKENS
 from turbogate.plan.latency import DEFAULT_KNEE_FACTOR
-from turbogate.plan.size import Candidate, Fleet, SizeInputs, SizeResult, TierSLO, size
+from turbogate.plan.size import Candidate, Fleet, Measured, SizeInputs, SizeResult, TierSLO, size
 from turbogate.plan.size_sim import (
     DEFAULT_TPS,
     WARMUP_S,
@@ -32,6 +33,7 @@ from turbogate.plan.size_sim import (
     data_centre_gpus,
     window_s,
 )
+from turbogate.sim.sweep import default_jobs
 
 DEFAULT_TURBO_TTFT_P95_S = 0.5
 DEFAULT_STANDARD_TTFT_P95_S = 3.0
@@ -97,6 +99,8 @@ def size_cmd(
                                    f"a {WARMUP_S:g} s warm-up. Default: enough for 400 requests of the smaller "
                                    "tier (30–300 s)."),
     seed: int = typer.Option(1, "--seed", help="Random seed of the simulated arrivals."),
+    jobs: int = typer.Option(0, "--jobs", min=0, help="Candidates simulated at once, each in its own process "
+                             "(0: one per core, at most 4; 1: in this process)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="A line on stderr per simulated fleet."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
@@ -119,8 +123,13 @@ def size_cmd(
         measure = SimMeasure(engine, inputs, seed=seed, duration_s=duration)
         if config is not None:
             measure.gateway, measure.pool = _pool_of(config, model)
-        log = _Log(progress)
-        result = size(cands, inputs, log.wrap(measure), log.candidate)
+        log = _Log(progress, inputs)
+        workers = jobs or min(4, default_jobs())
+        if workers == 1:
+            result = size(cands, inputs, measure, log.candidate, log.searched)
+        else:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                result = size(cands, inputs, measure, log.candidate, log.searched, executor=pool, jobs=workers)
     except (TurbogateError, ValueError, FileNotFoundError) as exc:
         raise BadInput(str(exc), getattr(exc, "hint", None)) from exc  # one line, exit 2 (clierrors.py)
     elapsed = time.perf_counter() - wall
@@ -149,25 +158,23 @@ def size_cmd(
 
 
 class _Log:
-    """Progress on stderr: one line per candidate and per simulated fleet."""
+    """Progress on stderr: a line when a candidate is sent to the simulator, one per fleet it simulated."""
 
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
+    def __init__(self, enabled: bool, inputs: SizeInputs) -> None:
+        self.enabled, self.slos = enabled, inputs.active_slos
 
     def candidate(self, c: Candidate, n: int) -> None:
         if self.enabled:
             typer.echo(f"plan size: {c.gpu} TP{c.tp}: the closed form needs at least {n} replicas; simulating",
                        err=True)
 
-    def wrap(self, measure: SimMeasure) -> Any:
-        def run(c: Candidate, n: int) -> Any:
-            m = measure(c, n)
-            if self.enabled:
-                misses = m.misses(measure.inputs.active_slos)
-                typer.echo(f"plan size:   {n} × {c.gpu} TP{c.tp}: " + ("; ".join(misses) if misses else "every SLO met")
-                           + f" ({m.wall_s:.1f} s)", err=True)
-            return m
-        return run
+    def searched(self, c: Candidate, runs: dict[int, Measured]) -> None:
+        if not self.enabled:
+            return
+        for n, m in sorted(runs.items()):
+            misses = m.misses(self.slos)
+            typer.echo(f"plan size:   {n} × {c.gpu} TP{c.tp}: " + ("; ".join(misses) if misses else "every SLO met")
+                       + f" ({m.wall_s:.1f} s)", err=True)
 
 
 def _clean(obj: Any) -> Any:
