@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 
 from turbogate.sim.progress import LINE_EVERY_S, Bar, note
 
@@ -17,7 +18,7 @@ class _Clock:
 
 def test_without_a_terminal_a_line_every_interval_and_one_at_the_end() -> None:
     out, clock = io.StringIO(), _Clock()
-    with Bar(True, "runs", 6, terminal=False, stream=out, clock=clock) as advance:
+    with Bar(True, "runs", 6, terminal=False, stream=out, clock=clock, heartbeat=False) as advance:
         advance(1)  # at once: no line yet
         clock.now = LINE_EVERY_S
         advance(2)
@@ -43,3 +44,12 @@ def test_no_lines_on_a_terminal_or_when_disabled() -> None:
     out = io.StringIO()
     note(True, "writing runs/x", out)  # StringIO is no terminal
     assert out.getvalue() == "sim: writing runs/x\n"
+
+
+def test_a_line_comes_while_nothing_finishes() -> None:
+    out = io.StringIO()
+    with Bar(True, "runs", 4, terminal=False, stream=out, every_s=0.05):
+        deadline = time.monotonic() + 30.0  # the heartbeat thread needs a turn on a busy machine
+        while "0/4 runs (0%)" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert "sim: 0/4 runs (0%)" in out.getvalue()
