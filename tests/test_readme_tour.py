@@ -118,7 +118,9 @@ def test_readme_tour_runs_as_written(tmp_path: Path) -> None:
         assert machine["first_bound_rps"] is None or "only past the fleet's knee" in machine["line"], machine
     assert not (machine["saturated_first"] and any(a in advice for a in FLEET_ACTIONS)), advice
     assert "saturation request rate" in text  # plan capacity
-    ws = openpyxl.load_workbook(tmp_path / "decision.xlsx", data_only=True)["matrix"]
+    assert re.search(r"^x-turbogate-downgrade: not_entitled", text, re.M | re.I), text[-4000:]  # 200, said why
+    assert not (tmp_path / "decision.xlsx").exists()  # the tour writes under runs/ (ignored), not the clone's root
+    ws = openpyxl.load_workbook(tmp_path / "runs" / "decision.xlsx", data_only=True)["matrix"]
     headers = [c.value for c in ws[1]]
     assert ws.cell(row=2, column=headers.index("recommendation") + 1).value in text  # the workbook shows it
     assert "Up to what load is Turbo on, capped, off?" in text  # plan matrix without a peak

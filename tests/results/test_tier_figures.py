@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import random
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from turbogate.results import RequestRecord, Sample, Step, summarize, write_run
-from turbogate.results.figures import distribution_figure, timelines
+from turbogate.results.figures import distribution_figure, timelines, waterfall_figure
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -103,3 +104,17 @@ def test_a_two_tier_report_in_chromium_shows_turbos_ttft_as_more_than_a_sliver(t
     # The middle 98 % of Turbo's TTFTs covers a wide stretch of its drawn axis, not a one-pixel sliver.
     assert turbo["px"] > 150, turbo
     print(json.dumps({f"{name} {axis}": round(v["px"]) for (name, axis), v in drawn.items()}))
+
+
+def test_the_waterfall_shows_l3_and_l4_in_the_layers_order_when_requests_carried_them() -> None:
+    records, _ = two_tier_run(n=50)
+    with_layers = [replace(r, server_timing_ms={"l1": 1.0, "l2": 0.1, "upstream": 900.0, "l3": 12.0, "l4": 40.0})
+                   for r in records]
+    fig = waterfall_figure(with_layers)
+    assert fig is not None
+    assert [t.name for t in fig.data] == ["L4 job: waiting for its steps", "L1 queue", "L3 pool round trip",
+                                          "L2 replica pick", "upstream", "client + rest"]
+    l3 = next(t for t in fig.data if t.name == "L3 pool round trip")
+    assert list(l3.x) == pytest.approx([12.0, 12.0])
+    plain = waterfall_figure(records)  # no L3, no L4: no such segments
+    assert plain is not None and all("L3" not in t.name and "L4" not in t.name for t in plain.data)

@@ -24,12 +24,17 @@ if TYPE_CHECKING:
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
 
-def _timing(l1: float, l2: float, upstream: float) -> tuple[bytes, bytes]:
-    return (b"server-timing", b"l1;dur=%.3f, l2;dur=%.3f, upstream;dur=%.3f" % (l1 * 1e3, l2 * 1e3, upstream * 1e3))
+def _timing(l1: float, l3: float | None, l2: float, upstream: float, last: bytes = b"upstream") -> tuple[bytes, bytes]:
+    """Where the request's time went, in the layers' order; ``l3`` (the round trip to the pool L3 chose, as
+    L3 measures it) only when the request met L3 (pools with regions, or a model in several pools)."""
+    l3_part = b"" if l3 is None else b"l3;dur=%.3f, " % (l3 * 1e3)
+    return (b"server-timing", b"l1;dur=%.3f, %sl2;dur=%.3f, %s;dur=%.3f" % (l1 * 1e3, l3_part, l2 * 1e3, last,
+                                                                             upstream * 1e3))
 
 
-def _stream_timing(l1: float, l2: float, ttft: float) -> tuple[bytes, bytes]:
-    return (b"server-timing", b"l1;dur=%.3f, l2;dur=%.3f, ttft;dur=%.3f" % (l1 * 1e3, l2 * 1e3, ttft * 1e3))
+def _l3_s(app: GatewayApp, req: FlowRequest) -> float | None:
+    flow = app.rt.flow
+    return flow.regions.latency_s(req.client_region, req.pool) if flow.l3 else None  # client_region: L3's key
 
 
 def _failure(exc: UpstreamError) -> Failure:
@@ -52,6 +57,7 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, watch: Wa
     start = time.perf_counter()
     l1 = (req.dispatched_at or start) - req.arrival
     l2 = start - (req.dispatched_at or start)
+    l3 = _l3_s(app, req)
     try:
         resp = await client.request(b"POST", path, body)
     except UpstreamError as exc:
@@ -75,7 +81,7 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, watch: Wa
                 data = tag_json_body(data, tier_name)
             elif status != 200:  # whatever the engine's error shape, the client gets the gateway's
                 data, ctype = engine_error(status, data), b"application/json"
-            await watch.send_whole(status, [(b"content-type", ctype), *tier_headers, _timing(l1, l2, end - start)],
+            await watch.send_whole(status, [(b"content-type", ctype), *tier_headers, _timing(l1, l3, l2, end - start)],
                                    data)
             return status
         headers_at = time.perf_counter()  # engines answer a stream's headers before prefill: an L3 round trip
@@ -91,7 +97,7 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, watch: Wa
         # Headers wait for the first chunk, so Server-Timing can carry ttft; total upstream
         # time of a stream is not known at header time (see docs/gateway.md).
         await send({"type": "http.response.start", "status": 200,
-                    "headers": [*_SSE_HEADERS, *tier_headers, _stream_timing(l1, l2, ttft)]})
+                    "headers": [*_SSE_HEADERS, *tier_headers, _timing(l1, l3, l2, ttft, b"ttft")]})
         rewriter = SSERewriter(tier_name)
         strip = req.id in app.meter.strip  # the usage chunk was the gateway's request, not the client's
         done = b""  # "data: [DONE]", sent only with the final byte, after the usage record is stored

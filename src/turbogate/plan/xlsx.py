@@ -369,6 +369,7 @@ def write_workbook(path: str | Path, scenarios: Sequence[Scenario]) -> Path:
     for (r, c) in sorted(sheets.cells["knee"]):  # the bisection chain left to right: shallow recursion
         book.value("knee", r, c)
     p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)  # e.g. runs/decision.xlsx before any run made runs/
     wb = xlsxwriter.Workbook(str(p))
     formats = {
         (True, False): wb.add_format({"bold": True}),

@@ -146,15 +146,21 @@ def distribution_figure(records: Sequence[RequestRecord]) -> go.Figure:
     return fig
 
 
+# Server-Timing's parts in the order a request meets the layers (L4 job wait, L1 queue, L3 pool, L2 pick).
+LAYER_ORDER = ("l4", "l1", "l3", "l2", "upstream", "ttft")
+LAYER_LABELS = {"l4": "L4 job: waiting for its steps", "l1": "L1 queue", "l3": "L3 pool round trip",
+                "l2": "L2 replica pick", "upstream": "upstream", "ttft": "upstream to first token"}
+
+
 def waterfall_figure(records: Sequence[RequestRecord]) -> go.Figure | None:
+    """Mean time per layer and tier from Server-Timing; a layer (L3, L4) appears when requests carried it."""
     tiers = sorted({tier_key(r) for r in records})
-    parts: list[str] = []
+    seen: set[str] = set()
     for r in records:
-        for name in r.server_timing_ms:
-            if name not in parts:
-                parts.append(name)
-    if not parts:
+        seen.update(r.server_timing_ms)
+    if not seen:
         return None
+    parts = sorted(seen, key=lambda n: (LAYER_ORDER.index(n) if n in LAYER_ORDER else len(LAYER_ORDER), n))
     fig = go.Figure()
     means: dict[str, dict[str, float]] = {}
     for tier in tiers:
@@ -167,7 +173,8 @@ def waterfall_figure(records: Sequence[RequestRecord]) -> go.Figure | None:
         m["client + rest"] = max(0.0, e2e_ms - sum(m.values()))
         means[tier] = m
     for part in [*parts, "client + rest"]:
-        fig.add_trace(go.Bar(y=list(means), x=[means[t][part] for t in means], name=part, orientation="h"))
+        fig.add_trace(go.Bar(y=list(means), x=[means[t][part] for t in means], name=LAYER_LABELS.get(part, part),
+                             orientation="h"))
     fig.update_layout(title="Latency waterfall from Server-Timing (mean ms per tier)", barmode="stack",
                       xaxis_title="ms", height=320)
     return fig
