@@ -65,14 +65,23 @@ def test_bench_through_gateway_records_tiers(emulator_factory: Callable[..., Ser
 
 def test_demo_runs_past_the_knee_and_cleans_up(tmp_path: Path) -> None:
     out = tmp_path / "demo"
-    proc = subprocess.run([sys.executable, "-m", "turbogate", "demo", "--duration", "20", "--time-scale", "0.25",
-                           "--no-live", "--out", str(out)], capture_output=True, text=True, timeout=240,
+    proc = subprocess.run([sys.executable, "-m", "turbogate", "demo", "--no-live", "--out", str(out)],
+                          capture_output=True, text=True, timeout=240,
                           env={"COLUMNS": "160", "PATH": "/usr/bin:/bin"})
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text
-    assert "knee — fleet:" in text and "ROI by load band" in text and "Recommendation:" in text
+    assert "sim (" in text and "fleet knee ≈" in text and "ROI by load band" in text and "Recommendation:" in text
+    assert "Turbo band:" in text and "machine: " in text
     run = load_run(out)
-    assert run.summary.knees["all"].value is not None  # the ramp goes past the knee
+    assert len(run.summary.steps) == 5 and "machine" in run.summary.config
+    offered = sorted(st.offered_rps for st in run.summary.steps)
+    machine = run.summary.config["machine"]
+    if not machine["saturated_first"]:  # the fleet was measured: the demo concludes
+        assert "Inconclusive" not in text, text
+        assert "Turbo holds through" in text or "where Turbo itself degrades" in text, text
+        assert offered[1] < run.summary.knees["all"].value < offered[-1]
+    else:
+        assert "bounded by this machine" in text and "No fleet recommendation" in text
     assert {r.tier_served for r in run.requests if r.ok} == {"turbo", "standard"}
     assert (out / "report.html").is_file() and (out / "gateway.yaml").is_file()
     # Every child process is gone: the ports the demo printed are closed again.

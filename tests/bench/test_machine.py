@@ -26,7 +26,7 @@ STEP_S = 10.0
 
 def _run(lag_from: float | None = None) -> Summary:
     """A ramp over RATES; the fleet completes at most CAPACITY req/s (the rest is shed), and from the rate
-    ``lag_from`` on the bench sent each request 50 ms late."""
+    ``lag_from`` on the bench sent each request 80 ms late (beyond a tenth of their 0.5 s)."""
     steps, records = [], []
     rid = 0
     for k, rate in enumerate(RATES):
@@ -36,7 +36,7 @@ def _run(lag_from: float | None = None) -> Summary:
         for j in range(n):
             s = t0 + j / rate
             shed = rate > CAPACITY and (j % int(rate)) >= CAPACITY
-            lag = 0.05 if lag_from is not None and rate >= lag_from else 0.0
+            lag = 0.08 if lag_from is not None and rate >= lag_from else 0.0
             records.append(RequestRecord(
                 id=rid, step=k, offered_rps=rate, scheduled_s=s, sent_s=s + lag, dispatch_lag_s=lag, queue_s=0.0,
                 end_s=s + lag + (0.001 if shed else 0.5), tier_asked="standard",

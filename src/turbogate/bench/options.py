@@ -15,7 +15,7 @@ import typer
 
 from turbogate.bench.arrivals import ARRIVALS, Arrivals
 from turbogate.bench.dataset import load_prompts
-from turbogate.bench.shapes import SHAPES, Shape, make_shape, shape_steps
+from turbogate.bench.shapes import SHAPES, Shape, Stepped, make_shape, shape_steps
 from turbogate.bench.workload import TierMix, TruncNormal, Workload
 from turbogate.perf.default_workload import OUTPUT_SPEC as DEFAULT_OUTPUT
 from turbogate.perf.default_workload import PROMPT_SPEC as DEFAULT_PROMPT
@@ -119,8 +119,11 @@ class LoadOptions:
     knee: KneeSettings
     cost: CostConfig
     trace: Replay | None = None  # a replayed trace (shape "trace"): its requests, not the shape's
+    rates: tuple[float, ...] = ()  # held steps at these rates, each duration_s / len(rates) (the demo's own steps)
 
     def make_shape(self) -> Shape:
+        if self.rates:
+            return Stepped(self.rates, self.duration_s)
         return make_shape(self.shape, start=self.qps if self.shape == "constant" else self.qps_start,
                           end=self.qps_end, duration=self.duration_s, steps=self.steps)
 

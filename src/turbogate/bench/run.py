@@ -21,8 +21,9 @@ from turbogate.bench.failures import BenchFailed, first_step_failure, hint, reas
 from turbogate.bench.findknee import KneeSearch
 from turbogate.bench.live import LiveDisplay
 from turbogate.bench.machine import LocalCpu, apply_verdict, bound_line, judge, with_cpu
+from turbogate.bench.machine import LocalCpu, apply_verdict, bound_line, judge, with_cpu
 from turbogate.bench.runner import Runner, Target
-from turbogate.bench.shapes import Constant, make_shape, shape_steps
+from turbogate.bench.shapes import Constant, Stepped, make_shape, shape_steps
 from turbogate.bench.workers import RayWorkerPool, WorkerJob, WorkerPool, drive, lag_notes, merge, split
 from turbogate.bench.workload import Workload
 from turbogate.errors import BadInput
@@ -75,6 +76,7 @@ class BenchConfig:
     max_lag_s: float = 0.010  # p99 dispatch lag above this: the load generator was the bottleneck
     workers: int = 1  # processes sending slices of one schedule (bench/workers.py)
     ray_address: str | None = None  # run the workers as Ray actors on this cluster
+    rates: tuple[float, ...] = ()  # held steps at these rates, each duration_s / len(rates) (the demo's own steps)
     trace: Replay | None = None  # replay this trace (trace/replay.py) instead of the shape
 
     def describe(self) -> dict[str, Any]:
@@ -245,8 +247,9 @@ async def run_bench(cfg: BenchConfig, *, echo: Any = None) -> BenchResult:
             per_request_seed=cfg.workload.per_request_seed)
         notes.extend(cfg.trace.notes)
     elif not cfg.find_knee:
-        shape = make_shape(cfg.shape, start=cfg.qps if cfg.shape == "constant" else cfg.qps_start,
-                           end=cfg.qps_end, duration=cfg.duration_s, steps=cfg.steps)
+        shape = Stepped(cfg.rates, cfg.duration_s) if cfg.rates else \
+            make_shape(cfg.shape, start=cfg.qps if cfg.shape == "constant" else cfg.qps_start,
+                       end=cfg.qps_end, duration=cfg.duration_s, steps=cfg.steps)
         steps = shape_steps(shape, cfg.steps)
         schedule = build_schedule(shape, cfg.arrivals, cfg.workload, steps, rng)
     else:
