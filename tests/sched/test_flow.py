@@ -114,6 +114,7 @@ def test_dispatch_queue_and_completion_free_the_next() -> None:
 
 def test_queue_limit_is_the_budget_or_the_deadline_whichever_first() -> None:
     flow = Flow(policy(replicas=1, cap=1))
+    flow.hung.enabled = False  # deadlines alone here: a replica this silent is hung (tests/sched/test_hung.py)
     fresh(flow, 0)
     first, second = new(flow, 0), new(flow, 0)
     flow.arrive(first, 0)
@@ -158,6 +159,7 @@ def test_deadline_cancels_answers_504_and_strikes_the_hung_replica() -> None:
 
 def test_stream_deadline_covers_only_the_first_byte() -> None:
     flow = Flow(policy(replicas=1))
+    flow.hung.enabled = False  # deadlines alone here: a replica this silent is hung (tests/sched/test_hung.py)
     fresh(flow, 0)
     req = new(flow, 0, stream=True)
     flow.arrive(req, 0)
@@ -345,6 +347,7 @@ def test_a_queued_request_dispatched_at_a_completion_moves_the_timers_epoch() ->
     # sleep through it (the case the property above reaches only by luck).
     base = policy(replicas=2, cap=2)
     flow = Flow(dataclasses.replace(base, picker=dataclasses.replace(base.picker, slow_first_byte_s=0.5)))
+    flow.hung.enabled = False  # deadlines alone here: a replica this silent is hung (tests/sched/test_hung.py)
     fresh(flow, 0.0)
     reqs = [new(flow, 0.0) for _ in range(6)]
     for req in reqs:

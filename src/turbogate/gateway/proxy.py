@@ -6,6 +6,7 @@ the replica and what the client then gets are the flow's decisions, not this mod
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING
 
@@ -104,6 +105,7 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, watch: Wa
         chunk = first
         try:
             while chunk:
+                replica.chunks += 1  # its progress, for the hung-replica rule (sched/hung.py)
                 out = rewriter.feed(chunk)
                 if out:
                     out, held = hold_done(take_stream_usage(req, out, strip))
@@ -116,6 +118,14 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, watch: Wa
             err = error_body(502, f"the engine stream broke: {exc}", code="upstream_error")
             await send({"type": "http.response.body", "body": rewriter.flush() + b"data: " + err + b"\n\n"})
             return 502
+        except asyncio.CancelledError:  # the flow cut the stream off (its replica hung): say so as its end
+            answer = watch.respond
+            if not watch.cancelled or watch.gone or answer is None:
+                raise
+            watch.task.uncancel()
+            err = error_body(answer.status, answer.message, code=answer.code)
+            await send({"type": "http.response.body", "body": rewriter.flush() + b"data: " + err + b"\n\n"})
+            return answer.status
         end = time.perf_counter()
         tail = done + take_stream_usage(req, rewriter.flush(), strip)
         driver.run(flow.finished(req, end, 200))

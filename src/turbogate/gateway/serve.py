@@ -89,7 +89,16 @@ async def serve(app: GatewayApp, receive: Receive, send: Send, tenant: TenantRt,
             elif not observed_queue:
                 observed_queue = True
                 app.metrics.observe_queue(TIER_NAME[req.served], (req.dispatched_at or req.arrival) - req.arrival)
-            sent = await attempt(app, req, replica, watch, body, upstream_path, word, tier_headers)
+            try:
+                sent = await attempt(app, req, replica, watch, body, upstream_path, word, tier_headers)
+            except asyncio.CancelledError:
+                if not watch.cancelled or watch.gone or watch.respond is not None:
+                    raise
+                # Withdrawn by the flow with nothing sent (its replica was ejected: sched/hung.py):
+                # the request goes on to the flow's next step, a dispatch elsewhere.
+                task.uncancel()
+                watch.cancelled = False
+                continue
             if sent is not None:
                 status = sent
                 break

@@ -49,6 +49,7 @@ from turbogate.sched.actions import (
 )
 from turbogate.sched.admission import Admission, Admitted, Shed, TenantPolicy, Ticket, TierPolicy, clamp_retry
 from turbogate.sched.guard import KneeGuard
+from turbogate.sched.hung import HungWatch, release
 from turbogate.sched.leases import LeaseBook
 from turbogate.sched.load import ReplicaLoad
 from turbogate.sched.metering import BudgetBook, UsageRecord, cost_units
@@ -131,6 +132,8 @@ class Flow:
         self._deadline_timers: dict[Tier, deque[tuple[float, FlowRequest]]] = {t: deque() for t in TIERS}
         # First-byte watches in dispatch order (one constant delay, so dispatch order is due order).
         self._first_byte_timers: deque[tuple[float, FlowRequest, Replica]] = deque()
+        # A silent replica is hung (sched/hung.py); metrics older than stale_after_s vouch for none.
+        self.hung = HungWatch(enabled=self._watch_first_byte, stale_after_s=policy.picker.stale_after_s)
         # Every per-tier queue of timers in one flat tuple, for wake_at (called after every event).
         self._tier_timers = (*self._queue_timers.values(), *self._deadline_timers.values())
         self._probe_at = math.inf
@@ -355,6 +358,8 @@ class Flow:
         replica.awaiting_first += 1
         if req.stream and req.served is not _TURBO:
             replica.lower_prefills += 1  # (sched/surge.py prefill_gate)
+        if self.hung.dispatched(req, replica, now) < self._wake_floor:
+            self.timers_epoch += 1
         req.replica = replica
         req.phase = _UPSTREAM
         req.dispatched_at = now
@@ -379,6 +384,7 @@ class Flow:
 
     def _close(self, req: FlowRequest, status: int, now: float, *, count_service: bool = False) -> None:
         """Mark ``req`` done with ``status`` and free its L1 place (the caller pumps)."""
+        self.hung.forget(req)
         self._leave_upstream(req)
         req.phase = _DONE
         req.status = status
@@ -433,6 +439,7 @@ class Flow:
         """The answer began.  ``headers_at``: when a stream's response headers came (engines send
         them before prefill), so dispatch → headers is a round trip, an L3 latency sample."""
         if req.phase is _UPSTREAM:
+            self.hung.first_byte(req, now)
             self._leave_upstream(req)
             req.phase = _ANSWERING
             req.first_byte_at = now
@@ -448,6 +455,7 @@ class Flow:
             return []
         replica = req.replica
         if replica is not None:
+            self.hung.finished(req, now)
             self.picker.on_response(replica, status, now - (req.dispatched_at or now), now)
         self._close(req, status, now, count_service=status < 500)
         if self.guards and status < 500 and req.pool in self.guards:
@@ -503,6 +511,7 @@ class Flow:
                 if not change.healthy:
                     self._probe_at = min(self._probe_at, change.replica.next_probe_at)
                     self.timers_epoch += 1
+                    out.extend(release(self, change.replica, change.reason, self.hung.now))  # (sched/hung.py)
             out.extend(changes)
         return out
 
@@ -523,6 +532,8 @@ class Flow:
             fb.popleft()
         if fb and fb[0][0] < due:
             due = fb[0][0]
+        if self.hung.next_at < due:
+            due = self.hung.next_at
         self._wake_floor = due
         return due
 
@@ -579,6 +590,8 @@ class Flow:
         if self._warm:
             out.extend(self._warm_ups(self._warm))
             self._warm = []
+        for replica, why in self.hung.check(self.picker.get, now):
+            self.picker.eject(replica, now, why)
         self._health(out)
         for name in touched:
             self._pump(self.pools[name], now, out)
@@ -589,6 +602,8 @@ class Flow:
     def scraped(self, replica_id: str, result: ReplicaLoad | ScrapeFailed, now: float) -> list[Action]:
         replica = self.picker.get(replica_id)
         self.picker.on_scrape(replica, result, now)
+        if isinstance(result, ScrapeFailed):
+            self.hung.unanswered(replica_id, now)
         if isinstance(result, ReplicaLoad) and replica.pool in self.guards:
             self.guards[replica.pool].scraped(replica_id, result.kv_usage, result.waiting)
         out: list[Action] = [*self.picker.take_metrics_doubts()]

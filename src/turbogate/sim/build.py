@@ -129,13 +129,14 @@ def build_simulation(sc: SimConfig, progress: Callable[[float], None] | None = N
     flow = Flow(policy)
     source = RequestSource(sc.load, chat=sc.chat, ignore_eos=sc.ignore_eos, min_tokens=sc.min_tokens)
     warmup = warmup_requests(sc, source.rate_at(0.0)) if sc.warmup_s > 0 else []
-    outages = [(o.down_at_s, o.replica, False) for o in fleet.failures]
+    outages = [(o.down_at_s, o.replica, False) for o in fleet.failures if o.kind == "crash"]
     outages += [(o.up_at_s, o.replica, True) for o in fleet.failures if o.up_at_s is not None]
+    freezes = [(o.down_at_s, o.replica) for o in fleet.failures if o.kind == "freeze"]
     sim = Simulation(flow, reps, source, model=model, tenants=_tenants(sc.gateway, sc.api_keys), stream=sc.stream,
                      c2g_s=fleet.network.client_gateway_ms / 1000,
                      scrape_interval_s=fleet.scrape.interval_s or sc.gateway.scrape.interval_s,
-                     staleness_s=fleet.scrape.staleness_s, outages=outages, progress=progress, regions=regions,
-                     warmup=warmup, warmup_s=sc.warmup_s)
+                     staleness_s=fleet.scrape.staleness_s, outages=outages, freezes=freezes, progress=progress,
+                     regions=regions, warmup=warmup, warmup_s=sc.warmup_s)
     return sim, source
 
 

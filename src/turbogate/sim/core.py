@@ -61,6 +61,7 @@ class Simulation:
     def __init__(self, flow: Flow, replicas: list[SimReplica], requests: Iterable[SimRequest], *, model: str,
                  tenants: list[str], stream: bool = True, c2g_s: float = 0.0, scrape_interval_s: float = 1.0,
                  staleness_s: float = 0.0, outages: Iterable[tuple[float, str, bool]] = (),
+                 freezes: Iterable[tuple[float, str]] = (),
                  progress: Callable[[float], None] | None = None, regions: SimRegions | None = None,
                  warmup: Iterable[SimRequest] = (), warmup_s: float = 0.0) -> None:
         self.flow = flow
@@ -89,6 +90,10 @@ class Simulation:
         self._fed = True  # the Flow was fed an event since its wake-up time was last read
         for t, rid, up in outages:
             self._push(t + warmup_s, self._up if up else self._down, self.replicas[rid])
+        for t, rid in freezes:
+            self._push(t + warmup_s, self._freeze, self.replicas[rid])
+        # The Flow's view of each replica: an engine step is progress of the streams it holds (sched/hung.py).
+        self._flow_replica = {r.id: flow.picker.get(r.id) for r in replicas}
 
     # ---- the loop -------------------------------------------------------------------------
 
@@ -143,6 +148,7 @@ class Simulation:
                 self._respond(a, now)
             elif kind is Cancel:
                 call = a.req.handle
+                call.attempt += 1  # news of the cancelled attempt is stale now
                 held = call.rep
                 if held is not None and call.rid in held.on:
                     self._push(now + held.delay, self._abort, (call, held, held.gen))
@@ -221,6 +227,9 @@ class Simulation:
         if rep.down:
             self._push(now + rep.delay, self._failed, (call, attempt, Failure.CONNECT))
             return
+        if rep.frozen:  # the kernel takes the connection; nothing answers it
+            rep.on[call.rid] = call
+            return
         sim = call.sim
         if sim.prompt_tokens + sim.max_tokens > rep.max_model_len:
             self._push(now + rep.delay, self._rejected, (call, attempt, 400))
@@ -247,6 +256,7 @@ class Simulation:
         if nt is not None:  # armed before the news is handled, so a submit below finds it busy
             self._push(nt, self._step, arg)
         d, on = rep.delay, rep.on
+        self._flow_replica[rep.id].chunks += 1
         if self.stream:
             for rid in res.first_token:
                 call = on.get(rid)
@@ -331,17 +341,25 @@ class Simulation:
     def _up(self, now: float, rep: SimReplica) -> None:
         rep.down = False
 
+    def _freeze(self, now: float, rep: SimReplica) -> None:
+        """Freeze ``rep`` for good (SIGSTOP): its engine stops where it is, it still takes
+        requests, and its scrapes and probes time out; the requests it holds wait."""
+        rep.frozen = True
+        rep.gen += 1  # its next step never comes
+
     def _rtt_measured(self, now: float, rep: SimReplica) -> None:
-        self._act(self.flow.rtt_measured(rep.id, None if rep.down else 2 * rep.delay, now), now)
+        self._act(self.flow.rtt_measured(rep.id, None if rep.down or rep.frozen else 2 * rep.delay, now), now)
 
     def _probed(self, now: float, rep: SimReplica) -> None:
-        self._act(self.flow.probed(rep.id, not rep.down, now), now)
+        self._act(self.flow.probed(rep.id, not (rep.down or rep.frozen), now), now)
 
     def _scrape(self, now: float, _: None) -> None:
         stale = self.staleness
         for rep in self._scraped:
             if rep.down:
                 load: ReplicaLoad | ScrapeFailed = ScrapeFailed(kind="connect")
+            elif rep.frozen:
+                load = ScrapeFailed(kind="timeout")
             else:
                 engine = rep.loop.engine  # O(1) gauges, as vLLM's: stats() also measures fragmentation
                 busy = rep.busy_fractions(now)  # DCGM's, scraped beside the engine's (sched/phase.py reads them)

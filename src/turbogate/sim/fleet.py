@@ -63,9 +63,14 @@ class Outage(_Model):
     replica: str = Field(pattern=r"^.+/\d+$", description="POOL/INDEX, counting from 0 across the pool's groups")
     down_at_s: float = Field(ge=0)
     up_at_s: float | None = Field(None, description="recovery time; never if unset")
+    kind: Literal["crash", "freeze"] = Field("crash", description="crash: it refuses connections and its requests "
+                                             "break; freeze: it takes connections and answers nothing, /metrics and "
+                                             "/health included (a SIGSTOPped engine), so only its silence tells")
 
     @model_validator(mode="after")
     def _order(self) -> Outage:
+        if self.kind == "freeze" and self.up_at_s is not None:
+            raise ValueError("a freeze has no up_at_s: the replica stays frozen")
         if self.up_at_s is not None and self.up_at_s <= self.down_at_s:
             raise ValueError("up_at_s must be after down_at_s")
         return self

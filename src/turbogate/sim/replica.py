@@ -24,8 +24,8 @@ def group_deployment(g: ReplicaGroup) -> Deployment:
 class SimReplica:
     """Engine + loop + which calls it holds.  ``crash()`` loses them all and restarts it empty."""
 
-    __slots__ = ("config", "dcgm", "delay", "deployment", "down", "gen", "id", "loop", "max_model_len", "on",
-                 "pool", "scraped")
+    __slots__ = ("config", "dcgm", "delay", "deployment", "down", "frozen", "gen", "id", "loop", "max_model_len",
+                 "on", "pool", "scraped")
 
     def __init__(self, rid: str, pool: str, dep: Deployment, config: EngineConfig, *, delay_s: float,
                  scraped: bool = True) -> None:
@@ -36,6 +36,7 @@ class SimReplica:
         self.delay = delay_s  # one way, gateway ↔ replica
         self.scraped = scraped
         self.down = False
+        self.frozen = False  # takes requests, answers nothing (sim/core.py ``_freeze``)
         self.gen = 0  # bumped by a crash: news from the old engine is dropped
         self.on: dict[str, Call] = {}
         self.loop = EngineLoop(Engine(dep, config))
