@@ -10,6 +10,7 @@ import pytest
 from turbogate.perf import deployment, get_gpu, resolve_model
 from turbogate.plan.latency import latency_model
 from turbogate.plan.size import (
+    MAX_GROWTH,
     MAX_SIMS_PER_CANDIDATE,
     Candidate,
     Measured,
@@ -109,9 +110,12 @@ def test_candidates_are_confirmed_cheapest_bound_first_and_the_rest_pruned() -> 
 def test_a_candidate_that_never_meets_is_reported_not_confirmed() -> None:
     c = _candidate()
     sim = _Threshold({"L4": 10**6})
-    result = size([c], SizeInputs(20.0, 0.2, SLOS), sim)
+    inputs = SizeInputs(20.0, 0.2, SLOS)
+    result = size([c], inputs, sim)
     assert not result.fleets and "not confirmed" in result.skipped[0].reason
-    assert len(sim.calls) == MAX_SIMS_PER_CANDIDATE
+    bound = closed_form_replicas(c, inputs)
+    assert bound is not None
+    assert len(sim.calls) <= MAX_SIMS_PER_CANDIDATE and max(n for _, n in sim.calls) == MAX_GROWTH * bound + 4
 
 
 def _record(i: int, tier: str, ttft: float | None, scheduled: float, status: int = 200) -> RequestRecord:

@@ -33,6 +33,9 @@ from turbogate.plan.latency import LatencyModel
 TIERS: tuple[str, ...] = ("turbo", "standard")
 #: The most simulations one candidate may take before it is reported as not confirmed.
 MAX_SIMS_PER_CANDIDATE = 10
+#: The walk up stops at this many times its start (plus 4): a fleet that misses there misses for a
+#: reason more replicas do not fix (a tenant's limit, a tail the engine itself makes).
+MAX_GROWTH = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,8 +254,9 @@ class _Search:
                 n -= 1
             return n if n == 1 or (n - 1 in self.runs and not self.meets(n - 1)) else None
         lo, step = start, 1  # lo misses; gallop up, then halve the bracket
-        while len(self.runs) < MAX_SIMS_PER_CANDIDATE:
-            hi = lo + step
+        limit = MAX_GROWTH * start + 4
+        while len(self.runs) < MAX_SIMS_PER_CANDIDATE and lo < limit:
+            hi = min(lo + step, limit)
             if self.meets(hi):
                 while hi - lo > 1 and len(self.runs) < MAX_SIMS_PER_CANDIDATE:
                     mid = (lo + hi) // 2

@@ -56,11 +56,15 @@ def _tps(spec: str) -> tuple[int, ...]:
     return values
 
 
-def _pool_of(config_path: Path, model: str) -> tuple[Any, str]:
+def _pool_of(config_path: Path, model: str, needs_turbo: bool) -> tuple[Any, str]:
+    """The config and its first pool serving ``model``; the simulated requests are its first tenant's."""
     gw = load_config(config_path)
     pool = next((p.name for p in gw.pools if model in p.models), None)
     if pool is None:
         raise ConfigError(f"{config_path}: no pool serves {model!r} (pools.*.models)")
+    if needs_turbo and "turbo" not in gw.tenants[0].tiers:
+        raise ConfigError(f"{config_path}: tenants.0 ({gw.tenants[0].name}), whose requests are simulated, may not "
+                          "use turbo (tenants.0.tiers); list a tenant allowed Turbo first")
     return gw, pool
 
 
@@ -122,7 +126,7 @@ def size_cmd(
             raise ValueError(f"{model} fits none of the candidates: " + "; ".join(left_out[:3]))
         measure = SimMeasure(engine, inputs, seed=seed, duration_s=duration)
         if config is not None:
-            measure.gateway, measure.pool = _pool_of(config, model)
+            measure.gateway, measure.pool = _pool_of(config, model, turbo_share > 0)
         log = _Log(progress, inputs)
         workers = jobs or min(4, default_jobs())
         if workers == 1:
