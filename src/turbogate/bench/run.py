@@ -21,7 +21,6 @@ from turbogate.bench.failures import BenchFailed, first_step_failure, hint, reas
 from turbogate.bench.findknee import KneeSearch
 from turbogate.bench.live import LiveDisplay
 from turbogate.bench.machine import LocalCpu, apply_verdict, bound_line, judge, with_cpu
-from turbogate.bench.machine import LocalCpu, apply_verdict, bound_line, judge, with_cpu
 from turbogate.bench.runner import Runner, Target
 from turbogate.bench.shapes import Constant, Stepped, make_shape, shape_steps
 from turbogate.bench.workers import RayWorkerPool, WorkerJob, WorkerPool, drive, lag_notes, merge, split
