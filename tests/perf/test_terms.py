@@ -1,0 +1,102 @@
+"""Each term issue 40 added to the perf model does what docs/plan.md says it does, and nothing else."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from turbogate.engine import EngineConfig
+from turbogate.perf import deployment, get_gpu, get_model
+from turbogate.perf.profiles import ENGINE_PROFILES, get_profile, with_profile
+from turbogate.plan.latency import latency_model
+from turbogate.plan.replay import burst, closed_loop, fixed, open_arrivals
+
+H100 = get_gpu("H100-SXM")
+LLAMA_8B = get_model("llama-3.1-8b")
+LLAMA_70B = get_model("llama-3.3-70b")
+
+
+def test_the_front_end_adds_to_ttft_and_to_nothing_on_the_gpu() -> None:
+    dep = deployment(H100, LLAMA_8B)
+    slow = dep.with_factors(frontend_s=0.05)
+    assert slow.step_time(512, 10, 10 * 600) == dep.step_time(512, 10, 10 * 600)
+    before, after = latency_model(dep, 512, 128), latency_model(slow, 512, 128)
+    assert after.ttft(1.0) - before.ttft(1.0) == pytest.approx(0.05)
+    assert after.tpot(1.0) == before.tpot(1.0) and after.saturation_rate == before.saturation_rate
+    cfg = EngineConfig()
+    a, b = open_arrivals(dep, cfg, 20, fixed(512, 64), rate=2.0), open_arrivals(slow, cfg, 20, fixed(512, 64), rate=2.0)
+    assert b.ttft("median") - a.ttft("median") == pytest.approx(0.05, abs=1e-9)
+
+
+def test_the_smooth_ridge_costs_two_to_the_one_over_p_at_the_ridge_and_nothing_far_from_it() -> None:
+    dep = deployment(H100, LLAMA_8B).with_factors(step_overhead_s=0.0, per_seq_overhead_s=0.0)
+    ridge = dep.decode_compute_bound_batch(0)
+    assert ridge is not None
+    p = 4.0
+    smooth = dep.with_factors(ridge_exponent=p)
+    ratio = smooth.decode_step_time(ridge, 0) / dep.decode_step_time(ridge, 0)
+    assert 1.1 < ratio <= 2 ** (1 / p) + 1e-9
+    assert smooth.decode_step_time(1, 0) == pytest.approx(dep.decode_step_time(1, 0), rel=1e-3)
+    assert smooth.prefill_time(8192) == pytest.approx(dep.prefill_time(8192), rel=1e-2)
+
+
+def test_all_reduce_latency_grows_per_doubling_of_tp() -> None:
+    base = deployment(H100, LLAMA_70B, tp=2).with_factors(tp_allreduce_s=25e-6, tp_allreduce_growth_s=20e-6)
+    assert base.allreduce_latency_s == pytest.approx(25e-6)
+    assert replace(base, tp=4).allreduce_latency_s == pytest.approx(45e-6)
+    assert replace(base, tp=8).allreduce_latency_s == pytest.approx(65e-6)
+    assert replace(base, tp=1).allreduce_latency_s == 0.0
+
+
+def test_engine_scales_multiply_the_gpus_own_efficiencies() -> None:
+    h200 = deployment(get_gpu("H200"), LLAMA_8B)
+    assert h200.bw_efficiency == 0.7
+    assert h200.with_factors(bw_scale=1.2).bw_efficiency == pytest.approx(0.84)
+    assert h200.with_factors(bw_scale=1.5, bw_efficiency=0.9).bw_efficiency == 1.0  # capped
+    measured = deployment(replace(get_gpu("H200"), mfu=0.62), LLAMA_8B)
+    assert measured.effective_mfu == pytest.approx(0.62)
+    assert measured.with_factors(mfu_scale=0.8).effective_mfu == pytest.approx(0.496)
+    assert measured.with_factors(mfu=0.5).effective_mfu == 0.5  # an explicit factor wins over the GPU's
+    with pytest.raises(ValueError, match="bw_scale"):
+        h200.with_factors(bw_scale=2.0)
+
+
+def test_moe_routing_scale_reads_fewer_experts_and_leaves_dense_models_alone() -> None:
+    mixtral = deployment(H100, get_model("mixtral-8x7b"), tp=2)
+    correlated = mixtral.with_factors(moe_routing_scale=0.25)
+    assert correlated.decode_step_time(4, 4 * 500) < mixtral.decode_step_time(4, 4 * 500)
+    assert correlated.decode_step_time(1, 500) == mixtral.decode_step_time(1, 500)  # one token: its experts
+    dense = deployment(H100, LLAMA_8B)
+    assert dense.with_factors(moe_routing_scale=0.25).decode_step_time(8, 8000) == dense.decode_step_time(8, 8000)
+
+
+def test_ttft_steps_hold_the_first_token_back_that_many_decode_steps() -> None:
+    dep = deployment(H100, LLAMA_8B)
+    multi = dep.with_factors(ttft_steps=4.5)
+    lm, lm_multi = latency_model(dep, 256, 128), latency_model(multi, 256, 128)
+    assert lm_multi.ttft(5.0) - lm.ttft(5.0) == pytest.approx(4.5 * lm.tpot(5.0))
+    cfg = EngineConfig()
+    plain, held = burst(dep, cfg, 4, 256, 32), burst(multi, cfg, 4, 256, 32)
+    assert held.ttft("mean") > plain.ttft("mean")
+    assert held.duration == pytest.approx(plain.duration)  # the GPU's work is the same
+
+
+def test_a_closed_loop_keeps_its_clients_busy_and_counts_each_request_once() -> None:
+    dep = deployment(H100, LLAMA_8B)
+    run = closed_loop(dep, EngineConfig(), 8, 64, fixed(512, 64))
+    assert len(run.timings) == 64
+    steady = run.steady(8)
+    assert len(steady.timings) == 48
+    assert math.isclose(steady.closed_loop_tokens_per_s(8), 8 * 64 / steady.e2e("mean"))
+    assert run.itl("median") > 0 and run.tpot("mean") >= run.itl("median") * 0.9
+
+
+def test_every_profile_builds_a_deployment_and_base_is_the_default_factors() -> None:
+    dep = deployment(H100, LLAMA_70B, tp=4)
+    assert with_profile(dep, "base").factors == dep.factors
+    for name in ENGINE_PROFILES:
+        prof = get_profile(name)
+        assert prof.max_num_batched_tokens >= prof.max_num_seqs
+        assert with_profile(dep, prof).step_time(2048, 32, 32 * 1000) > 0
