@@ -52,11 +52,20 @@ class Job:
     client: Any
     created_wall: float
     served: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)  # step → (tier, downgrade)
+    timing: dict[str, str] = field(default_factory=dict)  # step → its Server-Timing, led by l4 (its wait)
     aborts: dict[str, asyncio.Event] = field(default_factory=dict)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     dirty: bool = False  # the view changed since it was last written to the store
     stale: bool = False  # the last write failed (store down): written again at the next sync
     publisher: asyncio.Task[None] | None = None
+
+
+def step_timing(run: JobRun, step: str, inner: bytes | None) -> str:
+    """A step's Server-Timing: ``l4`` (from the job's creation to the step's start: waiting for the steps it
+    depends on) before the layers its own request went through (l1, l3, l2, upstream)."""
+    started = run.steps[step].started_at
+    wait_ms = 0.0 if started is None else (started - run.created_at) * 1000
+    return f"l4;dur={wait_ms:.3f}" + (", " + inner.decode("latin-1") if inner else "")
 
 
 def problems_body(problems: list[Problem] | tuple[Problem, ...]) -> bytes:
@@ -284,6 +293,7 @@ class JobsApi:
         tier = headers.get(b"x-turbogate-tier")
         downgrade = headers.get(b"x-turbogate-downgrade")
         job.served[start.step] = (tier.decode() if tier else None, downgrade.decode() if downgrade else None)
+        job.timing[start.step] = step_timing(job.run, start.step, headers.get(b"server-timing"))
         raw = b"".join(chunks)
         try:
             output: Any = orjson.loads(raw) if raw else None
@@ -311,6 +321,7 @@ class JobsApi:
             steps.append({"id": sid, "status": r.status.value, "depends_on": list(r.step.depends_on),
                           "service_tier": tier, "downgrade": downgrade, "http_status": r.http_status,
                           "started_s": rel(r.started_at), "finished_s": rel(r.finished_at), "error": r.error,
+                          "server_timing": job.timing.get(sid),
                           "request": r.request, "output": r.output})
         return {"id": job.id, "object": "job", "status": run.status.value, "cancel_requested": run.cancelled,
                 "service_tier": run.graph.tier,
