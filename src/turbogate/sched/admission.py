@@ -603,6 +603,18 @@ class Admission:
         elif ticket.state is _QUEUED:
             self.cancel(ticket)
 
+    def recharge(self, ticket: Ticket, used: float) -> None:
+        """Correct the tenant's finish tag from the cost ``ticket`` was charged to the cost it used
+        (sched/fair_cost.py), never below the tier's virtual time."""
+        queue = self._queues[ticket.tier]
+        finish = queue.finish.get(ticket.tenant)
+        if finish is None or used == ticket.cost:
+            return
+        weight = max(self._tenant(ticket.tenant).weight, 1e-9)
+        corrected = finish + (used - ticket.cost) / weight
+        queue.finish[ticket.tenant] = corrected if corrected > queue.vtime else queue.vtime
+        ticket.cost = used
+
     def cancel(self, ticket: Ticket) -> bool:
         """Withdraw a queued ticket (its client went away, or it waited too long).  True if it
         was queued."""

@@ -48,6 +48,7 @@ from turbogate.sched.actions import (
     Respond,
 )
 from turbogate.sched.admission import Admission, Admitted, Shed, TenantPolicy, Ticket, TierPolicy, clamp_retry
+from turbogate.sched.fair_cost import AnswerLengths, settle
 from turbogate.sched.guard import KneeGuard
 from turbogate.sched.hung import HungWatch, release
 from turbogate.sched.leases import LeaseBook
@@ -142,6 +143,7 @@ class Flow:
         self._ids = 0
         #: Turbo budgets and spend (sched/metering.py): a spent tenant's Turbo is served Standard.
         self.budgets = BudgetBook()
+        self.lengths = AnswerLengths()  # answers' lengths per model: the cost's estimate (sched/fair_cost.py)
         for t in policy.tenants:
             if t.turbo_budget is not None:
                 self.budgets.set_budget(t.name, t.turbo_budget, t.budget_period)
@@ -230,6 +232,7 @@ class Flow:
                 served, why = _STANDARD, excess
         policy = self.policy
         tokens = given if given is not None and given > 0 else policy.default_max_tokens
+        tokens = self.lengths.cost_tokens(model, tokens)  # far above the usual answer: an estimate
         cost = float(min(tokens, cap)) + min(prompt_bytes / 4.0, float(cap))
         self._ids += 1
         priority = PRIORITY[served] if self.pools[pool].spec.priority_field else None
@@ -401,6 +404,7 @@ class Flow:
             fb.popleft()
         self._meter(req, status, now)
         if req.ticket is not None:
+            settle(self.pools[req.pool].admission, req, self.policy.max_cost_tokens, now, self.hung.token_gap(req))
             self.pools[req.pool].admission.on_complete(req.ticket, now, count_service=count_service)
             req.ticket = None  # its payload is req: a cycle left for the GC to find (driver's handle included)
 
@@ -456,6 +460,8 @@ class Flow:
         replica = req.replica
         if replica is not None:
             self.hung.finished(req, now)
+            if status == 200:
+                self.lengths.observe(req.model, req.completion_tokens)
             self.picker.on_response(replica, status, now - (req.dispatched_at or now), now)
         self._close(req, status, now, count_service=status < 500)
         if self.guards and status < 500 and req.pool in self.guards:
@@ -546,6 +552,7 @@ class Flow:
                 _, req = q.popleft()
                 if req.phase is _QUEUED and req.ticket is not None:
                     pool = self.pools[req.pool]
+                    settle(pool.admission, req, self.policy.max_cost_tokens, now, None)  # it used nothing
                     shed = pool.admission.timed_out(req.ticket, now, self.picker.slots(req.pool, now))
                     req.ticket = None  # (as in _close: no cycle left behind)
                     req.phase = _DONE

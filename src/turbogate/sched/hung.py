@@ -202,6 +202,11 @@ class HungWatch:
         self.next_at = now + self.policy.check_every_s if busy else math.inf
         return hung
 
+    def token_gap(self, req: FlowRequest) -> float | None:
+        """The measured gap between tokens of the replica ``req`` is on (None: not measured)."""
+        held = self.held.get(req.replica.id) if req.replica is not None else None
+        return held.gap_s if held is not None else None
+
     def describe(self, replica_id: str) -> dict[str, float | int | None]:
         held = self.held.get(replica_id)
         if held is None:
