@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from turbogate.results import RequestRecord, Sample, Step, summarize, write_run
-from turbogate.results.figures import distribution_figure, timelines, waterfall_figure
+from turbogate.results.figures import distribution_figure, layer_heatmap, timelines, waterfall_figure
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -118,3 +118,20 @@ def test_the_waterfall_shows_l3_and_l4_in_the_layers_order_when_requests_carried
     assert list(l3.x) == pytest.approx([12.0, 12.0])
     plain = waterfall_figure(records)  # no L3, no L4: no such segments
     assert plain is not None and all("L3" not in t.name and "L4" not in t.name for t in plain.data)
+
+
+def test_the_layer_heatmap_has_a_row_per_layer_when_requests_carried_l3_or_l4(tmp_path: Path) -> None:
+    records, steps = two_tier_run(n=50)
+    assert layer_heatmap(records) is None  # L1 and L2 only: the waterfall already shows them
+    with_layers = [replace(r, server_timing_ms={"l1": 1.0, "l2": 0.1, "upstream": 900.0, "l3": 12.0,
+                                                **({"l4": 40.0} if r.id % 2 else {})}) for r in records]
+    fig = layer_heatmap(with_layers)
+    assert fig is not None
+    assert list(fig.data[0].y) == ["L4 job: waiting for its steps", "L1 queue", "L3 pool round trip",
+                                   "L2 replica pick"]
+    l3_row = fig.data[0].z[2]
+    assert all(v == pytest.approx(12.0) for v in l3_row if v is not None)
+    summary = summarize(with_layers, steps, kind="bench", started_at="2026-12-04T00:00:00+00:00", duration_s=5.0,
+                        config={})
+    write_run(tmp_path, with_layers, [], summary)
+    assert 'id="fig-layers"' in (tmp_path / "report.html").read_text()

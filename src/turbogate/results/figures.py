@@ -197,6 +197,31 @@ def queue_heatmap(samples: Sequence[Sample]) -> go.Figure | None:
     return fig
 
 
+def layer_heatmap(records: Sequence[RequestRecord]) -> go.Figure | None:
+    """Mean time per layer (Server-Timing, ms) by second of the run: one row per layer, L4 and L3 included, so
+    all four layers read in one picture; None when no request carried L3 or L4 (the waterfall then says it all)."""
+    sums: dict[str, dict[int, list[float]]] = {}
+    for r in records:
+        if r.sent_s is None:
+            continue
+        sec = int(r.sent_s)
+        for name, ms in r.server_timing_ms.items():
+            if name in ("l4", "l1", "l3", "l2"):
+                cell = sums.setdefault(name, {}).setdefault(sec, [0.0, 0.0])
+                cell[0] += ms
+                cell[1] += 1
+    if not ({"l3", "l4"} & set(sums)):
+        return None
+    layers = [n for n in LAYER_ORDER if n in sums]
+    secs = sorted({sec for row in sums.values() for sec in row})
+    z = [[(sums[n][sec][0] / sums[n][sec][1]) if sec in sums[n] else None for sec in secs] for n in layers]
+    fig = go.Figure(go.Heatmap(x=secs, y=[LAYER_LABELS[n] for n in layers], z=z, colorscale="Viridis",
+                               colorbar={"title": "mean ms"}, hoverongaps=False))
+    fig.update_layout(title="Time per layer over the run (Server-Timing, mean ms of the requests sent each second)",
+                      xaxis_title="s since start", height=160 + 60 * len(layers))
+    return fig
+
+
 def _unit(name: str) -> str:
     """Which axis a series belongs on: rates, fractions (0–1), percentages or counts never share one."""
     if name.endswith("_rps"):

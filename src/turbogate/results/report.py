@@ -112,6 +112,7 @@ def render_report(summary: Summary, records: Sequence[RequestRecord], samples: S
                                                    "turbogate gateway)."),
         ("queue", figures.queue_heatmap(samples), "No gateway queue-depth series were scraped (add --scrape "
                                            "GATEWAY/metrics)."),
+        *([("layers", layers, "")] if (layers := figures.layer_heatmap(records)) is not None else []),
         ("timelines", figures.timelines(samples), "No engine or GPU series were collected (--scrape, --metrics)."),
     ]
     parts: list[str] = []
