@@ -33,6 +33,7 @@ from turbogate.gateway.busypoll import IdlePoll, describe, idle_poll
 from turbogate.gateway.coalesce import Coalescing
 from turbogate.gateway.driver import FlowDriver
 from turbogate.gateway.jobs import JobsApi
+from turbogate.gateway.learned_share import share_loop, start_learned
 from turbogate.gateway.lease_share import SharedLeases
 from turbogate.gateway.marking import marked_pools, tier_tos
 from turbogate.gateway.metering import Metering
@@ -138,6 +139,7 @@ class GatewayApp(AsgiApp):
             self._metrics_server = MetricsServer(self, cfg.metrics.host or cfg.listen.host, self.metrics_port)
             await self._metrics_server.start()
         await self.meter.start()
+        await start_learned(self.rt.flow.picker, self.meter.store)  # a restart is not a cold start
         primary = self.meter.store.primary
         if isinstance(primary, RedisStore):  # usage records must outlive a Redis restart (docs/metering.md)
             with contextlib.suppress(StoreUnavailable):  # unreachable: the store's own warnings say so
@@ -145,7 +147,8 @@ class GatewayApp(AsgiApp):
                 if why is not None:
                     log.warning("Redis store %s %s", primary.url, why)
         loop = self.loop = asyncio.get_running_loop()
-        self.rt.tasks = [loop.create_task(scrape_loop(self.rt, self.driver)), loop.create_task(sweep(self))]
+        self.rt.tasks = [loop.create_task(scrape_loop(self.rt, self.driver)), loop.create_task(sweep(self)),
+                         loop.create_task(share_loop(self.rt.flow.picker, self.meter.store))]
         self.driver.run(())  # arm the flow's timer now: warm-ups and round-trip probes are due at start
 
     async def _probe(self, replica: Replica) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -78,6 +78,12 @@ class Store(Protocol):
     async def set_budget(self, tenant: str, units: float | None, period: str) -> None: ...
     async def switches(self) -> dict[str, bool]: ...
     async def set_switch(self, name: str, on: bool) -> None: ...
+
+    # ---- learned per-replica concurrency limits (their text: sched/learned.py) ----
+    async def learned_limits(self) -> dict[str, str]: ...
+    async def put_learned_limits(self, limits: Mapping[str, str]) -> None:
+        """Replace the stored text of each replica named in ``limits`` (others stay)."""
+        ...
 
     async def acquire(self, tenant: str, limits: LimitPolicy, lease: str, ts: float,
                       lease_s: float) -> LimitRefusal | None:

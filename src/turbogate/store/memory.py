@@ -4,7 +4,7 @@ gateway falls back on while its shared store is unreachable."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord, limit_refusal, minute_of, spend_keys
 from turbogate.store.base import Budgets, JobRecord, LeaseRecord, Spent
@@ -16,6 +16,7 @@ class MemoryStore:
         self._spend: dict[tuple[str, str], float] = {}
         self._budgets: Budgets = {}
         self._switches: dict[str, bool] = {}
+        self._learned: dict[str, str] = {}
         self._leases: dict[str, dict[str, float]] = {}  # tenant → lease → expiry (wall seconds)
         self._minute: dict[str, tuple[int, int, int]] = {}  # tenant → (minute, requests, tokens)
         self._turbo_leases: dict[str, LeaseRecord] = {}
@@ -56,6 +57,12 @@ class MemoryStore:
 
     async def switches(self) -> dict[str, bool]:
         return dict(self._switches)
+
+    async def learned_limits(self) -> dict[str, str]:
+        return dict(self._learned)
+
+    async def put_learned_limits(self, limits: Mapping[str, str]) -> None:
+        self._learned.update(limits)
 
     async def set_switch(self, name: str, on: bool) -> None:
         self._switches[name] = on

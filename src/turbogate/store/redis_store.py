@@ -5,7 +5,7 @@ replayed: it is a sorted-set member, and its JSON is the same bytes every time."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -220,6 +220,15 @@ class RedisStore:
 
     async def set_switch(self, name: str, on: bool) -> None:
         await self._call("set switch", self._client().hset(f"{self.prefix}:switches", name, "1" if on else "0"))
+
+    async def learned_limits(self) -> dict[str, str]:
+        raw = await self._call("learned limits", self._client().hgetall(f"{self.prefix}:learned_limits"))
+        return {k.decode(): v.decode() for k, v in raw.items()}
+
+    async def put_learned_limits(self, limits: Mapping[str, str]) -> None:
+        if limits:
+            await self._call("put learned limits",
+                             self._client().hset(f"{self.prefix}:learned_limits", mapping=dict(limits)))
 
     async def acquire(self, tenant: str, limits: LimitPolicy, lease: str, ts: float,
                       lease_s: float) -> LimitRefusal | None:

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -192,6 +192,12 @@ class ResilientStore:
 
     async def set_switch(self, name: str, on: bool) -> None:
         await self._try("set switch", self.primary.set_switch(name, on))
+
+    async def learned_limits(self) -> dict[str, str]:
+        return await self._try("learned limits", self.primary.learned_limits())
+
+    async def put_learned_limits(self, limits: Mapping[str, str]) -> None:
+        await self._try("put learned limits", self.primary.put_learned_limits(limits))
 
     # ---- Turbo leases and jobs: while the store is down, the caller keeps them locally ----------
     async def _shared(self, what: str, call: Callable[[], Awaitable[T]]) -> T:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS spend (tenant TEXT NOT NULL, period TEXT NOT NULL, un
   PRIMARY KEY (tenant, period));
 CREATE TABLE IF NOT EXISTS budgets (tenant TEXT PRIMARY KEY, units REAL, period TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS switches (name TEXT PRIMARY KEY, on_ INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS learned_limits (replica TEXT PRIMARY KEY, state TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS leases (tenant TEXT NOT NULL, lease TEXT NOT NULL, expires REAL NOT NULL,
   PRIMARY KEY (tenant, lease));
 CREATE TABLE IF NOT EXISTS minutes (tenant TEXT PRIMARY KEY, minute INTEGER NOT NULL, requests INTEGER NOT NULL,
@@ -196,6 +197,15 @@ class SqliteStore:
 
     async def set_switch(self, name: str, on: bool) -> None:
         await self._run(lambda db: db.execute("INSERT OR REPLACE INTO switches VALUES (?,?)", (name, int(on))),
+                        write=True)
+
+    async def learned_limits(self) -> dict[str, str]:
+        rows = await self._run(lambda db: db.execute("SELECT replica, state FROM learned_limits").fetchall())
+        return {replica: state for replica, state in rows}
+
+    async def put_learned_limits(self, limits: Mapping[str, str]) -> None:
+        rows = list(limits.items())
+        await self._run(lambda db: db.executemany("INSERT OR REPLACE INTO learned_limits VALUES (?,?)", rows),
                         write=True)
 
     async def acquire(self, tenant: str, limits: LimitPolicy, lease: str, ts: float,

@@ -1,0 +1,51 @@
+"""A replica's learned concurrency limit as text for the store, and what a process that starts
+cold takes from it (pure: the wall-clock time is passed in).
+
+A gateway restarted during an overload, or a worker or gateway process added to a fleet's
+front, would otherwise learn every replica's limit again from ``initial_limit`` by slow start
+— the cold start whose overshoot puts Turbo in the engines' queues.  The learned state (limit,
+slow-start threshold, what the engine was seen running) is what every process sharing a store
+writes for its replicas, and what one whose replica is still in slow start takes: the limit
+then starts where the fleet already is (within the replica's cap and its ``max_num_seqs``), and
+a queue seen afterwards still cuts it as usual (sched/concurrency.py).
+
+Text: ``"limit ssthresh proven written_at"`` (``inf`` for a threshold not found yet).  A state
+older than ``MAX_AGE_S`` is ignored: the engine may have been reconfigured since.
+"""
+
+from __future__ import annotations
+
+import math
+
+from turbogate.sched.replica import Replica
+
+MAX_AGE_S = 600.0
+
+
+def encode(replica: Replica, wall_now: float) -> str | None:
+    """``replica``'s learned state as text, or None while it has nothing to teach (never scraped,
+    or still at a slow start's beginning)."""
+    if not replica.scraped or replica.load is None or (math.isinf(replica.ssthresh) and replica.proven < 1.0):
+        return None
+    return f"{replica.limit:.3f} {replica.ssthresh:.3f} {replica.proven:.3f} {wall_now:.3f}"
+
+
+def adopt(replica: Replica, text: str, wall_now: float) -> bool:
+    """Take the stored state when ``replica`` is still in slow start (it has learned nothing of its
+    own that contradicts it); True if taken."""
+    try:
+        limit, ssthresh, proven, written_at = (float(x) for x in text.split())
+    except ValueError:
+        return False
+    if not math.isinf(replica.ssthresh) or wall_now - written_at > MAX_AGE_S or limit < 1.0:
+        return False
+    if replica.cap is not None:
+        limit = min(limit, float(replica.cap))
+    if replica.engine_seqs is not None:
+        limit = min(limit, float(replica.engine_seqs))
+    if limit <= replica.limit and math.isinf(ssthresh):
+        return False  # it knows as much already
+    replica.limit = limit
+    replica.ssthresh = min(ssthresh, limit) if not math.isinf(ssthresh) else limit
+    replica.proven = min(max(proven, replica.proven), limit)
+    return True

@@ -1,0 +1,80 @@
+"""Learned per-replica limits live in the store and are shared by the processes sharing it
+(issue 38 point 3): a restarted or added process whose replicas are still in slow start takes
+what the others learnt instead of slow-starting from ``initial_limit``."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import pytest
+
+from turbogate.gateway.learned_share import give_learned, take_learned
+from turbogate.sched import PickerConfig, ReplicaLoad
+from turbogate.sched.learned import MAX_AGE_S, adopt, encode
+from turbogate.sched.picker import Picker, Replica
+from turbogate.store.memory import MemoryStore
+from turbogate.store.sqlite import SqliteStore
+
+
+def learnt_picker(ids: list[str], limit_after: int) -> Picker:
+    """A picker whose replicas learnt their limit: slow start grew past ``limit_after`` and a queue
+    cut it back there."""
+    picker = Picker(PickerConfig(initial_limit=8))
+    for rid in ids:
+        r = picker.add(Replica(id=rid, pool="p"))
+        r.limit = float(limit_after + 4)  # slow start's last step overshot the engine
+        r.in_flight = limit_after + 4
+        picker.on_metrics(r, ReplicaLoad(running=limit_after, waiting=4, kv_usage=0.5), 1.0)
+        assert not math.isinf(r.ssthresh) and r.limit == limit_after
+    return picker
+
+
+def cold_picker(ids: list[str], **kw: int) -> Picker:
+    picker = Picker(PickerConfig(initial_limit=8))
+    for rid in ids:
+        picker.add(Replica(id=rid, pool="p", **kw))  # type: ignore[arg-type]
+    return picker
+
+
+def test_a_cold_replica_adopts_what_another_process_learnt() -> None:
+    learnt = learnt_picker(["a"], 13).get("a")
+    text = encode(learnt, 1000.0)
+    assert text is not None
+    cold = cold_picker(["a"]).get("a")
+    assert cold.limit == 8 and math.isinf(cold.ssthresh)
+    assert adopt(cold, text, 1001.0)
+    assert cold.limit == 13 and cold.ssthresh == 13 and cold.proven == 13
+
+
+def test_what_a_replica_learnt_itself_and_stale_or_bad_text_are_kept_out() -> None:
+    text = encode(learnt_picker(["a"], 13).get("a"), 1000.0)
+    assert text is not None
+    own = learnt_picker(["a"], 5).get("a")  # past slow start: its own cut stands
+    assert not adopt(own, text, 1001.0) and own.limit == 5
+    cold = cold_picker(["a"]).get("a")
+    assert not adopt(cold, text, 1000.0 + MAX_AGE_S + 1) and cold.limit == 8
+    assert not adopt(cold, "not numbers", 1000.0)
+    capped = cold_picker(["a"], cap=10).get("a")
+    assert adopt(capped, text, 1001.0) and capped.limit == 10  # within the replica's own cap
+    fresh = Replica(id="x", pool="p")
+    assert encode(fresh, 1000.0) is None  # never scraped: nothing to teach
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_limits_go_through_the_store_to_a_restarted_process(kind: str, tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = MemoryStore() if kind == "memory" else SqliteStore(tmp_path / "s.sqlite3")
+        await store.open()
+        try:
+            before = learnt_picker(["a", "b"], 11)
+            await give_learned(before, store)
+            after = cold_picker(["a", "b", "c"])
+            assert await take_learned(after, store) == 2
+            assert [after.get(r).limit for r in ("a", "b", "c")] == [11, 11, 8]
+            assert await take_learned(after, store) == 0  # taken once: no longer in slow start
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
