@@ -27,8 +27,9 @@ def run(qps: float, seed: int, duration: float = 250.0) -> list[object]:
         "scrape": {"interval_s": 5.0},  # the defaults otherwise: no max_concurrency, no tier policy
         "pools": [{"name": "p", "models": [MODEL], "replicas": [{"url": "http://a"}, {"url": "http://b"}]}],
     })
+    # The rates below were set against the base perf model's capacity (issue 40's profiles came later).
     fleet = parse_fleet({"pools": [{"name": "p", "replicas": [{"count": 2, "gpu": "L4", "model": MODEL,
-                                                                "max_num_seqs": 16}]}]})
+                                                                "max_num_seqs": 16, "engine_profile": "base"}]}]})
     ld = load(qps=qps, duration=duration, prompt_tokens="256", output_tokens="128", tiers=MIX, random_seed=seed)
     return list(simulate(SimConfig(gateway=gateway, fleet=fleet, load=ld, api_keys=(KEY,))).records)
 

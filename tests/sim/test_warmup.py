@@ -32,8 +32,9 @@ def test_a_warm_gateway_has_learned_each_replicas_limit_before_measuring() -> No
     # at the same rate the limit is already there.
     gw = gateway_data()
     gw["pools"][0]["replicas"][0]["max_concurrency"] = 32
+    # The rate and the 0.2 s bound were chosen against the base perf model (issue 40's profiles came later).
     fleet = parse_fleet({"pools": [{"name": "p", "replicas": [{"count": 2, "gpu": "L4", "model": MODEL,
-                                                                 "max_num_seqs": 32}]}]})
+                                                                 "max_num_seqs": 32, "engine_profile": "base"}]}]})
     base = replace(sim_config(qps=8.0, duration=20.0), gateway=parse_config(gw), fleet=fleet)
 
     def early_standard_ttft_max(warmup_s: float) -> float:

@@ -14,11 +14,12 @@ from turbogate.bench.cli import print_summary
 from turbogate.bench.run import knee_line
 from turbogate.config import load_config
 from turbogate.errors import BadInput, ConfigError
+from turbogate.plan.profile_opts import gpu_profile_option
 from turbogate.results import Summary, summarize, write_run
 from turbogate.results.io import REQUESTS, REQUESTS_GZ
 from turbogate.sim.baselines import baseline_rows, print_baselines, write_baselines
 from turbogate.sim.build import POLICIES, SimConfig, build_replicas
-from turbogate.sim.fleet import load_fleet
+from turbogate.sim.fleet import Fleet, load_fleet
 from turbogate.sim.progress import Bar, note
 from turbogate.sim.run import SimOutcome, default_out, simulate, write_sim
 from turbogate.sim.sweep import combine, default_jobs, parse_sweep, point_config, run_points
@@ -89,6 +90,9 @@ def sim(
     window: str | None = opt.WINDOW,
     tier_by_tenant: str | None = opt.TIER_BY_TENANT,
     reassign_tiers: bool = opt.REASSIGN_TIERS,
+    engine_profile: str | None = typer.Option(None, "--engine-profile", help="Engine profile for every replica "
+                                              "group (default: each group's engine_profile, vllm-v1 unless set)."),
+    gpu_profile: Path | None = gpu_profile_option(),
 ) -> None:
     """Simulate a fleet bigger than one machine with the gateway's own scheduling code."""
     try:
@@ -110,7 +114,7 @@ def sim(
         if policy not in POLICIES:
             raise ValueError(f"--policy must be one of {', '.join(POLICIES)}, got {policy!r}")
         points = parse_sweep(sweep) if sweep else None
-        fleets = [(p.stem, load_fleet(p)) for p in fleet]
+        fleets = [(p.stem, profiled_fleet(load_fleet(p), engine_profile, gpu_profile)) for p in fleet]
         base = SimConfig(gateway=load_config(config), fleet=fleets[0][1], load=load, model=model,
                          policy=policy, chat=route.endswith("chat/completions"), stream=stream,
                          ignore_eos=ignore_eos, min_tokens=min_tokens, api_keys=tuple(api_key), label=label,
@@ -158,6 +162,25 @@ def sim(
         print_summary(summaries[policy], console)
         console.print(knee_line(summaries[policy]))
     console.print(f"run folder: {out_dir}")
+
+
+def profiled_fleet(fleet: Fleet, engine_profile: str | None, gpu_profile: Path | None) -> Fleet:
+    """Every replica group under ``--engine-profile``, and on ``--gpu-profile``'s measured GPU where it is that GPU."""
+    from turbogate.perf import get_gpu
+    from turbogate.perf.profiles import get_profile
+    from turbogate.plan.profile_cli import load_gpu_profile
+
+    update: dict[str, object] = {"engine_profile": get_profile(engine_profile).name} if engine_profile else {}
+    prof = load_gpu_profile(gpu_profile) if gpu_profile is not None else None
+    pools = []
+    for pool in fleet.pools:
+        groups = []
+        for g in pool.replicas:
+            measured = ({"gpu_bw_efficiency": prof.bw_efficiency, "gpu_mfu": prof.mfu}
+                        if prof is not None and get_gpu(g.gpu).name == prof.gpu_name else {})
+            groups.append(g.model_copy(update={**update, **measured}))
+        pools.append(pool.model_copy(update={"replicas": groups}))
+    return fleet.model_copy(update={"pools": pools})
 
 
 def _config(base: SimConfig, policy: str, qps: float | None) -> SimConfig:

@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from turbogate.errors import ConfigError
+from turbogate.perf.profiles import DEFAULT_PROFILE, ENGINE_PROFILES
 
 
 class _Model(BaseModel):
@@ -39,6 +40,17 @@ class ReplicaGroup(_Model):
         None, description="default: the pool's scheduling_policy in the gateway config")
     max_concurrency: int | None = Field(
         None, ge=1, description="gateway-side cap per replica; default: the gateway config's first replica's")
+    engine_profile: str = Field(DEFAULT_PROFILE, description="engine whose factors the perf model uses: "
+                                f"{', '.join(ENGINE_PROFILES)} (docs/plan.md)")
+    gpu_bw_efficiency: float | None = Field(None, gt=0, le=1, description="measured share of HBM bandwidth "
+                                            "(a GPU profile's; sim --gpu-profile sets it)")
+    gpu_mfu: float | None = Field(None, gt=0, le=1, description="measured prefill MFU (a GPU profile's)")
+
+    @model_validator(mode="after")
+    def _known_engine_profile(self) -> ReplicaGroup:
+        if self.engine_profile not in ENGINE_PROFILES:
+            raise ValueError(f"engine_profile must be one of {', '.join(ENGINE_PROFILES)}, got {self.engine_profile!r}")
+        return self
 
 
 class PoolFleet(_Model):

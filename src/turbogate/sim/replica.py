@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from turbogate.engine import Engine, EngineConfig, EngineLoop
 from turbogate.engine.busy import BusyFractions, BusyWindow
 from turbogate.perf import Deployment, deployment, get_gpu, resolve_model
+from turbogate.perf.profiles import get_profile
 from turbogate.sim.fleet import ReplicaGroup
 
 if TYPE_CHECKING:
@@ -17,8 +19,11 @@ DCGM_WINDOW_S = 1.0
 
 
 def group_deployment(g: ReplicaGroup) -> Deployment:
-    return deployment(get_gpu(g.gpu), resolve_model(g.model), tp=g.tp, weight_dtype=g.dtype,
-                      kv_dtype=g.kv_cache_dtype, gpu_mem_util=g.gpu_memory_utilization)
+    gpu = get_gpu(g.gpu)
+    if g.gpu_bw_efficiency is not None or g.gpu_mfu is not None:  # measured by `turbogate plan profile`
+        gpu = replace(gpu, bw_efficiency=g.gpu_bw_efficiency or gpu.bw_efficiency, mfu=g.gpu_mfu or gpu.mfu)
+    return deployment(gpu, resolve_model(g.model), tp=g.tp, weight_dtype=g.dtype, kv_dtype=g.kv_cache_dtype,
+                      gpu_mem_util=g.gpu_memory_utilization, factors=get_profile(g.engine_profile).factors)
 
 
 class SimReplica:
