@@ -11,11 +11,11 @@ One pipeline, two instruments (docs/plan.md, "Sizing a fleet"):
    core in virtual time: :mod:`turbogate.plan.size_sim`) gives each tier's p95.  From the lower
    bound the search walks to the smallest count that meets every SLO while one replica fewer
    misses one, both simulated, so each recommendation comes with its own evidence.  Candidates
-   are confirmed cheapest lower bound first, until ``top`` fleets are confirmed and no
-   unconfirmed candidate's lower bound is cheaper than the ``top``-th of them.  The walk of a
-   candidate starts at its bound times the smallest ratio (simulated ÷ bound) of the candidates
-   confirmed before it, never below the bound: the simulator's tail is wider than the closed
-   form's means by much the same factor across GPUs, so the walk usually takes two runs.
+   are confirmed cheapest lower bound first.  The walk of a candidate starts at its bound times
+   the smallest ratio (simulated ÷ bound) of the candidates confirmed before it, never below the
+   bound: the simulator's tail is wider than the closed form's means by much the same factor
+   across GPUs, so the walk usually takes two to four runs.  Once ``top`` fleets are confirmed,
+   a candidate whose start costs at least the ``top``-th of them is not simulated.
 
 Nothing here runs a simulation or reads a file: ``measure`` is passed in.
 """
@@ -316,12 +316,14 @@ def size(candidates: Sequence[Candidate], inputs: SizeInputs, measure: Measure,
     while queue or pending:
         while queue and len(pending) < max(1, jobs):
             cost, n, c = queue.pop()
-            confirmed = sorted(f.cost_per_hour for f in fleets)
-            if len(confirmed) >= inputs.top and cost >= confirmed[inputs.top - 1]:
-                skipped.append(Skipped(c.gpu, c.tp, "pruned: its closed-form lower bound costs more than the "
-                                       "confirmed fleets", cost, n))
-                continue
             start = n if math.isinf(ratio) else max(n, math.floor(n * ratio))
+            confirmed = sorted(f.cost_per_hour for f in fleets)
+            if len(confirmed) >= inputs.top and c.cost_per_hour(start) >= confirmed[inputs.top - 1]:
+                why = "its closed-form lower bound" if start == n else (
+                    f"its closed-form lower bound × {ratio:.2f} (the least the simulator has needed over the bound)")
+                skipped.append(Skipped(c.gpu, c.tp, f"pruned: {why} costs at least the {inputs.top}th confirmed "
+                                       "fleet", c.cost_per_hour(start), start))
+                continue
             if on_candidate is not None:
                 on_candidate(c, n)
             if executor is None:
