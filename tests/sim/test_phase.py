@@ -12,9 +12,10 @@ from typer.testing import CliRunner
 
 from tests.sim.helpers import KEY, gateway_data, sim_config
 from turbogate.cli import app
-from turbogate.sched import ReplicaLoad
+from turbogate.engine import Request
+from turbogate.engine.busy import BusyFractions
 from turbogate.sim.baselines import DEFAULT_PHASE_WEIGHT, PHASE_AWARE
-from turbogate.sim.build import build_simulation
+from turbogate.sim.build import build_replicas, build_simulation
 
 MIXED = {"prompt_tokens": "1500:2500:16:6000", "output_tokens": "200:300:8:600"}
 
@@ -33,28 +34,23 @@ def test_scrapes_carry_the_gauges_and_the_policy_turns_the_rule_on() -> None:
 
 
 def test_the_gauges_see_each_phase() -> None:
-    """Long prompts alone keep the GPUs' tensor pipes busier than their HBM; long answers alone the
-    reverse (what the rule relies on)."""
-    means: dict[str, tuple[float, float]] = {}
-    for name, qps, shape in (("prefill", 0.4, {"prompt_tokens": "6000", "output_tokens": "2"}),
-                             ("decode", 4.0, {"prompt_tokens": "32", "output_tokens": "600"})):
-        sim, _ = build_simulation(sim_config(qps=qps, duration=40.0, **shape))
-        seen: list[ReplicaLoad] = []
-        scraped = sim.flow.scraped
-
-        def record(replica_id: str, load: object, now: float, scraped=scraped, seen=seen) -> object:  # type: ignore[no-untyped-def]
-            if isinstance(load, ReplicaLoad):
-                seen.append(load)
-            return scraped(replica_id, load, now)
-
-        sim.flow.scraped = record  # type: ignore[method-assign]
-        sim.run()
-        busy = [x for x in seen if x.running]
-        assert busy and all(x.tensor_active is not None and x.dram_active is not None for x in busy)
-        means[name] = (sum(x.tensor_active or 0.0 for x in busy) / len(busy),
-                       sum(x.dram_active or 0.0 for x in busy) / len(busy))
-    assert means["prefill"][0] > 2 * means["prefill"][1]
-    assert means["decode"][1] > 2 * means["decode"][0]
+    """A simulated replica's DCGM readings: long prompts alone keep its tensor pipes busier than its
+    HBM, long answers alone the reverse (what the rule relies on)."""
+    shares: dict[str, BusyFractions] = {}
+    for name, prompt, output in (("prefill", 6000, 2), ("decode", 32, 600)):
+        reps, _ = build_replicas(sim_config())
+        rep = reps[0]
+        for i in range(8):
+            rep.loop.submit(Request(f"{name}-{i}", prompt_tokens=prompt, output_tokens=output), 0.0)
+        now = 0.0
+        while (end := rep.loop.next_time()) is not None:
+            rep.loop.advance(end)
+            now = end
+        shares[name] = rep.busy_fractions(now)  # the first reading: since the engine started
+    prefill, decode = shares["prefill"], shares["decode"]
+    assert prefill.tensor_active > 2 * prefill.dram_active
+    assert decode.dram_active > 2 * decode.tensor_active
+    assert all(0.0 < x <= 1.0 for f in (prefill, decode) for x in f)
 
 
 def test_compare_policies_lists_phase_aware_with_every_tier(tmp_path: Path) -> None:
