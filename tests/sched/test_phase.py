@@ -110,3 +110,29 @@ def test_off_by_default() -> None:
     from turbogate.config import Bands
 
     assert Bands().phase_weight == 0.0
+
+
+def test_the_gateways_scrape_keeps_dcgm_lines_and_takes_the_busiest_gpu() -> None:
+    """What ``gateway/scrape.py`` hands the core from a replica's page (an emulator's, or an engine's
+    with dcgm-exporter's lines appended): both GPUs' series, the busier one counted."""
+    from turbogate.gateway.scrape import samples_from_text
+
+    page = "\n".join([
+        "# TYPE vllm:num_requests_running gauge",
+        'vllm:num_requests_running{model_name="m"} 5.0',
+        "# TYPE DCGM_FI_PROF_PIPE_TENSOR_ACTIVE gauge",
+        'DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{UUID="GPU-a",device="nvidia0",gpu="0",modelName="L4"} 0.30',
+        'DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{UUID="GPU-b",device="nvidia1",gpu="1",modelName="L4"} 0.45',
+        "# TYPE DCGM_FI_PROF_DRAM_ACTIVE gauge",
+        'DCGM_FI_PROF_DRAM_ACTIVE{UUID="GPU-a",device="nvidia0",gpu="0",modelName="L4"} 0.60',
+        'DCGM_FI_PROF_DRAM_ACTIVE{UUID="GPU-b",device="nvidia1",gpu="1",modelName="L4"} 0.55',
+        "# TYPE DCGM_FI_PROF_SM_ACTIVE gauge",
+        'DCGM_FI_PROF_SM_ACTIVE{UUID="GPU-a",device="nvidia0",gpu="0",modelName="L4"} 0.9',
+    ]) + "\n"
+    load = load_from_samples("vllm", samples_from_text(page))
+    assert (load.running, load.tensor_active, load.dram_active) == (5.0, 0.45, 0.60)
+    picker = Picker(PickerConfig(phase_weight=1.0))
+    r = picker.add(Replica(id="r", pool="p"))
+    picker.on_metrics(r, load, 0.0)
+    state = next(iter(picker.describe(0.5)))  # what /admin/state shows of it
+    assert (state["tensor_active"], state["dram_active"]) == (0.45, 0.60)

@@ -563,4 +563,6 @@ class Picker:
                 "running": r.load.running if r.load else None,
                 "waiting": r.load.waiting if r.load else None,
                 "kv_usage": r.load.kv_usage if r.load else None,
+                "tensor_active": r.load.tensor_active if r.load else None,  # DCGM's (sched/phase.py)
+                "dram_active": r.load.dram_active if r.load else None,
             }
