@@ -6,13 +6,21 @@ unloaded TTFT), then open-loop Poisson arrivals at ``--factor`` × capacity for 
 (60 in CI-size runs, 600 by hand), then the load stops (every outstanding client leaves) and
 the gateway must come back: queues empty and a Turbo request served within 2× its unloaded TTFT.
 
+Then the burst question (issue 43): a mixed load at ``--base-load`` × capacity, a 10× burst
+for ``--burst-seconds`` whose clients stay (they wait, as real ones do), and the mixed load
+again for ``--after-seconds``: for each tier, the seconds from the burst's end until the p95
+TTFT of its requests, in every 4-s window of send times from then on, is back within 2× of
+before the burst (a shed or an unanswered request counts as too slow).  Target: ≤ 10 s for
+Turbo and Standard.
+
 Prints one JSON object: the gateway's RSS at start, peak and end (MB); counts by tier and status;
 sheds without ``Retry-After`` (must be 0); Turbo p95 TTFT loaded and unloaded (Turbo is 5 % of
 the load: half the capacity at 10×); Relax completions
-(never starved to zero); the recovery time; and pass/fail for the acceptance bounds (peak RSS
-under 2× start + 50 MB, every shed with Retry-After, recovery within 5 s).
+(never starved to zero); the recovery time; the burst's per-tier recovery (``burst``); and
+pass/fail for the acceptance bounds (peak RSS under 2× start + 50 MB, every shed with
+Retry-After, recovery within 5 s, Turbo and Standard back within 10 s of the burst's end).
 
-    python benchmarks/overload_soak.py [--seconds 60] [--factor 10]
+    python benchmarks/overload_soak.py [--seconds 60] [--factor 10] [--burst-seconds 30] [--after-seconds 60]
 
 All traffic stays on 127.0.0.1; the client keeps at most ``--max-open`` requests open.
 """
@@ -22,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import random
 import resource
 import sys
@@ -44,6 +53,9 @@ KEY, ADMIN = "sk-soak", "soak-admin"
 #: its TTFT is a fair question; Standard and Relax bring the excess.
 MIX = (("turbo", 0.05), ("standard", 0.75), ("relax", 0.2))
 SHED = (429, 503)
+#: The mixed load before and after the burst: enough Turbo to measure a p95 in each window.
+BASE_MIX = (("turbo", 0.3), ("standard", 0.5), ("relax", 0.2))
+WINDOW_S, STEP_S = 4.0, 0.5  # recovery windows of send times, and how far apart they start
 
 
 def rss_mb(pid: int) -> float:
@@ -68,11 +80,13 @@ class Load:
         self.no_retry_after = 0
         self.ttft: dict[str, list[float]] = {t: [] for t, _ in MIX}
         self.tasks: set[asyncio.Task[None]] = set()
+        self.sent: list[tuple[float, str, float]] = []  # (send time, tier, TTFT; inf: shed or no first token)
 
     async def one(self, session: aiohttp.ClientSession, tier: str) -> None:
         body = {"model": MODEL, "messages": [{"role": "user", "content": "x " * (PROMPT * 2)}],
                 "max_tokens": OUTPUT, "ignore_eos": True, "stream": True, "service_tier": tier}
         start = time.perf_counter()
+        ttft = math.inf
         async with self.open:
             try:
                 async with session.post(self.url, json=body) as resp:
@@ -85,7 +99,8 @@ class Load:
                     first = True
                     async for line in resp.content:
                         if first and line.startswith(b"data: {"):
-                            self.ttft[tier].append(time.perf_counter() - start)
+                            ttft = time.perf_counter() - start
+                            self.ttft[tier].append(ttft)
                             first = False
                     self.counts[f"{tier}:200"] += 1
             except asyncio.CancelledError:
@@ -93,6 +108,8 @@ class Load:
                 raise
             except aiohttp.ClientError as exc:
                 self.counts[f"{tier}:{type(exc).__name__}"] += 1
+            finally:
+                self.sent.append((start, tier, ttft))
 
     def start(self, session: aiohttp.ClientSession, tier: str) -> None:
         task = asyncio.get_running_loop().create_task(self.one(session, tier))
@@ -186,6 +203,54 @@ async def soak(gw: Service, seconds: float, factor: float, max_open: int, seed: 
     }
 
 
+def recovery_s(sent: list[tuple[float, str, float]], tier: str, burst_end: float, until: float,
+               limit: float) -> float | None:
+    """Seconds from ``burst_end`` until every window of ``tier``'s send times from then on has a
+    p95 TTFT within ``limit`` (None: not within ``until``)."""
+    mine = [(at, ttft) for at, t, ttft in sent if t == tier and at >= burst_end]
+    starts = [burst_end + k * STEP_S for k in range(int((until - burst_end - WINDOW_S) / STEP_S) + 1)]
+    good = []
+    for s in starts:
+        window = [ttft for at, ttft in mine if s <= at < s + WINDOW_S]
+        good.append(not window or (p95(window) or math.inf) <= limit)
+    for i in range(len(starts)):
+        if all(good[i:]):
+            return round(starts[i] - burst_end, 2)
+    return None
+
+
+async def burst(gw: Service, cap: float, base_load: float, factor: float, base_s: float, burst_s: float,
+                after_s: float, max_open: int, seed: int) -> dict[str, Any]:
+    """The burst question (see the module docstring)."""
+    rng = random.Random(seed + 1)
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn, headers={"Authorization": f"Bearer {KEY}"},
+                                     timeout=aiohttp.ClientTimeout(total=None)) as session:
+        load = Load(gw.url, max_open)
+        await load.poisson(session, base_load * cap, base_s, BASE_MIX, rng)
+        started = time.perf_counter()
+        bursting = asyncio.get_running_loop().create_task(load.poisson(session, factor * cap, burst_s, MIX, rng))
+        await load.poisson(session, base_load * cap, burst_s, BASE_MIX, rng)  # the usual load goes on beside it
+        await bursting
+        ended = time.perf_counter()
+        await load.poisson(session, base_load * cap, after_s, BASE_MIX, rng)
+        until = time.perf_counter()
+        await load.stop()
+    before = {t: p95([ttft for at, tier, ttft in load.sent if tier == t and at < started]) for t, _ in BASE_MIX}
+    recovery: dict[str, float | None] = {}
+    for t, _ in BASE_MIX:
+        base = before[t]
+        recovery[t] = None if base is None else recovery_s(load.sent, t, ended, until, 2 * base)
+    return {"base_rps": round(base_load * cap, 2), "burst_rps": round(factor * cap, 2), "burst_s": burst_s,
+            "p95_ttft_before_s": {t: None if v is None else round(v, 4) for t, v in before.items()},
+            "recovery_s": recovery, "window_s": WINDOW_S,
+            "pass": {f"{t}_within_10s": _within(recovery[t], 10.0) for t in ("turbo", "standard")}}
+
+
+def _within(value: float | None, bound: float) -> bool:
+    return value is not None and value <= bound
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=60.0)
@@ -193,6 +258,9 @@ def main() -> None:
     ap.add_argument("--max-open", type=int, default=6000, help="most requests the client keeps open")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--baseline-seconds", type=float, default=15.0, help="Turbo alone at 0.2× capacity first")
+    ap.add_argument("--burst-seconds", type=float, default=30.0, help="the 10× burst of the burst question")
+    ap.add_argument("--after-seconds", type=float, default=60.0, help="mixed load after the burst, to watch recovery")
+    ap.add_argument("--base-load", type=float, default=0.5, help="mixed load before and after the burst, × capacity")
     args = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
@@ -210,9 +278,15 @@ def main() -> None:
             with start_gateway(path, "--log-level", "warning", log_dir=folder) as gw:
                 out = asyncio.run(soak(gw, args.seconds, args.factor, args.max_open, args.seed,
                                      args.baseline_seconds))
+                if args.burst_seconds > 0:
+                    out["burst"] = asyncio.run(burst(gw, capacity_rps(), args.base_load, args.factor,
+                                                     args.baseline_seconds, args.burst_seconds, args.after_seconds,
+                                                     args.max_open, args.seed))
+                    out["pass"].update(out["burst"]["pass"])
         finally:
             for e in emus:
                 e.stop()
+    out["loadavg"] = Path("/proc/loadavg").read_text().split()[:3]
     print(json.dumps(out))
 
 

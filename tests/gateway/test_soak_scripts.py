@@ -22,11 +22,14 @@ def _run(script: str, *args: str) -> dict[str, object]:
 
 
 def test_overload_soak_small() -> None:
-    out = _run("overload_soak.py", "--seconds", "5", "--baseline-seconds", "3")
+    out = _run("overload_soak.py", "--seconds", "5", "--baseline-seconds", "3", "--burst-seconds", "3",
+               "--after-seconds", "6")
     assert out["shed"] and out["shed_without_retry_after"] == 0
     passed = out["pass"]
     assert isinstance(passed, dict) and passed["memory_bounded"]
     assert "recovery_s" in out and "turbo_p95_ttft_ratio" in out  # figures for the full run, not asserted here
+    burst = out["burst"]
+    assert isinstance(burst, dict) and set(burst["recovery_s"]) == {"turbo", "standard", "relax"}
 
 
 def test_slow_clients_small() -> None:
