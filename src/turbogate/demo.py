@@ -60,11 +60,12 @@ def fleet_capacity(replicas: int, time_scale: float) -> float:
     return replicas * per_replica / time_scale
 
 
-def gateway_config(urls: list[str]) -> dict[str, Any]:
+def gateway_config(urls: list[str], model: str = MODEL, max_seqs: int = MAX_SEQS) -> dict[str, Any]:
+    """One pool of emulators, the demo key allowed every tier (also benchmarks/three_way.py's gateway)."""
     return {
         "tenants": [{"name": "demo", "key_sha256": hash_key(DEMO_KEY), "tiers": ["turbo", "standard", "relax"]}],
-        "pools": [{"name": "demo", "models": [MODEL],
-                   "replicas": [{"url": u, "engine": "emulator", "max_concurrency": MAX_SEQS} for u in urls]}],
+        "pools": [{"name": "demo", "models": [model],
+                   "replicas": [{"url": u, "engine": "emulator", "max_concurrency": max_seqs} for u in urls]}],
         "scrape": {"interval_s": 0.5, "stale_after_s": 3.0, "timeout_s": 1.0},
         "health": {"interval_s": 0.5, "eject_after_failures": 3},
     }

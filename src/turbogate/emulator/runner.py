@@ -20,9 +20,10 @@ from turbogate.engine import Engine, EngineLoop, Finished, FinishReason, Request
 log = logging.getLogger("turbogate.emulator")
 
 # Behind schedule by more than this (CPU starved): re-anchor rather than burst.  A busy machine's scheduler
-# stalls a process for tens of milliseconds now and then; catching those up keeps the modelled GPU's
-# throughput (steps bunch up a little); a longer stall is time lost for good, and counted as such.
-MAX_CATCH_UP_S = 0.25
+# stalls a process now and then (hundreds of milliseconds when it is shared by many): the modelled GPU kept
+# working meanwhile, so the steps due are run back to back and their tokens delivered late but in full,
+# keeping the fleet's throughput; a longer stall is time lost for good, and counted as such.
+MAX_CATCH_UP_S = 1.0
 
 StreamItem = tuple[int, FinishReason | None]  # output tokens so far, finish reason on the last one
 
@@ -144,12 +145,9 @@ class EngineRunner:
             # fire late by up to a millisecond, and at ~7 ms a step that error would add up.
             step_wall = self._anchor_wall
             planned_end = step_wall + (end - self._anchor_v) * scale
-            if scale > 0:
-                delay = planned_end - clock()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-            else:
-                await asyncio.sleep(0)
+            delay = planned_end - clock() if scale > 0 else 0.0
+            # Steps that are due at once (catching up) still let requests that arrived meanwhile join them.
+            await asyncio.sleep(delay if delay > 0 else 0)
             now = clock()
             result = loop.advance(end)  # also starts the next step, at virtual `end`
             self._anchor_v = end
