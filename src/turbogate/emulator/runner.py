@@ -152,13 +152,11 @@ class EngineRunner:
             result = loop.advance(end)  # also starts the next step, at virtual `end`
             self._anchor_v = end
             late = now - planned_end
-            if scale > 0 and late >= MAX_CATCH_UP_S:
-                self._anchor_wall = now
-                self.metrics.behind_total.inc(late)  # the model clock now runs `late` behind for good
-            else:
-                self._anchor_wall = planned_end
+            self._anchor_wall = planned_end if scale > 0 and late < MAX_CATCH_UP_S else now
             if scale > 0:
                 self.metrics.behind_last.set(max(0.0, late))
+                if late >= MAX_CATCH_UP_S:  # re-anchored: the model clock now runs `late` behind for good
+                    self.metrics.behind_total.inc(late)
             self._deliver(result, step_wall, now)
 
     def _deliver(self, result: StepResult, step_wall: float, now: float) -> None:
