@@ -25,9 +25,11 @@ from turbogate.cli import app
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "turbogate"
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
-# "turbogate bench compare", "turbo-bench", or a command's name just before a flag ("`sim --trace`").
+# "turbogate bench compare", "turbo-bench", a command's name just before a flag ("`sim --trace`"), or a
+# command in backticks ("`plan capacity`, `sim` and `emulate` take --gpu-profile": the last one named owns it).
 NAMED_COMMAND = re.compile(r"\bturbogate ([a-z]+(?: [a-z]+)?)\b|\b(turbo-bench)\b"
-                           r"|(?<![\w-])(bench|sim|plan|serve|emulate|demo|jobs|trace)(?= --)")
+                           r"|(?<![\w-])(bench|sim|plan|serve|emulate|demo|jobs|trace)(?= --)"
+                           r"|`((?:bench|sim|plan|serve|emulate|demo|jobs|trace)(?: [a-z]+)?)`")
 
 # The modules whose messages only one command prints.
 OWN_MODULES: dict[str, list[str]] = {
@@ -71,17 +73,23 @@ def _resolve(named: str) -> str:
 
 
 def unknown_flags(text: str, command: str) -> list[str]:
-    """The flags ``text`` names that their command lacks; a ``turbogate X`` in the text switches the command."""
+    """The flags ``text`` names that their command lacks.  A command named in the text (``turbogate X``, a
+    backticked name) owns the flags that follow it up to the next punctuation; after that, ``command`` again."""
     missing: list[str] = []
-    owner = command
+    owner, last_end = command, 0
     for m in sorted([*FLAG.finditer(text), *NAMED_COMMAND.finditer(text)], key=lambda m: m.start()):
         if m.re is NAMED_COMMAND:
-            named = m.group(1) or m.group(3) or "bench"
+            named = m.group(1) or m.group(3) or m.group(4) or "bench"
             if _resolve(named) in COMMANDS:
                 owner = _resolve(named)
+            last_end = m.end()
             continue
+        gap = text[last_end:m.start()]
+        if owner != command and re.search(r"[,.;:()]", gap):
+            owner = command  # prose since the named command's line: back to the command that prints it
         if m.group(0) not in flags_of(owner):
             missing.append(f"{m.group(0)} (for {owner!r})")
+        last_end = m.end()
     return missing
 
 
@@ -135,6 +143,10 @@ def test_the_checker_catches_a_flag_the_command_lacks() -> None:
     assert unknown_flags("pass --api-key", "bench") == []
     assert unknown_flags("pass --api-key", "plan capacity") == ["--api-key (for 'plan capacity')"]
     assert unknown_flags("run turbogate bench --api-key K", "demo") == []
+    assert unknown_flags("run turbogate bench --api-key K --find-knee, then see --out", "demo") == []
+    assert unknown_flags("`sim` and `emulate` take --gpu-profile, unless --tiny", "plan profile") == []
+    assert unknown_flags("`emulate` takes --gpu-profile, unless --bogus", "plan profile") == [
+        "--bogus (for 'plan profile')"]
 
 
 # ---- help that renders right ------------------------------------------------------------------------------------

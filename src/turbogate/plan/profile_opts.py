@@ -14,7 +14,8 @@ from turbogate.perf.profiles import DEFAULT_PROFILE, ENGINE_PROFILES, get_profil
 ENGINE_PROFILE_HELP = (f"Engine whose measured factors the model uses: {', '.join(ENGINE_PROFILES)} "
                        "(docs/plan.md lists each factor and where it comes from).")
 GPU_PROFILE_HELP = ("A GPU profile written by `turbogate plan profile` on your own GPU: its measured bandwidth "
-                    "efficiency and MFU replace the catalog's, and its GPU replaces --gpu.")
+                    "efficiency and MFU replace the catalog's, and its GPU replaces the catalog GPU the command "
+                    "would otherwise use.")
 
 
 def engine_profile_option() -> str:
