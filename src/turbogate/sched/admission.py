@@ -282,6 +282,9 @@ class Admission:
         self._codel = {t: ControlledDelay(p.ttft_slo_s, _QUEUED) for t, p in self.policies.items()
                        if p.ttft_slo_s is not None and t is not _TOP}
         self.supply = TurboSupply()
+        # A downgraded Turbo request reaches past Turbo's headroom line only when it would
+        # otherwise run out Standard's queue limit (its queue timer is Standard's).
+        self._first_patience_s = 0.5 * self.policies[TIERS[1]].queue_limit_s
 
     # ---- queries -------------------------------------------------------------------------
     def queue_length(self, tier: Tier) -> int:
@@ -297,11 +300,20 @@ class Admission:
 
     def headroom(self, now: float, slots: int) -> int:
         """The slots the holdback keeps for Turbo's bursts right now (0 without holdback)."""
-        top_rate = self.pace.top_rate(now, self._top_arrivals.read(now))
+        top_rate = self._top_rate(now, slots)
         if not self._holding(now, top_rate):
             return 0
         return headroom_slots(top_rate, self._replenish_rate(now, slots), self.headroom_risk, slots,
                               self.headroom_staffing)
+
+    def _top_rate(self, now: float, slots: int) -> float:
+        """The top tier's rate the holdback is sized for (sched/surge.py ``ArrivalPace``): while the
+        lower tiers queue, the pool is saturated, so all arrivals come at least as fast as it
+        completes, and Turbo's share of them at least that share of its completions."""
+        saturated = self.queued > self._queues[_TOP].length
+        service = self.service_estimate_s if saturated else None
+        floor = self.pace.share * slots / service if service else 0.0
+        return self.pace.top_rate(now, max(self._top_arrivals.read(now), floor))
 
     def _turbo_deficit(self, top_rate: float) -> int:
         return turbo_deficit(top_rate, self.service_estimate_s, self._queues[_TOP].in_flight)
@@ -385,7 +397,8 @@ class Admission:
                         f"the {tier.value} queue is full ({policy.queue_bound} waiting)")
         # Nothing queued and a slot free: the prediction is 0, under any budget (the usual arrival).
         predicted = self.predicted_wait_s(tier, slots) if self.queued or self.in_flight >= slots else None
-        if predicted is not None and predicted > self._queue_limits[tier] and not self._newest_first(tier):
+        if (predicted is not None and predicted > self._queue_limits[tier] and not ticket.first
+                and not self._newest_first(tier)):
             return Shed(503, "queue_time_budget", clamp_retry(predicted - policy.queue_limit_s),
                         f"expected queue time {predicted:.1f}s exceeds the {tier.value} budget "
                         f"of {policy.queue_limit_s:g}s")
@@ -427,7 +440,7 @@ class Admission:
             return False
         policy = self.policies[tier]
         if policy.max_utilization < 1.0:
-            top_rate = self.pace.top_rate(now, self._top_arrivals.read(now))
+            top_rate = self._top_rate(now, slots)
             if self._holding(now, top_rate):
                 base = slots if proven is None or proven > slots else proven
                 ceiling = base - headroom_slots(top_rate, self._replenish_rate(now, base), self.headroom_risk, base,
@@ -470,7 +483,7 @@ class Admission:
         base = slots if proven is None else min(proven, slots)
         # The most the lower tiers may hold: never more than leaves Turbo its needed headroom.
         ceiling = slots
-        top_rate = self.pace.top_rate(now, self._top_arrivals.read(now))
+        top_rate = self._top_rate(now, slots)
         held = self._holding(now, top_rate)
         if held:
             ceiling = base - headroom_slots(top_rate, self._replenish_rate(now, base), self.headroom_risk, base,
@@ -492,8 +505,13 @@ class Admission:
             # reaches into headroom kept for a tier that is not waiting.
             # Turbo served Standard for want of supply (``Ticket.first``) goes first in Standard's
             # line, after any Turbo waiting, up to what leaves Turbo its headroom rather than
-            # Standard's own utilization line (sched/turbo_supply.py).
-            reach = max(line, ceiling) if queue.heap[0][0] < 0.0 else max(line, line_above) if due else line
+            # Standard's own utilization line; halfway to Standard's queue limit, as far as Turbo
+            # may (sched/turbo_supply.py).
+            reach = max(line, line_above) if due else line
+            if queue.heap[0][0] < 0.0:
+                first = queue.head()
+                if first is not None and first.first:
+                    reach = slots if now - first.arrival > self._first_patience_s else max(line, ceiling)
             if queue.in_flight < cap and (best is None or due) and in_flight < reach:
                 head = queue.head()
                 codel = self._codel.get(_tier)

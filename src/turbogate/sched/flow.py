@@ -227,7 +227,7 @@ class Flow:
                 if refused is not None:  # past the knee: served Standard, and the answer says why
                     served, why = _STANDARD, refused
         if served is _TURBO and self._tiered:  # beyond what the pool can give Turbo: told at once
-            excess = turbo_excess(self.pools[pool].admission, now, *self.picker.slot_counts(pool, now))
+            excess = turbo_excess(self.pools[pool].admission, self.picker, pool, now)
             if excess is not None:
                 served, why = _STANDARD, excess
         policy = self.policy

@@ -28,6 +28,7 @@ from turbogate.sched.tiers import TIERS
 
 if TYPE_CHECKING:
     from turbogate.sched.admission import Admission
+    from turbogate.sched.picker import Picker
 
 _TOP = TIERS[0]
 
@@ -98,7 +99,14 @@ class TurboSupply:
 
 
 
-def turbo_excess(admission: Admission, now: float, slots: int, proven_slots: int) -> str | None:
-    """For a Turbo request about to be opened on ``admission``'s pool: None (served Turbo), or the
-    reason it is served Standard (first in Standard's line: ``Ticket.first``)."""
-    return admission.supply.grant(admission, now, slots, proven_slots)
+
+def turbo_excess(admission: Admission, picker: Picker, pool: str, now: float) -> str | None:
+    """For a Turbo request about to be opened on ``pool``: None (served Turbo), or the reason it
+    is served Standard (first in Standard's line: ``Ticket.first``).  No bound while a replica of
+    the pool is still in slow start: its capacity is not known yet (and a bound drawn on a part of
+    it would send Turbo into Standard's line)."""
+    replicas = picker.replicas(pool)
+    if any(math.isinf(r.ssthresh) for r in replicas):
+        return None
+    slots, proven = picker.slot_counts(pool, now)
+    return admission.supply.grant(admission, now, slots, proven)
