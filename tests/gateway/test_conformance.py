@@ -1,13 +1,21 @@
 """HTTP conformance on a real gateway (issue 43, point 6 and 4): a 405 with ``Allow`` on every
 route's wrong methods (the admin GET routes included), one body limit with an OpenAI error body
 on every route, an engine's error with an integer ``code`` answered in the gateway's own error
-schema, and every route in ``/openapi.json``."""
+schema, and every route in ``/openapi.json``; and schemathesis over that document with its
+conformance checks (the CLI, ``st run``, as a user runs it; its JUnit report is read for failures,
+a schemathesis-internal error apart).  Its ``--checks`` leave out the data checks
+(positive_data_acceptance, negative_data_rejection): the request schemas describe what the
+gateway itself checks, and other fields pass through to the engine, which may refuse them."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -193,3 +201,38 @@ def test_engine_errors_are_normalised(tmp_path: Path) -> None:
             assert caught.value.code == "400" and caught.value.param == "max_tokens"
     finally:
         engine.shutdown()
+
+
+# ---- schemathesis ------------------------------------------------------------------------------
+CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,"
+          "response_schema_conformance,unsupported_method,allow_header_conformance,missing_required_header")
+EXAMPLES = int(30 * float(os.environ.get("TURBOGATE_FUZZ_SCALE", "1")))
+
+
+def _run(gw: Service, tmp: Path, token: str, paths: str, exclude: bool, checks: str = CHECKS) -> tuple[list[str], int]:
+    report = tmp / "junit.xml"
+    st = Path(sys.executable).with_name("st")
+    out = subprocess.run(
+        [str(st), "run", gw.url + "/openapi.json", "-H", f"Authorization: Bearer {token}",
+         "--exclude-path-regex" if exclude else "--include-path-regex", paths, "-n", str(EXAMPLES),
+         "--checks", checks, "--phases", "examples,coverage,fuzzing", "-w", "1", "--no-color", "--seed", "43",
+         "--request-timeout", "10", "--report", "junit", "--report-junit-path", str(report)],
+        capture_output=True, text=True, timeout=540, cwd=tmp)  # (its .schemathesis/ cache goes there)
+    assert report.exists(), out.stdout[-3000:] + out.stderr[-2000:]
+    failures = []
+    cases = 0
+    for case in ET.parse(report).getroot().iter("testcase"):
+        cases += 1
+        for failure in case.iter("failure"):
+            failures.append(f"{case.get('name')}: {failure.get('message') or ''}\n{(failure.text or '')[:1500]}")
+    return failures, cases
+
+
+def test_schemathesis_reports_no_conformance_failure(gw: Service, tmp_path: Path) -> None:
+    (tmp_path / "api").mkdir()
+    (tmp_path / "admin").mkdir()
+    api, api_ops = _run(gw, tmp_path / "api", KEY, "^/admin", exclude=True)
+    admin, admin_ops = _run(gw, tmp_path / "admin", ADMIN, "^/admin", exclude=False)
+    print(f"\nschemathesis: {api_ops} API and {admin_ops} admin operations, {len(api) + len(admin)} failures")
+    assert api_ops >= 10 and admin_ops >= 8  # every operation was run
+    assert not api and not admin, "\n\n".join((api + admin)[:5])
