@@ -33,3 +33,13 @@ def test_a_range_whose_ends_read_the_same_is_one_figure() -> None:
 def test_no_negative_zero_percentages(tiny: float) -> None:
     assert fmt_signed_pct(tiny) == "0.0 %"
     assert fmt_pct(tiny) == "0.0 %"
+
+
+def test_knee_notes_at_thousands_of_req_s_read_without_exponents() -> None:
+    from tests.results.helpers import saturating_run
+    from turbogate.results import ALL, summarize
+
+    records, steps, _ = saturating_run(capacity=1e6, rates=(1000, 2000, 3000, 4000), hold=0.05)
+    s = summarize(records, steps, kind="bench", started_at="2026-12-04T00:00:00+00:00", duration_s=0.2, config={})
+    note = s.knees[ALL].note
+    assert "4,000 req/s" in note and "e+" not in note, note

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from turbogate.perf import deployment, get_gpu, resolve_model, saturation
 from turbogate.perf.default_workload import OUTPUT_TOKENS, PROMPT_TOKENS
 from turbogate.plan.latency import DEFAULT_KNEE_FACTOR, latency_model
+from turbogate.results.fmt import fmt_num
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +44,8 @@ def planned_knee(p: PlannedPool) -> tuple[float, str]:
     lm = latency_model(dep, p.prompt_tokens, p.output_tokens, p.max_num_seqs, p.max_num_batched_tokens)
     per_replica = lm.knee(p.knee_factor)
     detail = (f"plan: {p.replicas} × {p.gpu} {p.model} tp{p.tp}, {p.prompt_tokens}/{p.output_tokens} tokens, "
-              f"max_num_seqs {p.max_num_seqs}: {per_replica:.3g} req/s per replica (E2E {p.knee_factor:g}× unloaded)")
+              f"max_num_seqs {p.max_num_seqs}: {fmt_num(per_replica)} req/s per replica "
+              f"(E2E {p.knee_factor:g}× unloaded)")
     return per_replica * p.replicas, detail
 
 

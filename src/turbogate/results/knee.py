@@ -159,7 +159,7 @@ def _decide(method: str, votes: Sequence[StepVote], s: KneeSettings, level: floa
         recovered = "ok" in later
         long_run = sum(1 for st in later if st == "fail") >= s.sustain + 1
         confidence = "low" if recovered else "high" if long_run else "medium"
-        why = f"{sum(1 for st in later if st == 'fail')} steps from {votes[run_start].offered_rps:.3g} req/s fail"
+        why = f"{sum(1 for st in later if st == 'fail')} steps from {fmt_num(votes[run_start].offered_rps)} req/s fail"
         if recovered:
             why += " (a later step passed again: check the curve)"
         if "ok" not in states[:run_start]:
@@ -173,14 +173,14 @@ def _decide(method: str, votes: Sequence[StepVote], s: KneeSettings, level: floa
                                             f"{s.min_requests} requests; lengthen --step-duration or --duration, "
                                             "use fewer --steps, or use --find-knee")
     if fails and fails[-1] == len(states) - 1:
-        return "inconclusive", None, None, (f"only the highest step ({top:.3g} req/s) fell short: raise --qps-end "
+        return "inconclusive", None, None, (f"only the highest step ({fmt_num(top)} req/s) fell short: raise --qps-end "
                                             "past it, or use --find-knee, to confirm a knee")
     if states[-1] == "thin":
-        return "inconclusive", None, None, (f"the highest step ({top:.3g} req/s) completed fewer than "
+        return "inconclusive", None, None, (f"the highest step ({fmt_num(top)} req/s) completed fewer than "
                                             f"{s.min_requests} requests; lengthen --step-duration or --duration")
-    note = f"no knee up to {top:.3g} req/s offered: the target kept up over the whole range"
+    note = f"no knee up to {fmt_num(top)} req/s offered: the target kept up over the whole range"
     if fails:
-        note += f" (isolated shortfall at {', '.join(f'{votes[i].offered_rps:.3g}' for i in fails)} treated as noise)"
+        note += f" (isolated shortfall at {', '.join(fmt_num(votes[i].offered_rps) for i in fails)} treated as noise)"
     return "none", None, "medium" if fails else "high", note
 
 

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from turbogate.results import ALL, Summary
+from turbogate.results.fmt import fmt_num
 from turbogate.sched.policy import FlowPolicy
 
 PHASE_AWARE = "phase-aware"
@@ -81,12 +82,12 @@ _COLUMNS = ("policy", "Turbo p95 TTFT", "Turbo shed", "Standard p95 TTFT", "Stan
 def _cells(r: BaselineRow) -> tuple[str, ...]:
     return (r.policy, _ms(r.turbo_p95_ttft_s), _pct(r.turbo_shed_rate), _ms(r.standard_p95_ttft_s),
             _pct(r.standard_shed_rate), _ms(r.relax_p95_ttft_s), _pct(r.relax_shed_rate), _ms(r.p95_tpot_s),
-            f"{r.goodput_rps:.3g}", _pct(r.shed_rate))
+            fmt_num(r.goodput_rps), _pct(r.shed_rate))
 
 
 def print_baselines(rows: list[BaselineRow], console: Console) -> None:
     for load in sorted({r.offered_rps for r in rows}):
-        t = Table(title=f"offered {load:.4g} req/s")
+        t = Table(title=f"offered {fmt_num(load, 4)} req/s")
         for col in _COLUMNS:
             t.add_column(col)
         for r in rows:
@@ -111,7 +112,7 @@ def markdown(rows: list[BaselineRow]) -> str:
     """The tables as Markdown (for docs and issues)."""
     lines: list[str] = []
     for load in sorted({r.offered_rps for r in rows}):
-        lines += [f"**offered {load:.4g} req/s**", "", "| " + " | ".join(_COLUMNS) + " |",
+        lines += [f"**offered {fmt_num(load, 4)} req/s**", "", "| " + " | ".join(_COLUMNS) + " |",
                   "|" + "---|" * len(_COLUMNS)]
         lines += ["| " + " | ".join(_cells(r)) + " |" for r in rows if r.offered_rps == load]
         lines.append("")
