@@ -43,3 +43,9 @@ def test_knee_notes_at_thousands_of_req_s_read_without_exponents() -> None:
     s = summarize(records, steps, kind="bench", started_at="2026-12-04T00:00:00+00:00", duration_s=0.2, config={})
     note = s.knees[ALL].note
     assert "4,000 req/s" in note and "e+" not in note, note
+
+
+def test_plans_signed_percentages_have_no_negative_zero() -> None:
+    from turbogate.plan.cli import _pct
+
+    assert _pct(-0.0001) == "+0.0%" and _pct(-0.05) == "-5.0%" and _pct(0.1234) == "+12.3%"

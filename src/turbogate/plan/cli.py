@@ -118,7 +118,7 @@ def _print_json(obj: Any) -> None:
 
 
 def _pct(x: float | None) -> str:
-    return "—" if x is None or math.isinf(x) else f"{x:+.1%}"
+    return "—" if x is None or math.isinf(x) else f"{round(x, 3) or 0.0:+.1%}"  # never "-0.0%"
 
 
 def _load_calibration(run_dir: Path, model: LatencyModel, replicas: int, knee_factor: float) -> Calibration:
