@@ -27,3 +27,17 @@ def test_histogram_buckets_are_cumulative_and_inclusive() -> None:
     requests = families["turbogate_requests"]
     assert [(s.labels, s.value) for s in requests.samples if s.name == "turbogate_requests_total"] == [
         ({"tenant": "acme", "tier_asked": "turbo", "tier_served": "standard", "status": "200"}, 2.0)]
+
+
+def test_goodput_within_each_tiers_objective_is_counted_by_tier() -> None:
+    app = GatewayApp(parse_config(gateway_config([pool("p", ["m"], ["http://127.0.0.1:9"])])))
+    m = app.metrics
+    slo = {name: t.ttft_slo_s for name, t in app.config.tiers.items()}
+    assert slo["standard"] is not None
+    m.observe_first_token("standard", slo["standard"] - 0.1)  # within: counted
+    m.observe_first_token("standard", slo["standard"] + 0.1)  # past it: not goodput
+    m.observe_first_token("turbo", 0.01)
+    families = {f.name: f for f in text_string_to_metric_families(m.render().decode())}
+    good = {s.labels["tier"]: s.value for s in families["turbogate_ttft_within_objective"].samples
+            if s.name == "turbogate_ttft_within_objective_total"}
+    assert good == {"standard": 1.0, "turbo": 1.0}

@@ -86,7 +86,13 @@ class GatewayMetrics:
         self.shed = Counter("turbogate_shed", "Requests refused by L1", ["reason", "tier"], registry=reg)
         self.retries = Counter("turbogate_upstream_retries", "Requests retried on another replica", ["pool"],
                                registry=reg)
-        reg.register(FastCollector([self.requests, self.queue_time, self.upstream, self.ttft]))
+        # Goodput within each tier's objective (tiers.<tier>.ttft_slo_s): streams whose first token
+        # reached the client within it, from arrival; beside turbogate_requests_total, the share.
+        self.within_objective = FastCounter(
+            "turbogate_ttft_within_objective", "Streams whose first token came within their served tier's "
+            "ttft_slo_s, counted from arrival (goodput within the objective)", ["tier"])
+        self._objective: dict[str, float | None] = {name: t.ttft_slo_s for name, t in rt.config.tiers.items()}
+        reg.register(FastCollector([self.requests, self.queue_time, self.upstream, self.ttft, self.within_objective]))
         reg.register(StateCollector(rt))
 
     def count(self, tenant: str, asked: str, served: str, status: int) -> None:
@@ -100,6 +106,11 @@ class GatewayMetrics:
 
     def observe_ttft(self, pool: str, tier: str, seconds: float) -> None:
         self.ttft.observe((pool, tier), seconds)
+
+    def observe_first_token(self, tier: str, since_arrival_s: float) -> None:
+        objective = self._objective.get(tier)
+        if objective is not None and since_arrival_s <= objective:
+            self.within_objective.inc((tier,))
 
     def watch_idle_poll(self, poll: IdlePoll) -> None:
         """Export the event loop's poller (gateway/busypoll.py): its window now and the time it

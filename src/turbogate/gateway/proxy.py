@@ -95,6 +95,7 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, watch: Wa
         driver.run(flow.first_byte(req, now, headers_at))
         ttft = now - start
         app.metrics.observe_ttft(replica.pool, TIER_NAME[req.served], ttft)
+        app.metrics.observe_first_token(TIER_NAME[req.served], now - req.arrival)
         # Headers wait for the first chunk, so Server-Timing can carry ttft; total upstream
         # time of a stream is not known at header time (see docs/gateway.md).
         await send({"type": "http.response.start", "status": 200,
