@@ -140,6 +140,11 @@ CASES: list[Case] = [
     ("jobs lint", _file("bad.yaml", "steps: [unclosed"), "not valid YAML"),
     ("jobs lint", lambda tmp: [str(tmp / "missing.yaml")], "cannot read"),
     ("jobs lint", _jobs_bad_config, "listen.port"),
+    # trace, plan burst, plan profile
+    ("trace show", _args("/no/such/trace.jsonl"), "cannot read"),
+    ("trace import", lambda tmp: ["/no/such/trace.csv", "--out", str(tmp / "t.jsonl")], "cannot read"),
+    ("plan burst", _args("--gpu", "B100", "--requests", "4"), "unknown GPU"),
+    ("plan profile", lambda tmp: ["--out", str(tmp / "p.json"), "--gpu", "B100", "--tiny"], "unknown GPU"),
     # demo's own bounds
     ("demo", _args("--turbo-share", "2"), "--turbo-share"),
 ]

@@ -15,7 +15,7 @@ from typing import Any
 import typer
 
 from turbogate.engine import EngineConfig
-from turbogate.errors import TurbogateError
+from turbogate.errors import BadInput, TurbogateError
 from turbogate.perf import deployment, get_gpu, resolve_model, saturation
 from turbogate.plan.profile_opts import engine_profile_option, gpu_profile_option, profiled
 from turbogate.plan.replay import burst
@@ -57,8 +57,7 @@ def burst_cmd(
                     output_tokens)
         steady = saturation(dep, prompt_tokens, output_tokens, seqs, budget)
     except (TurbogateError, ValueError) as exc:
-        typer.echo(f"turbogate plan burst: {exc}", err=True)
-        raise typer.Exit(code=2) from None
+        raise BadInput(str(exc), getattr(exc, "hint", None)) from None  # one line, exit 2 (clierrors.py)
     ttfts = [t.ttft for t in run.timings]
     out: dict[str, Any] = {
         "requests": requests, "engine_profile": prof.name, "gpu": dep.gpu.name, "model": dep.model.name, "tp": tp,

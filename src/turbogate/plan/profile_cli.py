@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import typer
 
-from turbogate.errors import TurbogateError
+from turbogate.errors import BadInput, TurbogateError
 from turbogate.perf import GPU, Deployment, ModelSpec, get_gpu, resolve_model
 from turbogate.plan.profile import STREAM_ROWS, GpuProfile, GpuProfileError, StepRow, efficiencies, profile_from_dict
 
@@ -249,5 +249,4 @@ def profile_cmd(
         typer.echo(f"wrote {out}: {prof.gpu_name} on {prof.device} ({prof.backend}), bw_efficiency "
                    f"{prof.bw_efficiency:.3f}, mfu {prof.mfu:.3f}")
     except (TurbogateError, ValueError, OSError) as exc:
-        typer.echo(f"turbogate plan profile: {exc}", err=True)
-        raise typer.Exit(code=2) from None
+        raise BadInput(str(exc), getattr(exc, "hint", None)) from None  # one line, exit 2 (clierrors.py)

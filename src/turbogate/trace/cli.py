@@ -25,7 +25,8 @@ from typing import Any
 
 import typer
 
-from turbogate.errors import TurbogateError
+from turbogate.clierrors import OneLineErrors
+from turbogate.errors import BadInput, TurbogateError
 from turbogate.trace.format import Trace, TraceError, dump_lines
 from turbogate.trace.importers import FORMATS, jsonl_objects, load_trace
 from turbogate.trace.stats import trace_workload
@@ -33,7 +34,7 @@ from turbogate.trace.usage import usage_trace
 
 app = typer.Typer(help="Capture the gateway's traffic as a trace (export), convert other tools' traces (import), "
                   "and describe one (show). Replay one with `bench --trace` or `sim --trace`.",
-                  add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False)
+                  add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=OneLineErrors)
 
 #: Records are stamped when their request ends; a store is asked this much before --since so a
 #: request that arrived inside the window and ended after a long answer is not missed.
@@ -161,8 +162,7 @@ def export(
                             notes=[f"exported from {where}"])
         write_trace(trace, out)
     except TurbogateError as exc:
-        typer.echo(f"turbogate trace export: {exc}" + (f" ({exc.hint})" if exc.hint else ""), err=True)
-        raise typer.Exit(code=2) from None
+        raise BadInput(str(exc), exc.hint) from None  # one line, exit 2 (clierrors.py)
     typer.echo(f"{len(trace.requests)} requests over {trace.duration_s:.1f} s written to {out}")
 
 
@@ -177,8 +177,7 @@ def import_(
         trace = load_trace(source, fmt)
         write_trace(trace, out)
     except TurbogateError as exc:
-        typer.echo(f"turbogate trace import: {exc}" + (f" ({exc.hint})" if exc.hint else ""), err=True)
-        raise typer.Exit(code=2) from None
+        raise BadInput(str(exc), exc.hint) from None  # one line, exit 2 (clierrors.py)
     typer.echo(f"{len(trace.requests)} requests ({trace.header.source}) over {trace.duration_s:.1f} s written to {out}")
     if trace.header.attribution:
         typer.echo(f"attribution (keep it with every copy): {trace.header.attribution}")
@@ -195,8 +194,7 @@ def show(
     try:
         trace = load_trace(source, fmt)
     except TurbogateError as exc:
-        typer.echo(f"turbogate trace show: {exc}" + (f" ({exc.hint})" if exc.hint else ""), err=True)
-        raise typer.Exit(code=2) from None
+        raise BadInput(str(exc), exc.hint) from None  # one line, exit 2 (clierrors.py)
     d = trace_workload(trace, bin_s, speedup).to_dict()
     d["source"], d["attribution"] = trace.header.source, trace.header.attribution
     typer.echo(json.dumps(d))

@@ -192,7 +192,7 @@ def load_trace(path: Path, fmt: str = "auto") -> Trace:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise TraceError(f"--trace {path}: cannot read ({exc.strerror})") from None
+        raise TraceError(f"trace {path}: cannot read ({exc.strerror})") from None
     except UnicodeDecodeError:
-        raise TraceError(f"--trace {path}: not UTF-8 text") from None
+        raise TraceError(f"trace {path}: not UTF-8 text") from None
     return parse_trace(text, fmt, str(path))
