@@ -96,3 +96,18 @@ def test_the_whole_run_rule_counts_shedding_apart_and_names_the_cause() -> None:
     shed = [_rec(i, 503, False, "HTTP 503: busy") for i in range(5)] + [_rec(9, 200, True)]
     assert run_failure(shed, 0.5) is None
     assert run_failure([_rec(0, 401, False, "HTTP 401"), _rec(1, 200, True)], 0.5) is None  # 50 % is allowed
+
+
+def test_a_12_s_run_of_mostly_refused_keys_fails_as_a_whole_naming_401_and_api_key(
+        gateway: Service, tmp_path: Path) -> None:
+    """The first key passes the check before load; three revoked keys make ~75 % of the requests 401. No step
+    of this ramp holds the 5 answers the first-step check needs: the whole-run rule ends it."""
+    out = tmp_path / "r"
+    keys = ["--api-key", KEY, "--api-key", "sk-revoked-1", "--api-key", "sk-revoked-2", "--api-key", "sk-revoked-3"]
+    res = CliRunner().invoke(app, ["--host", gateway.url, "--model", MODEL, "--qps-start", "1", "--qps-end", "3",
+                                   "--duration", "12", "--no-live", "--out", str(out), *keys])
+    assert res.exit_code == 1, res.output
+    line = _one_error_line(res.stderr)
+    assert "of the run failed" in line and "HTTP 401" in line and "--api-key" in line, line
+    run = load_run(out)
+    assert len([r for r in run.requests if r.step == 0]) < 5 and not run.summary.interrupted
