@@ -126,10 +126,14 @@ async def proxy(app: GatewayApp, scope: Scope, receive: Receive, send: Send, kin
             await refuse(app, send, tenant, 400, f"request body nests deeper than {_MAX_DEPTH} levels", None,
                          "invalid_json")
             return
+    # The tenant's global limits, counted in the store across every gateway, before the request
+    # may lead or follow a shared call: a follower spends the tenant's rate like any request.
+    meter = app.meter
+    limit = await meter.admit(req) if req.tenant in meter.limits else None
     coalescing = app.coalescing
-    if coalescing is not None:  # an identical deterministic request may already be under way
-        decision = coalescing.decide(upstream_path, tenant, req, app.meter.key_body(obj, req))
+    if coalescing is not None and limit is None:  # an identical deterministic request may be under way
+        decision = coalescing.decide(upstream_path, tenant, req, meter.key_body(obj, req))
         if decision is not None:
             await coalescing.serve(app, decision, send, receive, tenant, req, body, upstream_path)
             return
-    await app._serve(receive, send, tenant, req, body, upstream_path)
+    await app._serve(receive, send, tenant, req, body, upstream_path, limit=limit)

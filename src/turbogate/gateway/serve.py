@@ -16,6 +16,7 @@ from turbogate.gateway.proxy import attempt
 from turbogate.gateway.runtime import TenantRt
 from turbogate.gateway.watch import Watch
 from turbogate.sched import FlowRequest, Respond, Tier
+from turbogate.sched.metering import LimitRefusal
 from turbogate.sched.tiers import TIER_NAME
 
 if TYPE_CHECKING:
@@ -52,9 +53,10 @@ def answer_headers(app: GatewayApp, req: FlowRequest) -> Headers:
 
 
 async def serve(app: GatewayApp, receive: Receive, send: Send, tenant: TenantRt, req: FlowRequest, body: bytes,
-                upstream_path: str, count: bool = True) -> None:
+                upstream_path: str, count: bool = True, limit: LimitRefusal | None = None) -> None:
     """Serve ``req`` as the flow directs.  ``count``: False for a coalesced group's shared call,
-    whose members are counted one by one (gateway/coalesce.py)."""
+    whose members are counted one by one (gateway/coalesce.py).  ``limit``: the tenant limits'
+    verdict, asked of the store by the edge (gateway/edge.py), the flow's input at arrival."""
     task = _current_task(app.loop)
     meter, flow, driver = app.meter, app.rt.flow, app.driver
     # The request's one object in the shell: the driver's handle, the send that stores its
@@ -68,12 +70,7 @@ async def serve(app: GatewayApp, receive: Receive, send: Send, tenant: TenantRt,
     observed_queue = False
     app.watches.add(watch)
     try:
-        refusal = await meter.admit(req) if req.tenant in meter.limits else None
-        if refusal is not None:  # a global tenant limit, across every gateway sharing the store
-            watch.respond = flow.refuse(req, 429, refusal.code, refusal.message, time.perf_counter(),
-                                        refusal.retry_after_s)
-        else:
-            driver.run(flow.arrive(req, req.arrival))
+        driver.run(flow.arrive(req, req.arrival if limit is None else time.perf_counter(), limit))
         while True:
             if watch.respond is not None:
                 status = await respond(app, tracked_send, req, watch.respond)

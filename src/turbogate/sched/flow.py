@@ -53,7 +53,7 @@ from turbogate.sched.guard import KneeGuard
 from turbogate.sched.hung import HungWatch, release
 from turbogate.sched.leases import LeaseBook
 from turbogate.sched.load import ReplicaLoad
-from turbogate.sched.metering import BudgetBook, UsageRecord, cost_units
+from turbogate.sched.metering import BudgetBook, LimitRefusal, UsageRecord, cost_units
 from turbogate.sched.picker import Health, Picker, Replica, ScrapeFailed
 from turbogate.sched.policy import FlowPolicy, PoolSpec, TenantSpec
 from turbogate.sched.regions import RegionPolicy, Regions, pool_view, rtt_probes, turbo_candidates
@@ -266,8 +266,11 @@ class Flow:
         return choice.pool, client, fallback
 
     # ---- admission -----------------------------------------------------------------------------
-    def arrive(self, req: FlowRequest, now: float) -> list[Action]:
-        """Admit ``req``: dispatch it, queue it, or refuse it."""
+    def arrive(self, req: FlowRequest, now: float, limit: LimitRefusal | None = None) -> list[Action]:
+        """Admit ``req``: dispatch it, queue it, or refuse it.  ``limit``: the tenant's global limits'
+        verdict (sched/metering.py's rule, counted by the driver's shared store) — a refusal is a 429."""
+        if limit is not None:
+            return [self._refuse(req, 429, limit.code, limit.message, now, limit.retry_after_s)]
         pool = self.pools[req.pool]
         deadline_s, queue_limit_s = self._limits[req.served]
         due = req.arrival + deadline_s
@@ -431,12 +434,6 @@ class Flow:
         if source is not None:
             req.prompt_tokens, req.completion_tokens = source.prompt_tokens, source.completion_tokens
         self._close(req, status, now)
-
-    def refuse(self, req: FlowRequest, status: int, code: str, message: str, now: float,
-               retry_after_s: int | None = None) -> Respond:
-        """Refuse an opened request that has not arrived, on a limit the driver checked against
-        shared state (the store's global tenant limits, sched/metering.py's rule); it is metered."""
-        return self._refuse(req, status, code, message, now, retry_after_s)
 
     # ---- upstream events -----------------------------------------------------------------------
     def first_byte(self, req: FlowRequest, now: float, headers_at: float | None = None) -> list[Action]:
