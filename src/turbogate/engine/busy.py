@@ -15,9 +15,9 @@ counts:
   launching one), as NVML counts it.
 
 A prefill-heavy step is tensor-bound (tensor high, DRAM low); a decode-heavy one is
-bandwidth-bound (DRAM high, tensor low).  :class:`BusyMeter` keeps the running totals in busy
-seconds, counting the step in flight only up to ``now``; :class:`BusyWindow` turns them into
-DCGM's gauges: averages over a sampling window.  ``tp`` GPUs share each step evenly, so one
+bandwidth-bound (DRAM high, tensor low).  :class:`BusyMeter` gives the busy seconds up to
+``now`` (the step in flight counted only as far as it has run); :class:`BusyWindow` turns them
+into DCGM's gauges: averages over a sampling window.  ``tp`` GPUs share each step evenly, so one
 GPU's fractions are the step's.
 """
 
@@ -30,7 +30,7 @@ from turbogate.perf import Deployment
 
 
 class BusyTotals(NamedTuple):
-    """Busy seconds since the engine started, per unit (each ≤ ``elapsed``)."""
+    """Busy seconds since the engine started, per unit (each at most the time since then)."""
 
     at: float  # the engine time they are counted to
     gpu: float  # a step in progress (kernels or the host launching them)
@@ -130,8 +130,8 @@ class BusyMeter:
 
 class BusyWindow:
     """DCGM's averaging: each reading is the share of time busy over at least the last
-    ``window_s`` (since the first reading, while younger).  Each reader keeps its own window, so
-    one reader's frequent scrapes do not shorten another's average."""
+    ``window_s`` (since ``start``, while younger), however often it is read: scrapers sharing one
+    window do not shorten each other's average."""
 
     __slots__ = ("_marks", "window_s")
 
