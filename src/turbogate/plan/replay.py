@@ -175,8 +175,14 @@ def open_arrivals(dep: Deployment, config: EngineConfig, n: int, lengths: Length
 
 
 def closed_loop(dep: Deployment, config: EngineConfig, concurrency: int, n: int, lengths: LengthDraw,
-                seed: int = 0) -> ReplayResult:
-    """``concurrency`` clients send ``n`` requests in all, each the moment its previous one ends."""
+                seed: int = 0, output_spread: float = 0.0) -> ReplayResult:
+    """``concurrency`` clients send ``n`` requests in all, each the moment its previous one ends.
+
+    ``output_spread`` s draws each output length uniformly within ±s of the drawn one (seeded).  With
+    every length equal, requests prefilled in one step finish in one step, return together and queue
+    behind each other's prefills again: the clients lock into groups for good, which published runs do
+    not show (their requests do not progress in lockstep).  A small spread unlocks them.
+    """
     if concurrency < 1 or n < 1:
         raise ValueError("concurrency and n must be >= 1")
     rng = random.Random(seed)
@@ -196,6 +202,8 @@ def closed_loop(dep: Deployment, config: EngineConfig, concurrency: int, n: int,
         nonlocal sent
         if sent < n:
             prompt, output = lengths(rng)
+            if output_spread > 0:
+                output = max(1, round(output * (1.0 + rng.uniform(-output_spread, output_spread))))
             driver.submit(Request(str(sent), prompt, output), at)
             sent += 1
 
