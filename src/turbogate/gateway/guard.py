@@ -27,14 +27,15 @@ import urllib.parse
 from typing import Any
 
 import httptools
-from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT, service_unavailable
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from turbogate.asgi import AsgiApp, error_body
+from turbogate.asgi import AsgiApp, Receive, Scope, Send, error_body, send_error
 from turbogate.config import GatewayConfig, Limits
 from turbogate.gateway.busypoll import IdlePoll
 from turbogate.gateway.cycle import LeanCycle, RequestEvent
 from turbogate.gateway.sweeper import Sweeper
+from turbogate.sched.refusals import BY_HTTP, OVER_CONCURRENCY
 
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 _END = b"\r\n\r\n"
@@ -55,6 +56,21 @@ def _gateway_of(app: Any) -> Any:
 
 
 _SWEEPER = Sweeper(_SWEEP_S)
+#: uvicorn's connection cap frees a place when any answer ends, a moment the server cannot
+#: predict: come back after the shortest wait the header can say.
+_OVER_CONCURRENCY_RETRY_S = 1
+
+
+def _over_concurrency(gateway: Any) -> Any:
+    """The answer over uvicorn's ``limit_concurrency`` (its own is a bare 503): the OpenAI error
+    with ``Retry-After``, counted in the gateway's requests and sheds (no key read: tenant ``-``)."""
+    async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
+        if gateway is not None:
+            gateway.metrics.count("-", "-", "-", 503)
+            gateway.metrics.shed.labels(OVER_CONCURRENCY, "-", BY_HTTP).inc()
+        await send_error(send, 503, "the gateway is at its connection limit (limit_concurrency); retry shortly",
+                         code=OVER_CONCURRENCY, headers=[(b"retry-after", str(_OVER_CONCURRENCY_RETRY_S).encode())])
+    return refuse
 _HEADERS, _BODY, _OTHER = 0, 1, 2  # what the connection's next bytes are
 #: 0 for ``?%#``: a request target without them is its own path (no query to split, nothing to
 #: unquote).  Translating and looking for 0 is one C pass; ``b"?" in url`` raises and clears a
@@ -116,7 +132,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             # await for an "http" scope): one coroutine less per request.
             app = self.app
             config._turbogate_http_app = app.handle_http if isinstance(app, AsgiApp) else app
+            config._turbogate_over_concurrency = _over_concurrency(gateway)
         self._http_app = config._turbogate_http_app
+        self._over_concurrency_app = config._turbogate_over_concurrency
         self._idle_poll: IdlePoll | None = config._turbogate_poller
         self._max_header = limits.max_header_bytes
         # uvicorn types its keep-alive timeout int, and a float comes: a compiled build checks the type it reads.
@@ -241,7 +259,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         app = self._http_app
         if self.limit_concurrency is not None and (
                 len(self.connections) >= self.limit_concurrency or len(self.tasks) >= self.limit_concurrency):
-            app = service_unavailable
+            app = self._over_concurrency_app
             self.logger.warning("Exceeded concurrency limit.")
         existing = self.cycle
         cycle = self.cycle = LeanCycle(scope, self.transport, self.flow, self.logger, RequestEvent(),

@@ -17,6 +17,7 @@ from turbogate.gateway.runtime import TenantRt
 from turbogate.gateway.watch import Watch
 from turbogate.sched import FlowRequest, Respond, Tier
 from turbogate.sched.metering import LimitRefusal
+from turbogate.sched.refusals import refused_by
 from turbogate.sched.tiers import TIER_NAME
 
 if TYPE_CHECKING:
@@ -128,6 +129,6 @@ async def respond(app: GatewayApp, send: Send, req: FlowRequest, answer: Respond
     headers = answer_headers(app, req)
     if answer.retry_after_s is not None:
         headers.append((b"retry-after", str(answer.retry_after_s).encode()))
-        app.metrics.shed.labels(answer.code, TIER_NAME[req.served]).inc()
+        app.metrics.shed.labels(answer.code, TIER_NAME[req.served], refused_by(answer.code)).inc()
     await send_error(send, answer.status, answer.message, param=answer.param, code=answer.code, headers=headers)
     return answer.status
