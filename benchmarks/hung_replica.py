@@ -1,9 +1,10 @@
 """A hung replica (issue 43, point 1): two real emulators behind a real gateway, one frozen with
 SIGSTOP under an open-loop stream load, at each rate of ``--rates`` (5 and 40 req/s).
 
-The emulators (L4, llama-3.1-8b, 16 sequences, 64-token prompts, 16-token answers, at
-``--time-scale 0.2``) each complete about 65 req/s, so one alone carries 40 req/s: what the
-freeze costs is the gateway's doing, not the fleet's size.  Per rate: ``--before`` seconds of
+The emulators (L4, llama-3.1-8b, 32 sequences, 64-token prompts, 16-token answers, at
+``--time-scale 0.2``) each complete about 105 req/s, so one alone carries 40 req/s below the
+lower tiers' holdback lines (with 16 sequences it does not, and Relax waits for the tier policy,
+not for the hung replica): what the freeze costs is the gateway's doing, not the fleet's size.  Per rate: ``--before`` seconds of
 load, then emulator 0 is frozen for ``--during`` seconds of the same load; the gateway's
 ``/admin/state`` is read every 0.1 s.
 
@@ -39,7 +40,7 @@ import yaml
 from turbogate.config import hash_key
 from turbogate.procs import Service, start_emulator, start_gateway
 
-GPU, MODEL, SEQS, SCALE = "L4", "llama-3.1-8b", 16, 0.2
+GPU, MODEL, SEQS, SCALE = "L4", "llama-3.1-8b", 32, 0.2
 PROMPT, OUTPUT = 64, 16
 KEY, ADMIN = "sk-hung", "hung-admin"
 MIX = (("turbo", 0.1), ("standard", 0.6), ("relax", 0.3))
