@@ -4,9 +4,9 @@ SIGSTOP under an open-loop stream load, at each rate of ``--rates`` (5 and 40 re
 The emulators (L4, llama-3.1-8b, 32 sequences, 64-token prompts, 16-token answers, at
 ``--time-scale 0.2``) each complete about 105 req/s, so one alone carries 40 req/s below the
 lower tiers' holdback lines (with 16 sequences it does not, and Relax waits for the tier policy,
-not for the hung replica): what the freeze costs is the gateway's doing, not the fleet's size.  Per rate: ``--before`` seconds of
-load, then emulator 0 is frozen for ``--during`` seconds of the same load; the gateway's
-``/admin/state`` is read every 0.1 s.
+not for the hung replica): what the freeze costs is the gateway's doing, not the fleet's size.
+Per rate: ``--before`` seconds of load, then emulator 0 is frozen for ``--during`` seconds of
+the same load; the gateway's ``/admin/state`` is read every 0.1 s.
 
 Prints one JSON object, per rate: seconds from the freeze until the gateway stopped sending to
 the frozen replica (its in-flight count last grew) and until it ejected it; requests lost that
