@@ -197,3 +197,18 @@ def test_the_healthy_replica_gets_the_whole_budget_at_ejection() -> None:
     assert pool.in_flight == cap
     assert all(r.replica is healthy or r.phase.name == "QUEUED" for r in stuck)
     assert not any(isinstance(a, Respond) and a.status >= 500 for a in clock.actions)
+
+
+def test_a_replica_without_metrics_is_given_the_longest_patience() -> None:
+    pool = PoolSpec("p", ("m",), (ReplicaSpec("r0", 8, scraped=False), ReplicaSpec("r1", 8, scraped=False)), False)
+    flow = Flow(FlowPolicy(tiers=TIERS, tenants=(TenantSpec("acme", frozenset(Tier), Tier.STANDARD),),
+                           pools=(pool,), picker=PickerConfig(initial_limit=8)))
+    clock = Clock(flow)
+    req = new(flow, 0.0)
+    flow.arrive(req, 0.0)
+    held = req.replica
+    assert held is not None
+    clock.until(HungPolicy().max_s - 1.0)  # a CPU engine's cold first answer may take this long
+    assert held.ejections == 0
+    clock.until(HungPolicy().max_s + 2.0)
+    assert held.ejections == 1 and req.replica is not held

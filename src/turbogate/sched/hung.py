@@ -13,7 +13,8 @@ was measured to need before its next sign of life:
 the shortest of these among the requests it holds, times ``factor``, within ``[min_s, max_s]``.
 A replica with metrics must also have stopped vouching for itself: its last scrape went
 unanswered, or its metrics are stale (a live engine keeps answering ``/metrics``; a frozen
-process cannot), so a long prefill on a healthy engine is not taken for a hang.
+process cannot), so a long prefill on a healthy engine is not taken for a hang.  One without
+metrics (``engine: openai``, llama.cpp) has nothing to vouch for it: ``max_s`` of silence.
 
 A hung replica is ejected.  At any ejection (hung, strikes, a refused connection) the flow lets
 go of the requests the replica holds (``release``): a request that has sent nothing to its
@@ -193,6 +194,8 @@ class HungWatch:
             if replica.health is not Health.HEALTHY:
                 continue
             patience = self.patience(held, replica)
+            if not replica.scraped:  # no metrics to say it lives: only the longest silence tells
+                patience = max(patience, self.policy.max_s)
             silent = now - held.since
             if silent <= patience or self.vouched(replica, now):
                 continue
