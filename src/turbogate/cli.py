@@ -37,7 +37,9 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(plan_app, name="plan")
 app.command("sim", help="Simulate a fleet in virtual time with the gateway's own scheduler.")(sim)
 app.command("emulate", help="Run an OpenAI-compatible engine emulator with vLLM metric names.")(emulate)
-app.command("demo", help="Emulated fleet + gateway + a short Turbo-vs-Standard ramp + report.")(demo)
+app.command("demo", help="Where does Turbo pay? sim places five load steps around the knee of a small emulated "
+            "fleet, the real gateway and emulators measure them, and the answer is a band of load with evidence at "
+            "both ends (about a minute).")(demo)
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(trace_app, name="trace")
 
