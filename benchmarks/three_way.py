@@ -5,8 +5,8 @@ One definition of the knee for all three: what the fleet completes while saturat
 throughput method of results/knee.py, its default; ``plan_knee``'s closed form of the same quantity is
 ``turbogate.plan.knee.plateau_knee``).  For each fleet:
 
-- ``plan``: the closed form: ⌈max_utilization × max_num_seqs⌉ sequences per engine (the gateway's holdback
-  keeps the Standard tier below full use) at the perf model's saturation rate, times the replicas;
+- ``plan``: the closed form: the ⌊capacity_share × slots⌋ sequences the gateway lets the Standard tier hold,
+  spread over the engines, each engine's batch running in cohorts (plan/knee.py), summed over the replicas;
 - ``sim``: the gateway's own core in virtual time over held steps around the plan's knee;
 - ``bench``: the real gateway and emulators on this machine at held steps around sim's knee.  The
   emulators run at a time scale that puts the fleet's knee near ``--target-rps`` of wall clock (a few
@@ -86,9 +86,10 @@ FLEETS = {f.name: f for f in (
 )}
 
 
-def standard_utilization() -> float:
+def standard_share() -> float:
+    """The share of a pool's slots the Standard tier may hold (the gateway config's default)."""
     tier: TierConfig = parse_config(gateway_config(["http://127.0.0.1:9"])).tiers["standard"]
-    return tier.max_utilization
+    return tier.capacity_share
 
 
 def sim_knee(f: Fleet, plan: float, seed: int) -> tuple[float | None, str]:
@@ -144,7 +145,7 @@ def spread(values: list[float]) -> float | None:
 
 
 def run_fleet(f: Fleet, args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    plan = plateau_knee(f.pool(), standard_utilization())
+    plan = plateau_knee(f.pool(), standard_share())
     simulated, sim_verdict = sim_knee(f, plan, args.seed)
     row: dict[str, Any] = {"fleet": f.name, "gpu": f.gpu, "model": f.model, "max_num_seqs": f.max_num_seqs,
                            "replicas": f.replicas, "prompt_tokens": f.prompt_tokens, "output_tokens": f.output_tokens,

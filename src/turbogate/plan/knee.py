@@ -49,27 +49,34 @@ def planned_knee(p: PlannedPool) -> tuple[float, str]:
     return per_replica * p.replicas, detail
 
 
-def plateau_knee(p: PlannedPool, max_utilization: float = 1.0) -> float:
+def plateau_knee(p: PlannedPool, capacity_share: float = 1.0) -> float:
     """The pool's knee as ``bench`` and ``sim`` measure it (results/knee.py, throughput method): what the pool
     completes while saturated, req/s.
 
-    The gateway dispatches a tier only while a replica's in-flight count is under ``max_utilization`` × its
-    slots (the holdback), so a saturated engine runs c = ⌈max_utilization × max_num_seqs⌉ of that tier's
-    sequences.  With one request length the batch runs in cohorts: requests admitted together finish
-    together and their replacements prefill together (c × prompt tokens, in chunks of
-    ``max_num_batched_tokens``), then decode O − 1 steps of c sequences.  ``perf.saturation`` spreads the
-    prefills evenly over the steps instead, which a roofline's compute-bound prefill makes up to 15 %
-    optimistic against the stepped engine the emulator and the simulator run; the cohort errs the other
-    way, by a few per cent.  Turbo's dynamic headroom is not modelled: with a Turbo share the simulator's
-    plateau is the one to trust (docs/bench.md, "Three instruments, one knee")."""
-    if not 0.0 < max_utilization <= 1.0:
-        raise ValueError("max_utilization must be in (0, 1]")
+    The gateway lets one tier hold at most ⌊``capacity_share`` × slots⌋ of the pool's slots (sched/admission.py;
+    Standard's share is 0.9), spread over the replicas, so a saturated engine runs c of its ``max_num_seqs``.
+    With one request length the batch runs in cohorts: requests admitted together finish together and their
+    replacements prefill together (c × prompt tokens, in chunks of ``max_num_batched_tokens``), then decode
+    O − 1 steps of c sequences.  ``perf.saturation`` spreads the prefills evenly over the steps instead, which a
+    roofline's compute-bound prefill makes up to 15 % optimistic against the stepped engine the emulator and
+    the simulator run; the cohort errs the other way, by a few per cent.  With Turbo asked for, the holdback
+    (``max_utilization``) and Turbo's dynamic headroom lower the plateau further; they are not modelled, and
+    there the simulator's plateau is the one to trust (docs/bench.md, "Three instruments, one knee")."""
+    if not 0.0 < capacity_share <= 1.0:
+        raise ValueError("capacity_share must be in (0, 1]")
     dep = deployment(get_gpu(p.gpu), resolve_model(p.model), tp=p.tp, weight_dtype=p.dtype, kv_dtype=p.kv_dtype,
                      gpu_mem_util=p.gpu_mem_util)
     sat = saturation(dep, p.prompt_tokens, p.output_tokens, p.max_num_seqs, p.max_num_batched_tokens)
-    c = max(1, min(sat.batch, math.ceil(max_utilization * p.max_num_seqs - 1e-9)))
-    prefill_tokens = c * p.prompt_tokens
-    budget = p.max_num_batched_tokens
-    prefill_s = sum(dep.step_time(min(budget, prefill_tokens - k), 0, 0, 0) for k in range(0, prefill_tokens, budget))
-    decode_s = dep.step_time(0, c, int(c * (p.prompt_tokens + p.output_tokens / 2)), 0)
-    return p.replicas * c / (prefill_s + (p.output_tokens - 1) * decode_s)
+    held = max(p.replicas, math.floor(capacity_share * p.replicas * p.max_num_seqs + 1e-9))
+    base, extra = divmod(held, p.replicas)  # ``extra`` replicas run one sequence more
+
+    def rate(c: int) -> float:
+        c = max(1, min(sat.batch, c))
+        prefill_tokens = c * p.prompt_tokens
+        budget = p.max_num_batched_tokens
+        prefill_s = sum(dep.step_time(min(budget, prefill_tokens - k), 0, 0, 0)
+                        for k in range(0, prefill_tokens, budget))
+        decode_s = dep.step_time(0, c, int(c * (p.prompt_tokens + p.output_tokens / 2)), 0)
+        return c / (prefill_s + (p.output_tokens - 1) * decode_s)
+
+    return (p.replicas - extra) * rate(base) + extra * rate(base + 1)
