@@ -100,3 +100,39 @@ def test_every_profile_builds_a_deployment_and_base_is_the_default_factors() -> 
         prof = get_profile(name)
         assert prof.max_num_batched_tokens >= prof.max_num_seqs
         assert with_profile(dep, prof).step_time(2048, 32, 32 * 1000) > 0
+
+
+def test_the_front_end_per_token_grows_ttft_with_the_prompt_only() -> None:
+    dep = deployment(H100, LLAMA_8B)
+    tokenising = dep.with_factors(frontend_s=0.005, frontend_per_token_s=0.00002)
+    assert tokenising.frontend_time(0) == pytest.approx(0.005)
+    assert tokenising.frontend_time(5000) == pytest.approx(0.005 + 0.1)
+    for prompt in (128, 4096):
+        extra = latency_model(tokenising, prompt, 64).ttft(1.0) - latency_model(dep, prompt, 64).ttft(1.0)
+        assert extra == pytest.approx(0.005 + 0.00002 * prompt)
+    a = open_arrivals(dep, EngineConfig(), 10, fixed(2000, 16), rate=1.0)
+    b = open_arrivals(tokenising, EngineConfig(), 10, fixed(2000, 16), rate=1.0)
+    assert b.ttft("median") - a.ttft("median") == pytest.approx(0.045, abs=1e-9)
+    assert b.tpot("median") == pytest.approx(a.tpot("median"))
+
+
+def test_the_decode_all_reduce_applies_to_decode_only_steps() -> None:
+    dep = deployment(H100, LLAMA_70B, tp=4).with_factors(tp_allreduce_s=0.00003, tp_allreduce_growth_s=0.00002)
+    graphed = dep.with_factors(decode_allreduce_s=0.00001)
+    assert dep.decode_allreduce_latency_s == dep.allreduce_latency_s == pytest.approx(0.00005)
+    saved = 2 * LLAMA_70B.n_layers * (0.00005 - 0.00001)
+    assert dep.decode_step_time(8, 8000) - graphed.decode_step_time(8, 8000) == pytest.approx(saved)
+    assert graphed.step_time(512, 8, 8000) == dep.step_time(512, 8, 8000)  # a prefill in the step: eager
+    assert deployment(H100, LLAMA_8B).with_factors(decode_allreduce_s=0.00001).decode_allreduce_latency_s == 0.0
+
+
+def test_a_spread_of_output_lengths_keeps_the_mean_and_repeats_with_its_seed() -> None:
+    dep = deployment(H100, LLAMA_70B, tp=2, weight_dtype="fp8")
+    cfg = EngineConfig()
+    locked = closed_loop(dep, cfg, 16, 160, fixed(5000, 200))
+    spread = closed_loop(dep, cfg, 16, 160, fixed(5000, 200), output_spread=0.2)
+    outputs = [t.output_tokens for t in spread.timings]
+    assert 160 <= min(outputs) < 200 < max(outputs) <= 240
+    assert abs(sum(outputs) / len(outputs) - 200) < 10
+    assert {t.output_tokens for t in locked.timings} == {200}
+    assert closed_loop(dep, cfg, 16, 160, fixed(5000, 200), output_spread=0.2).timings == spread.timings  # seeded

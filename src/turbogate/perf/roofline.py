@@ -70,7 +70,13 @@ class PerfFactors:
         the KV at ``bw_efficiency``, as TensorRT-LLM and vLLM do.  An engine property, not a
         GPU's: see ``turbogate.perf.published.SGLANG_KV_BW_EFFICIENCY``.
     frontend_s: time in front of the engine core before a request can be scheduled (API server,
-        tokenisation, the hand-over to the scheduler); it adds to TTFT, not to GPU time.
+        the hand-over to the scheduler); it adds to TTFT, not to GPU time.
+    frontend_per_token_s: front-end time per prompt token (tokenisation, input validation and copying
+        the token ids to the engine grow with the prompt); added to ``frontend_s``.
+    decode_allreduce_s: latency of one all-reduce in a step with no prefill in it; None (the default)
+        takes the prefill's (``tp_allreduce_s`` and its growth).  Engines replay decode steps as CUDA
+        graphs with a one-shot custom all-reduce (each GPU reads its peers' buffers over NVLink in one
+        hop), so it neither pays the eager launch nor grows with ``tp``.
     bw_scale: the engine's streaming rate against the GPU's ``bw_efficiency`` (fitted on one engine's
         measurements); multiplies it however it was chosen, the product at most 1.
     mfu_scale: the engine's share of the GPU's MFU (an older release's kernels fall short of a
@@ -97,6 +103,8 @@ class PerfFactors:
     link_efficiency: float = 0.8
     kv_bw_efficiency: float | None = None
     frontend_s: float = 0.0
+    frontend_per_token_s: float = 0.0
+    decode_allreduce_s: float | None = None
     bw_scale: float = 1.0
     mfu_scale: float = 1.0
     tp_allreduce_growth_s: float = 0.0
@@ -113,8 +121,9 @@ class PerfFactors:
             if not 0.0 < getattr(self, name) <= 1.5:
                 raise ValueError(f"{name} must be in (0, 1.5], got {getattr(self, name)}")
         for name in ("step_overhead_s", "per_seq_overhead_s", "activation_reserve_bytes", "tp_allreduce_s",
-                     "mfu_size_exponent", "frontend_s", "tp_allreduce_growth_s", "ridge_exponent", "ttft_steps"):
-            if getattr(self, name) < 0:
+                     "mfu_size_exponent", "frontend_s", "tp_allreduce_growth_s", "ridge_exponent", "ttft_steps",
+                     "frontend_per_token_s", "decode_allreduce_s"):
+            if (getattr(self, name) or 0.0) < 0:
                 raise ValueError(f"{name} must be >= 0")
 
 
@@ -248,15 +257,27 @@ class Deployment:
         return f.tp_allreduce_s + f.tp_allreduce_growth_s * max(0.0, math.log2(self.tp / 2))
 
     @property
+    def decode_allreduce_latency_s(self) -> float:
+        """Fixed latency of one all-reduce in a decode-only step (0 at tp 1)."""
+        if self.tp <= 1:
+            return 0.0
+        graph = self.factors.decode_allreduce_s
+        return self.allreduce_latency_s if graph is None else graph
+
+    @property
     def frontend_s(self) -> float:
-        """Seconds a request spends in front of the engine core (adds to TTFT only)."""
+        """Fixed seconds a request spends in front of the engine core (adds to TTFT only)."""
         return self.factors.frontend_s
 
-    def allreduce_time(self, tokens: int) -> float:
+    def frontend_time(self, prompt_tokens: int) -> float:
+        """Seconds a request of ``prompt_tokens`` spends in front of the engine core (adds to TTFT only)."""
+        return self.factors.frontend_s + self.factors.frontend_per_token_s * prompt_tokens
+
+    def allreduce_time(self, tokens: int, decode_only: bool = False) -> float:
         """Seconds of tensor-parallel communication in a step of ``tokens`` tokens (0 at tp 1)."""
         if self.tp <= 1:
             return 0.0
-        per = self.allreduce_latency_s
+        per = self.decode_allreduce_latency_s if decode_only else self.allreduce_latency_s
         link = self.link_bytes_per_s
         if link > 0:
             per += 2.0 * (self.tp - 1) / self.tp * tokens * self.model.hidden_size * ACTIVATION_BYTES / link
@@ -313,7 +334,7 @@ class Deployment:
         memory_s = (read + kv_token * (decode_context_tokens + prefill_context_tokens + tokens)) / bandwidth
         overhead = step_over + seq_over * (decode_seqs + n_prefill)
         if varies:
-            overhead += self.allreduce_time(tokens)
+            overhead += self.allreduce_time(tokens, decode_only=prefill_tokens <= 0)
         ridge = self.factors.ridge_exponent
         if ridge > 0.0:
             return float((compute_s**ridge + memory_s**ridge) ** (1.0 / ridge)) + overhead

@@ -238,8 +238,9 @@ def latency_model(
     s_idle = dep.decode_step_time(1, int(ctx_seq))
     chunks, chunk, cached = prefill_chunks(prompt_tokens, max_num_batched_tokens)
     # The front end (API server, tokenisation) delays the prefill whatever the load: it is in both ends.
-    ttft0 = dep.frontend_s + chunks * dep.step_time(chunk, 0, 0, cached)
-    ttft_full = dep.frontend_s + chunks * dep.step_time(chunk, sat.batch, int(sat.batch * ctx_seq), cached)
+    front = dep.frontend_time(prompt_tokens)
+    ttft0 = front + chunks * dep.step_time(chunk, 0, 0, cached)
+    ttft_full = front + chunks * dep.step_time(chunk, sat.batch, int(sat.batch * ctx_seq), cached)
     return LatencyModel(
         prompt_tokens=prompt_tokens,
         output_tokens=output_tokens,

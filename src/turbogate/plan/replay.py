@@ -7,7 +7,7 @@ Three workloads a published benchmark runs, and a planner's "N requests at once"
 * ``closed_loop``: ``concurrency`` clients, each sending its next request when its last one
   finishes (``vllm bench serve --max-concurrency``, AIPerf's concurrency mode).
 
-A request reaches the engine core ``Deployment.frontend_s`` after it arrives (API server,
+A request reaches the engine core ``Deployment.frontend_time(prompt)`` after it arrives (API server,
 tokenisation, hand-over to the scheduler), so its TTFT counts that time and the GPU does not.
 """
 
@@ -111,7 +111,7 @@ class _Driver:
 
     def __init__(self, dep: Deployment, config: EngineConfig) -> None:
         self.engine = Engine(dep, config)
-        self.frontend = dep.frontend_s
+        self.dep = dep
         self.ttft_steps = dep.factors.ttft_steps
         self.ready: list[tuple[float, int, Request, float]] = []  # (ready time, order, request, arrival)
         self.arrival: dict[str, float] = {}
@@ -122,7 +122,7 @@ class _Driver:
         self._order = 0
 
     def submit(self, req: Request, arrival: float) -> None:
-        heapq.heappush(self.ready, (arrival + self.frontend, self._order, req, arrival))
+        heapq.heappush(self.ready, (arrival + self.dep.frontend_time(req.prompt_tokens), self._order, req, arrival))
         self._order += 1
 
     def run(self, on_finish: Callable[[float], None] | None = None) -> ReplayResult:
@@ -195,7 +195,7 @@ def closed_loop(dep: Deployment, config: EngineConfig, concurrency: int, n: int,
     # deterministic closed loop that the published runs do not show.
     prompt0, output0 = lengths(random.Random(seed))
     batch = min(concurrency, config.max_num_seqs)
-    cycle = (dep.frontend_s + dep.prefill_time(prompt0)
+    cycle = (dep.frontend_time(prompt0) + dep.prefill_time(prompt0)
              + (output0 - 1) * dep.decode_step_time(batch, int(batch * (prompt0 + output0 / 2))))
 
     def send(at: float) -> None:
