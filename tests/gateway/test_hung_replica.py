@@ -47,6 +47,7 @@ def test_requests_held_by_a_frozen_replica_are_served_by_the_other(
             state = replica_state(gw.url, frozen.url)
             assert state["health"] == "ejected" and "hung" in state["eject_reason"]
             assert replica_state(gw.url, healthy.url)["health"] == "healthy"
+            assert admin_state(gw.url)["hung"]["found"] >= 1
             wait_for(lambda: all(p["in_flight"] == 0 for p in admin_state(gw.url)["pools"].values()),
                      what="no L1 place left held by the frozen replica's requests")
         finally:

@@ -71,6 +71,8 @@ def state(app: GatewayApp) -> dict[str, Any]:
             for name, admission in flow.admissions()
         },
         "replicas": list(picker.describe(now)),
+        # The hung-replica rule's view (sched/hung.py): requests each replica holds, its measured pace.
+        "hung": {"found": flow.hung.found, "replicas": {r.id: flow.hung.describe(r.id) for r in picker.replicas()}},
         "store": app.meter.describe(),
         "regions": flow.regions.snapshot() if flow.l3 else None,  # L3's latency estimates (sched/regions.py)
     }
