@@ -308,9 +308,10 @@ class Admission:
 
     def _top_rate(self, now: float, slots: int) -> float:
         """The top tier's rate the holdback is sized for (sched/surge.py ``ArrivalPace``): while the
-        lower tiers queue, the pool is saturated, so all arrivals come at least as fast as it
+        lower tiers queue (more than one request), the pool is saturated, so all arrivals come at least as fast as it
         completes, and Turbo's share of them at least that share of its completions."""
-        saturated = self.queued > self._queues[_TOP].length
+        # (More than one: an arrival that finds nothing queued is decided as if alone, sched/flow.py's fused path.)
+        saturated = self.queued - self._queues[_TOP].length > 1
         service = self.service_estimate_s if saturated else None
         floor = self.pace.share * slots / service if service else 0.0
         return self.pace.top_rate(now, max(self._top_arrivals.read(now), floor))
