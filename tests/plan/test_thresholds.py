@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from turbogate.cli import app
 from turbogate.perf import deployment, get_gpu, get_model
+from turbogate.perf.profiles import DEFAULT_PROFILE, with_profile
 from turbogate.plan.latency import LatencyModel, latency_model
 from turbogate.plan.matrix import STANDARD_ONLY, TURBO_CAPPED, TURBO_ON, MatrixInputs, decide, kv_limit, thresholds
 
@@ -19,7 +20,8 @@ SHAPES = [("H100-SXM", "llama-3.1-8b", 1, 512, 256, 256), ("H100-SXM", "llama-3.
 
 def _model(shape: tuple[str, str, int, int, int, int]) -> LatencyModel:
     gpu, model, tp, p, o, seqs = shape
-    return latency_model(deployment(get_gpu(gpu), get_model(model), tp=tp), p, o, seqs)
+    dep = with_profile(deployment(get_gpu(gpu), get_model(model), tp=tp), DEFAULT_PROFILE)  # as the CLI
+    return latency_model(dep, p, o, seqs)
 
 
 @pytest.mark.parametrize("shape", SHAPES)

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from turbogate.cli import app
 from turbogate.perf import deployment, get_gpu, get_model
+from turbogate.perf.profiles import DEFAULT_PROFILE, with_profile
 from turbogate.plan.latency import latency_model
 from turbogate.plan.matrix import LABELS, MatrixInputs, decide
 from turbogate.plan.xlsx import RECOMMENDATION_COLUMN, Scenario, build_sheets, write_workbook
@@ -30,12 +31,12 @@ ROWS: list[dict[str, object]] = [
 
 
 def _scenario(i: int, row: dict[str, object]) -> Scenario:
-    dep = deployment(get_gpu(str(row["gpu"])), get_model(str(row["model"])), tp=int(str(row["tp"])),
-                     weight_dtype=str(row["dtype"]))
+    dep = with_profile(deployment(get_gpu(str(row["gpu"])), get_model(str(row["model"])), tp=int(str(row["tp"])),
+                                  weight_dtype=str(row["dtype"])), DEFAULT_PROFILE)  # the CLI's default
     inputs = MatrixInputs(peak_rps=float(str(row["peak"])), replicas=int(str(row["replicas"])),
                           lora_hot_loading=bool(row["lora"]), http2_reuse=bool(row["http2"]))
     return Scenario(f"row{i}", dep, int(str(row["prompt"])), int(str(row["max_tokens"])), int(str(row["batch"])),
-                    8192, inputs)
+                    8192, inputs, DEFAULT_PROFILE)
 
 
 def _cli_decision(row: dict[str, object], *extra: str) -> dict[str, object]:

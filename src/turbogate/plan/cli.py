@@ -10,7 +10,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from turbogate.plan.burst_cli import burst_cmd
 from turbogate.plan.calibrate import Calibration, calibrate, rel_error
 from turbogate.plan.capacity import DEFAULT_BATCH_SIZES, CapacityReport, capacity
 from turbogate.plan.latency import DEFAULT_KNEE_FACTOR, LatencyModel, latency_model
-from turbogate.plan.matrix import DEFAULT_KV_THRESHOLD, MatrixInputs, decide, thresholds, tp_choices
+from turbogate.plan.matrix import DEFAULT_KV_THRESHOLD, MatrixInputs, decide, fitting_tps, thresholds, tp_choices
 from turbogate.plan.profile_cli import profile_cmd
 from turbogate.plan.profile_opts import engine_profile_option, gpu_profile_option, profiled
 from turbogate.plan.roi import RoiInputs, reuse_model, roi
@@ -293,11 +293,13 @@ def roi_cmd(
     knee_factor: float = KNEE_OPT,
     from_run: Path = RUN_OPT,
     as_json: bool = JSON_OPT,
+    engine_profile: str = engine_profile_option(),
+    gpu_profile: Path | None = gpu_profile_option(),
 ) -> None:
     """Cost per 1M tokens and per 1,000 requests per tier, and the ROI of Turbo per load band."""
 
     def go() -> None:
-        dep = _deployment(gpu, model, tp, dtype, kv_dtype, gpu_mem_util)
+        dep = profiled(_deployment(gpu, model, tp, dtype, kv_dtype, gpu_mem_util), engine_profile, gpu_profile)
         inputs = RoiInputs(
             price_per_gpu_hour=dep.gpu.price_per_hour if price_per_hour is None else price_per_hour,
             gpus_per_replica=tp, replicas=replicas, turbo_multiplier=turbo_multiplier,
@@ -353,13 +355,15 @@ def matrix_cmd(
     xlsx: Path = typer.Option(None, "--xlsx", help="Also write an Excel workbook with live formulas."),
     from_run: Path = RUN_OPT,
     as_json: bool = JSON_OPT,
+    engine_profile: str = engine_profile_option(),
+    gpu_profile: Path | None = gpu_profile_option(),
 ) -> None:
     """Recommend Turbo on, Turbo capped or Standard only — with the reason of every rule.
 
     Without --peak-rps: the loads up to which Turbo is on, capped, off (the thresholds)."""
 
     def go() -> None:
-        dep = _deployment(gpu, model, tp, dtype, kv_dtype, gpu_mem_util)
+        dep = profiled(_deployment(gpu, model, tp, dtype, kv_dtype, gpu_mem_util), engine_profile, gpu_profile)
         lm = latency_model(dep, prompt_tokens, max_tokens, batch_size, max_num_batched_tokens)
         cal = None
         if from_run is not None:
@@ -385,14 +389,15 @@ def matrix_cmd(
                               lora_hot_loading=lora, http2_reuse=http2, knee_factor=knee_factor)
         decision = decide(lm, inputs, **measured)
         tps = () if cal is not None else tp_choices(
-            _fitting_tps(gpu, model, dtype, kv_dtype, gpu_mem_util, prompt_tokens, max_tokens, batch_size,
-                         max_num_batched_tokens), peak_rps, dep.gpu.price_per_hour, knee_factor)
+            fitting_tps(dep, prompt_tokens, max_tokens, batch_size, max_num_batched_tokens), peak_rps,
+            dep.gpu.price_per_hour, knee_factor)
         written = None
         if xlsx is not None:
             if cal is not None:
                 raise ValueError("--xlsx writes the predicted model's formulas; drop --from-run to write it")
             written = write_workbook(xlsx, [Scenario(f"{dep.model.name} on {dep.gpu.name}", dep, prompt_tokens,
-                                                     max_tokens, batch_size, max_num_batched_tokens, inputs)])
+                                                     max_tokens, batch_size, max_num_batched_tokens, inputs,
+                                                     engine_profile)])
         if as_json:
             out = decision.to_dict()
             if cal is not None:
@@ -410,17 +415,6 @@ def matrix_cmd(
             console.print(f"workbook written: {written} (edit the inputs sheet; the matrix sheet recomputes)")
 
     _run(go)
-
-
-def _fitting_tps(gpu: str, model: str, dtype: str, kv_dtype: str, gpu_mem_util: float, prompt: int, output: int,
-                 seqs: int, batched: int) -> dict[int, LatencyModel]:
-    """The load model at each TP of one 8-GPU node that holds the model."""
-    out = {}
-    for n in (1, 2, 4, 8):
-        with suppress(TurbogateError, ValueError):
-            out[n] = latency_model(_deployment(gpu, model, n, dtype, kv_dtype, gpu_mem_util), prompt, output, seqs,
-                                   batched)
-    return out
 
 
 # ---- catalogs -----------------------------------------------------------------------------------------

@@ -86,6 +86,12 @@ def _sqrt(x: float) -> float:
     return math.sqrt(x)
 
 
+def _ln(x: float) -> float:
+    if x <= 0:
+        raise XlError("#NUM!")
+    return math.log(x)
+
+
 def _mod(x: float, y: float) -> float:
     if y == 0:
         raise XlError("#DIV/0!")
@@ -137,6 +143,7 @@ FUNCTIONS: dict[str, Function] = {
     "ROUNDUP": lambda b, s, a: _round(b.num(a[0], s), b.num(a[1], s), up=True),
     "MOD": lambda b, s, a: _mod(b.num(a[0], s), b.num(a[1], s)),
     "SQRT": lambda b, s, a: _sqrt(b.num(a[0], s)),
+    "LN": lambda b, s, a: _ln(b.num(a[0], s)),
     "MATCH": _match,
     "INDEX": _index,
     "VLOOKUP": _vlookup,

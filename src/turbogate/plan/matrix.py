@@ -25,10 +25,13 @@ computes the same rules with cell formulas.
 from __future__ import annotations
 
 import math
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
-from turbogate.plan.latency import DEFAULT_KNEE_FACTOR, LatencyModel
+from turbogate.errors import TurbogateError
+from turbogate.perf import Deployment, deployment
+from turbogate.plan.latency import DEFAULT_KNEE_FACTOR, LatencyModel, latency_model
 
 TURBO_ON = "turbo_on"
 TURBO_CAPPED = "turbo_capped"
@@ -187,6 +190,18 @@ class TpChoice:
     def to_dict(self) -> dict[str, Any]:
         return {"tp": self.tp, "replicas": self.replicas, "gpus": self.gpus, "knee_rps": self.knee_rps,
                 "saturation_rps": self.saturation_rps, "cost_per_hour": self.cost_per_hour}
+
+
+def fitting_tps(dep: Deployment, prompt: int, output: int, seqs: int, batched: int) -> dict[int, LatencyModel]:
+    """The load model at each TP of one 8-GPU node that holds ``dep``'s model (its GPU, dtypes and factors)."""
+    out = {}
+    for n in (1, 2, 4, 8):
+        with suppress(TurbogateError, ValueError):
+            out[n] = latency_model(deployment(dep.gpu, dep.model, tp=n, weight_dtype=dep.weight_dtype,
+                                              kv_dtype=dep.kv_dtype, gpu_mem_util=dep.gpu_mem_util,
+                                              block_size=dep.block_size, factors=dep.factors),
+                                   prompt, output, seqs, batched)
+    return out
 
 
 def tp_choices(models: dict[int, LatencyModel], peak_rps: float, price_per_gpu_hour: float,

@@ -40,6 +40,7 @@ class Scenario:
     max_num_seqs: int
     max_num_batched_tokens: int
     matrix: MatrixInputs
+    engine_profile: str = "custom"  # where ``dep.factors`` came from, shown beside them
 
 
 # (column name, header) of the inputs sheet, in order.
@@ -72,13 +73,22 @@ INPUT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("tie", "tied embeddings"),
     ("n_experts", "experts per layer"),
     ("experts_per_token", "experts per token"),
-    ("mfu", "mfu"),
-    ("bw_eff", "bandwidth efficiency"),
+    ("mfu", "effective MFU (the profile's or GPU's × mfu_scale × GEMM-size growth)"),
+    ("bw_eff", "bandwidth efficiency (the GPU's × bw_scale)"),
     ("step_oh", "step overhead (s)"),
     ("seq_oh", "per-sequence overhead (s)"),
     ("reserve", "activation reserve (bytes/GPU)"),
     ("allreduce", "TP all-reduce latency (s)"),
     ("link_bw", "TP link bytes/s achieved"),
+    ("kv_bw_eff", "KV read bandwidth efficiency"),
+    ("ar_growth", "TP all-reduce growth per doubling beyond 2 (s)"),
+    ("decode_ar", "decode-step all-reduce latency (s; blank = the prefill's)"),
+    ("ridge", "ridge exponent (0 = sharp max)"),
+    ("moe_routing", "MoE routing scale"),
+    ("frontend", "front end, fixed (s)"),
+    ("frontend_tok", "front end per prompt token (s)"),
+    ("ttft_steps", "first-token wait (decode steps)"),
+    ("engine_profile", "engine profile (the factors' source; docs/plan.md)"),
 )
 
 _IN = {name: col_letter(i + 1) for i, (name, _h) in enumerate(INPUT_COLUMNS)}
@@ -123,15 +133,19 @@ def _step(pt: str, ds: str, dctx: str, pctx: str, nps: str = "1") -> str:
     attn = "4*{i:n_layers}*{i:n_heads}*{i:head_dim}"
     flops = (f"(2*{{m:n_active}}*{tokens}+{attn}*({pt})*((({pt})/2+({pctx}))/MAX(1,{nps}))"
              f"+{attn}*({ds})*(({dctx})/MAX({ds},1)))")
+    draws = f"MAX(1,MAX({tokens},1)*{{i:moe_routing}})"  # tokens that pick experts independently
     wread = (f"IF({{i:n_experts}}>1,({{m:n_params}}-{{m:n_expert_params}})*{{m:wbytes}}"
              f"+{{m:n_expert_params}}*{{m:wbytes}}*(1-MAX(1-{{i:experts_per_token}}/{{i:n_experts}},"
-             f"1E-300^(1/MAX({tokens},1)))^MAX({tokens},1)),"  # floored: a spreadsheet's x^n must not underflow
+             f"1E-300^(1/{draws}))^{draws}),"  # floored: a spreadsheet's x^n must not underflow
              f"{{m:n_params}}*{{m:wbytes}})")
-    mem = f"(({wread})+{{m:kvb}}*(({dctx})+({pctx}))+{{m:kvb}}*{tokens})"
-    comm = (f"IF({{i:tp}}>1,2*{{i:n_layers}}*({{i:allreduce}}+IF({{i:link_bw}}>0,"
+    mem = f"(({wread})+{{m:kv_read}}*(({dctx})+({pctx}))+{{m:kv_read}}*{tokens})"
+    comm = (f"IF({{i:tp}}>1,2*{{i:n_layers}}*(IF(({pt})>0,{{m:ar_lat}},{{m:ar_decode}})+IF({{i:link_bw}}>0,"
             f"2*({{i:tp}}-1)/{{i:tp}}*{tokens}*{{i:hidden}}*2/{{i:link_bw}},0)),0)")
     overhead = f"({{i:step_oh}}+{{i:seq_oh}}*(({ds})+{n_prefill})+{comm})"
-    return f"IF({tokens}<=0,0,MAX({flops}/{{m:flops}},{mem}/{{m:bw}})+{overhead})"
+    c, m = f"({flops}/{{m:flops}})", f"({mem}/{{m:bw}})"
+    # PerfFactors.ridge_exponent p > 0: the p-norm of compute and memory time instead of their max.
+    ridge = f"IF({{i:ridge}}>0,({c}^{{i:ridge}}+{m}^{{i:ridge}})^(1/{{i:ridge}}),MAX({c},{m}))"
+    return f"IF({tokens}<=0,0,{ridge}+{overhead})"
 
 
 _d("scenario", "scenario", "{i:scenario}")
@@ -156,6 +170,11 @@ _d("n_active", "active parameters",
 _d("n_expert_params", "expert parameters", "{i:n_layers}*{i:n_experts}*{m:expert_params}")
 _d("weights", "weights bytes", "INT({m:n_params}*{m:wbytes})")
 _d("kvb", "KV bytes/token", "INT({i:n_layers}*{i:n_kv_heads}*{i:head_dim}*2*{m:kvbytes})")
+_d("kv_read", "KV read cost/token (bytes at the weights' bandwidth)", "{m:kvb}*{i:bw_eff}/{i:kv_bw_eff}")
+_d("ar_lat", "all-reduce latency (s)",
+   "IF({i:tp}>1,{i:allreduce}+{i:ar_growth}*MAX(0,LN({i:tp}/2)/LN(2)),0)")
+_d("ar_decode", "decode all-reduce latency (s)", 'IF({i:decode_ar}="",{m:ar_lat},IF({i:tp}>1,{i:decode_ar},0))')
+_d("front", "front end (s)", "{i:frontend}+{i:frontend_tok}*{i:prompt_tokens}")
 _d("kv_cache", "KV cache bytes",
    "MAX(0,{m:hbm}*{i:gpu_mem_util}*{i:tp}-{m:weights}-{i:reserve}*{i:tp})")
 _d("fits", "fits", "{m:kv_cache}>={m:kvb}*{i:block_size}")
@@ -196,11 +215,12 @@ _d("s_idle", "lone decode step (s)", _step("0", "1", "INT({i:prompt_tokens}+{i:m
 _d("chunks", "prefill chunks", "MAX(1,ROUNDUP({i:prompt_tokens}/{i:max_batched},0))")
 _d("chunk", "tokens/chunk", "ROUNDUP({i:prompt_tokens}/{m:chunks},0)")
 _d("cached", "cached context/chunk", "INT(({m:chunks}-1)*{m:chunk}/2)")
-_d("ttft0", "unloaded TTFT (s)", "{m:chunks}*" + _step("{m:chunk}", "0", "0", "{m:cached}"))
+_d("ttft0", "unloaded TTFT (s)", "{m:front}+{m:chunks}*" + _step("{m:chunk}", "0", "0", "{m:cached}"))
 _d("ttft_full", "TTFT beside a full batch (s)",
-   "{m:chunks}*" + _step("{m:chunk}", "{m:c}", "INT({m:c}*({i:prompt_tokens}+{i:max_tokens}/2))", "{m:cached}"))
+   "{m:front}+{m:chunks}*" + _step("{m:chunk}", "{m:c}", "INT({m:c}*({i:prompt_tokens}+{i:max_tokens}/2))",
+                                    "{m:cached}"))
 _d("delta", "step growth per sequence (s)", "MAX(0,({m:s_sat}-{m:s_idle})/{m:c})")
-_d("e2e0", "unloaded E2E (s)", "{m:ttft0}+({i:max_tokens}-1)*{m:s_idle}")
+_d("e2e0", "unloaded E2E (s)", "{m:ttft0}+({i:ttft_steps}+{i:max_tokens}-1)*{m:s_idle}")
 _d("knee", "knee (req/s per replica)", "{knee}")
 _d("x", "peak per replica (req/s)", "{i:peak_rps}/{i:replicas}")
 _d("tpot_x", "TPOT at peak (s)",
@@ -260,7 +280,8 @@ def _knee_cells(row: int) -> list[str]:
         cells.append(_fill("={m:s_idle}/(1-" + mid + "*{i:max_tokens}*{m:delta})", row, m))
         cells.append(_fill("=" + mid + "*{i:max_tokens}*" + s, row, m))
         w = _fill(f"IF({mid}<=0,0,({mid}/{{m:mu}})^SQRT(2*({{m:c}}+1))/({mid}*(1-{mid}/{{m:mu}}))/2)", row, m)
-        ttft = _fill(f"{w}+MIN(1,{n})*{s}/2+{{m:ttft0}}+{n}/{{m:c}}*({{m:ttft_full}}-{{m:ttft0}})", row, m)
+        ttft = _fill(f"{w}+(MIN(1,{n})/2+{{i:ttft_steps}})*{s}+{{m:ttft0}}+{n}/{{m:c}}*({{m:ttft_full}}-{{m:ttft0}})",
+                     row, m)
         cells.append(_fill(f"={ttft}+({{i:max_tokens}}-1)*{s}", row, m))
         del e2e
     last = KNEE_ITERATIONS - 1
@@ -287,6 +308,10 @@ def _input_values(sc: Scenario) -> dict[str, object]:
         "n_experts": m.n_experts, "experts_per_token": m.experts_per_token, "mfu": d.effective_mfu,
         "bw_eff": d.bw_efficiency, "step_oh": f.step_overhead_s, "seq_oh": f.per_seq_overhead_s,
         "reserve": f.activation_reserve_bytes, "allreduce": f.tp_allreduce_s, "link_bw": d.link_bytes_per_s,
+        "kv_bw_eff": d.kv_bw_efficiency, "ar_growth": f.tp_allreduce_growth_s,
+        "decode_ar": "" if f.decode_allreduce_s is None else f.decode_allreduce_s, "ridge": f.ridge_exponent,
+        "moe_routing": f.moe_routing_scale, "frontend": f.frontend_s, "frontend_tok": f.frontend_per_token_s,
+        "ttft_steps": f.ttft_steps, "engine_profile": sc.engine_profile,
     }
 
 
