@@ -95,3 +95,14 @@ def test_export_from_journal_files_with_window_and_tenant(tmp_path: Path) -> Non
 def test_export_needs_one_source(tmp_path: Path) -> None:
     code, text = _run("trace", "export", "-o", str(tmp_path / "t.jsonl"))
     assert code == 2 and "exactly one of --config, --gateway or --usage" in text
+
+
+def test_plan_size_takes_its_peak_and_lengths_from_a_trace() -> None:
+    code, text = _run("plan", "size", "--trace", str(EXCERPT), "--trace-speedup", "2", "--gpus", "H100-SXM", "--tp",
+                      "1", "--duration", "30", "--jobs", "1", "--no-progress", "--json")
+    assert code == 0, text
+    got = json.loads(text)["inputs"]
+    shown = json.loads(_run("trace", "show", str(EXCERPT), "--speedup", "2")[1])
+    assert got["peak_rps"] == pytest.approx(shown["peak_rps"])
+    assert (got["prompt_tokens"], got["output_tokens"]) == (round(shown["prompt"]["mean"]),
+                                                            round(shown["output"]["mean"]))

@@ -72,7 +72,13 @@ def size_cmd(
     model: str = typer.Option("llama-3.1-8b", "--model",
                               help="Catalog model (see `turbogate plan models`) or a path to a Hugging Face "
                                    "config.json."),
-    peak_rps: float = typer.Option(..., "--peak-rps", help="Peak request rate of the whole fleet (req/s)."),
+    peak_rps: float = typer.Option(None, "--peak-rps", help="Peak request rate of the whole fleet (req/s); "
+                                   "or --trace."),
+    trace: Path = typer.Option(None, "--trace", help="Take the workload from a trace (any format bench --trace "
+                               "reads): its busiest minute's rate as the peak (unless --peak-rps), its mean prompt "
+                               "and output tokens as the lengths (`turbogate trace show FILE` prints them)."),
+    trace_speedup: float = typer.Option(1.0, "--trace-speedup", min=1e-6, help="The trace's rate as replayed K "
+                                        "times faster."),
     gpus: str = typer.Option(None, "--gpus", help="Candidate GPUs, comma-separated (see `turbogate plan gpus`). "
                              "Default: the catalog's data-centre GPUs (those with an NVLink / Infinity Fabric class "
                              "link)."),
@@ -115,6 +121,15 @@ def size_cmd(
     every SLO there, and one replica fewer misses one."""
     try:
         wall = time.perf_counter()
+        if trace is not None:
+            from turbogate.trace.importers import load_trace
+            from turbogate.trace.stats import trace_workload
+
+            load = trace_workload(load_trace(trace), speedup=trace_speedup)
+            peak_rps = peak_rps if peak_rps is not None else load.peak_rps
+            prompt_tokens, output_tokens = round(load.prompt.mean), max(1, round(load.output.mean))
+        if peak_rps is None:
+            raise ValueError("give --peak-rps R (or --trace FILE to take the peak from a trace)")
         slos = {"turbo": TierSLO(turbo_ttft_p95, turbo_itl_p95), "standard": TierSLO(standard_ttft_p95,
                                                                                      standard_itl_p95)}
         inputs = SizeInputs(peak_rps=peak_rps, turbo_share=turbo_share, slos=slos, top=top)
