@@ -52,7 +52,9 @@ def trace_figure(s: Summary, records: Sequence[RequestRecord]) -> go.Figure | No
                                  f"{fmt_num(knee.value)} req/s", line={"color": "#000000", "dash": "dashdot"}),
                       row=1, col=1)
     else:
-        fig.add_annotation(text="no knee found in this run: the fleet kept up at every step", showarrow=False,
+        verdict = "the fleet kept up at every step" if knee is not None and knee.verdict == "none" else (
+            f"knee {knee.verdict}" if knee is not None else "no knee judged")
+        fig.add_annotation(text=f"no knee value in this run: {verdict}", showarrow=False,
                            xref="x domain", yref="y domain", x=0.99, y=0.98, xanchor="right", row=1, col=1)
     seen: list[float] = []
     for tier, bins in sorted(ttft.items(), key=lambda kv: kv[0] == ALL):
