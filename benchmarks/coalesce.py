@@ -27,16 +27,12 @@ import yaml
 
 from turbogate.config import hash_key
 from turbogate.procs import Service, start_emulator, start_gateway
+from turbogate.results.percentile import percentile
 from turbogate.sched.coalesce import request_key
 
 KEY = "sk-bench"
 MODEL = "llama-3.1-8b"
 CHAT = "/v1/chat/completions"
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
 
 
 def upstream_calls(emulator: Service) -> float:
@@ -105,7 +101,7 @@ def main() -> None:
                     lat = asyncio.run(bursts(gw.url, args.bursts, args.size, mode == "stream"))
                     out[f"{mode}_{name}"] = {
                         "requests": len(lat), "upstream_calls": upstream_calls(emulator) - before,
-                        "p50_ms": round(statistics.median(lat), 2), "p95_ms": round(pct(lat, 0.95), 2)}
+                        "p50_ms": round(statistics.median(lat), 2), "p95_ms": round(percentile(lat, 95), 2)}
         finally:
             for gw in gateways.values():
                 gw.stop()

@@ -60,6 +60,7 @@ from turbogate.procs import (
     steal_share_since,
     wait_healthy,
 )
+from turbogate.results.percentile import percentile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from floor_proxy import start_floor_proxy
@@ -69,11 +70,6 @@ KEY = "sk-bench"
 MODEL = "llama-3.1-8b"
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 4}
 STREAM_BODY = {**BODY, "stream": True}
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
 
 
 async def unary_latency(targets: dict[str, str], n: int) -> dict[str, list[float]]:
@@ -255,7 +251,8 @@ def _fixed_worker(url: str, conns: int, seconds: float, realtime: bool, queue: m
     lat, errors = asyncio.run(run())
     ms = sorted(x * 1000 for x in lat)
     queue.put({"requests": len(ms), "errors": errors, "rps": round(len(ms) / seconds, 1),
-               "p50_ms": round(pct(ms, 0.5), 3) if ms else None, "p99_ms": round(pct(ms, 0.99), 3) if ms else None})
+               "p50_ms": round(percentile(ms, 50), 3) if ms else None,
+               "p99_ms": round(percentile(ms, 99), 3) if ms else None})
 
 
 def set_realtime(pid: int, on: bool) -> bool:
@@ -581,8 +578,8 @@ def main() -> None:
             float(best_d["emulator_cpu_us"])  # type: ignore[arg-type]
         gateway_rps, gateway_err, gw_cpu = float(best_g["gateway_rps"]), best_g["gateway_errors"], \
             float(best_g["gateway_cpu_us"])  # type: ignore[arg-type]
-        d50, d99 = pct(lat["direct"], 0.5), pct(lat["direct"], 0.99)
-        g50, g99 = pct(lat["gateway"], 0.5), pct(lat["gateway"], 0.99)
+        d50, d99 = percentile(lat["direct"], 50), percentile(lat["direct"], 99)
+        g50, g99 = percentile(lat["gateway"], 50), percentile(lat["gateway"], 99)
         added = [g - d for g, d in zip(lat["gateway"], lat["direct"], strict=True)]
         result = {
             "direct_p50_ms": round(d50, 3),
@@ -599,11 +596,11 @@ def main() -> None:
             "emulator_cpu_us_per_request": round(emu_cpu, 1),
             "direct_load_errors": direct_err,
             "gateway_load_errors": gateway_err,
-            "stream_direct_ttft_p50_ms": round(pct(ttft["direct"], 0.5), 3),
-            "stream_gateway_ttft_p50_ms": round(pct(ttft["gateway"], 0.5), 3),
-            "stream_added_ttft_p50_ms": round(pct(ttft["gateway"], 0.5) - pct(ttft["direct"], 0.5), 3),
-            "client_compare_direct_p50_ms": {"aiohttp": round(d50, 3), "httpx": round(pct(hx, 0.5), 3),
-                                             "turbogate_lean": round(pct(lean, 0.5), 3)},
+            "stream_direct_ttft_p50_ms": round(percentile(ttft["direct"], 50), 3),
+            "stream_gateway_ttft_p50_ms": round(percentile(ttft["gateway"], 50), 3),
+            "stream_added_ttft_p50_ms": round(percentile(ttft["gateway"], 50) - percentile(ttft["direct"], 50), 3),
+            "client_compare_direct_p50_ms": {"aiohttp": round(d50, 3), "httpx": round(percentile(hx, 50), 3),
+                                             "turbogate_lean": round(percentile(lean, 50), 3)},
             "max_rps_trials": trials,
             "fixed_connections": fixed,
             "setup": {

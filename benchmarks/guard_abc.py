@@ -28,15 +28,15 @@ import math
 import sys
 import tempfile
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from turbogate.bench.options import LoadOptions, build_load
 from turbogate.config import hash_key, parse_config
 from turbogate.configpolicy import knee_source
 from turbogate.results import RequestRecord, write_run
+from turbogate.results.percentile import percentile
 from turbogate.sim.build import SimConfig
 from turbogate.sim.fleet import parse_fleet
 from turbogate.sim.run import simulate, summarize_sim
@@ -91,8 +91,7 @@ def run_sim(gw: dict[str, Any], load: LoadOptions, label: str) -> tuple[list[Req
     return outcome.records, summarize_sim(sc, outcome)
 
 
-def p95(values: Sequence[float]) -> float | None:
-    return float(np.percentile(values, 95)) if values else None
+p95 = partial(percentile, q=95)
 
 
 def band_row(records: Sequence[RequestRecord], done: Sequence[RequestRecord], window_s: float,

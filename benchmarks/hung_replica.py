@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ import yaml
 
 from turbogate.config import hash_key
 from turbogate.procs import Service, start_emulator, start_gateway
+from turbogate.results.percentile import percentile
 
 GPU, MODEL, SEQS, SCALE = "L4", "llama-3.1-8b", 32, 0.2
 PROMPT, OUTPUT = 64, 16
@@ -47,11 +49,7 @@ MIX = (("turbo", 0.1), ("standard", 0.6), ("relax", 0.3))
 SHED = (429, 503)
 
 
-def p95(values: list[float]) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return round(s[min(len(s) - 1, int(0.95 * len(s)))], 4)
+p95 = partial(percentile, q=95)
 
 
 class Load:

@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from turbo_isolation import GPU, MODEL, OUTPUT, PROMPT, SCALE, SEQS, capacity_rps
 from turbogate.config import hash_key
 from turbogate.procs import Service, start_emulator, start_gateway
+from turbogate.results.percentile import percentile
 
 KEY, ADMIN = "sk-soak", "soak-admin"
 #: Turbo is 5 % of the offered load: half the fleet's capacity at 10×, so Turbo alone fits and
@@ -65,11 +67,7 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-def p95(values: list[float]) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return s[min(len(s) - 1, int(0.95 * len(s)))]
+p95 = partial(percentile, q=95)
 
 
 class Load:

@@ -38,15 +38,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from overload_soak import rss_mb
 from turbogate.config import hash_key
 from turbogate.procs import Service, start_emulator, start_gateway
+from turbogate.results.percentile import percentile
 
 MODEL, KEY = "llama-3.1-8b", "sk-slow"
-
-
-def pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return round(s[min(len(s) - 1, int(q * len(s)))], 4)
 
 
 async def normal(gw: Service, seconds: float, rps: float, rng: random.Random) -> tuple[list[float], Counter[str]]:
@@ -155,12 +149,13 @@ async def soak(gw: Service, seconds: float, slow_n: int, rps: float) -> dict[str
     loris = await asyncio.to_thread(results.get, True, 60)
     slow.join(10)
     rss_end = rss_mb(gw.process.pid)
-    p99_alone, p99_beside = pct(alone, 0.99), pct(beside, 0.99)
+    p99_alone, p99_beside = percentile(alone, 99), percentile(beside, 99)
     ratio = None if not p99_alone or p99_beside is None else round(p99_beside / p99_alone, 2)
     return {
         "seconds": seconds, "slowloris": slow_n, "normal_rps": rps,
-        "normal_alone": {"n": len(alone), "p50_s": pct(alone, 0.5), "p99_s": p99_alone, "errors": dict(errors_alone)},
-        "normal_beside_slowloris": {"n": len(beside), "p50_s": pct(beside, 0.5), "p99_s": p99_beside,
+        "normal_alone": {"n": len(alone), "p50_s": percentile(alone, 50), "p99_s": p99_alone,
+                         "errors": dict(errors_alone)},
+        "normal_beside_slowloris": {"n": len(beside), "p50_s": percentile(beside, 50), "p99_s": p99_beside,
                                     "errors": dict(errors_beside)},
         "p99_ratio": ratio,
         "rss_mb": {"start": round(rss_start, 1), "peak": round(peak, 1), "end": round(rss_end, 1)},

@@ -22,6 +22,7 @@ import json
 import subprocess
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -32,6 +33,7 @@ from turbogate.engine.capacity import saturated_rate
 from turbogate.perf import deployment, get_gpu, resolve_model
 from turbogate.procs import start_emulator, start_gateway
 from turbogate.results.io import read_jsonl
+from turbogate.results.percentile import percentile
 
 GPU, MODEL, SEQS, SCALE = "L4", "llama-3.1-8b", 16, 0.2
 PROMPT, OUTPUT = 256, 128
@@ -55,11 +57,7 @@ def bench(url: str, qps: float, duration: float, out: Path) -> list[dict[str, ob
     return list(read_jsonl(out / "requests.jsonl"))
 
 
-def p95(values: list[float]) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return s[min(len(s) - 1, int(0.95 * len(s)))]
+p95 = partial(percentile, q=95)
 
 
 def turbo_ttfts(records: list[dict[str, object]]) -> list[float]:

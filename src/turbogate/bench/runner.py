@@ -26,6 +26,7 @@ from turbogate.bench.failures import error_reason
 from turbogate.bench.http11 import Exchange, Http11Pool, describe
 from turbogate.bench.workload import request_body
 from turbogate.errors import UpstreamError
+from turbogate.results.percentile import percentile
 from turbogate.results.schema import RequestRecord
 
 TIER_VIA: tuple[str, ...] = ("body", "header", "both")
@@ -98,13 +99,6 @@ class LiveState:
 def _wake(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
-
-
-def _percentile(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q / 100.0 * len(s)))]
 
 
 class Runner:
@@ -431,7 +425,7 @@ class Runner:
             replica=out.replica)
 
     def p95_e2e(self) -> float | None:
-        return _percentile(self.state.recent_e2e, 95)
+        return percentile(self.state.recent_e2e, 95)
 
     def p99_lag(self) -> float | None:
-        return _percentile(self.state.recent_lag, 99)
+        return percentile(self.state.recent_lag, 99)

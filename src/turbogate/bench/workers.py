@@ -30,6 +30,7 @@ from typing import Any
 from turbogate.bench.arrivals import Scheduled
 from turbogate.bench.runner import LiveState, Runner, Target
 from turbogate.errors import TurbogateError
+from turbogate.results.percentile import percentile
 from turbogate.results.schema import RequestRecord
 
 #: Counters each worker publishes for the parent's live display, in this order.
@@ -59,10 +60,8 @@ def split(schedule: Sequence[Scheduled], workers: int) -> list[list[Scheduled]]:
 
 
 def p99_lag_ms(records: Sequence[RequestRecord]) -> float | None:
-    lags = sorted(r.dispatch_lag_s for r in records if r.sent_s is not None)
-    if not lags:
-        return None
-    return 1000.0 * lags[min(len(lags) - 1, int(0.99 * len(lags)))]
+    lag = percentile((r.dispatch_lag_s for r in records if r.sent_s is not None), 99)
+    return None if lag is None else 1000.0 * lag
 
 
 def _publish(state: LiveState, counters: Any, index: int) -> None:

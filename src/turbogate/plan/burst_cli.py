@@ -19,11 +19,7 @@ from turbogate.errors import BadInput, TurbogateError
 from turbogate.perf import deployment, get_gpu, resolve_model, saturation
 from turbogate.plan.profile_opts import engine_profile_option, gpu_profile_option, profiled
 from turbogate.plan.replay import burst
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+from turbogate.results.percentile import percentile
 
 
 def burst_cmd(
@@ -62,7 +58,8 @@ def burst_cmd(
     out: dict[str, Any] = {
         "requests": requests, "engine_profile": prof.name, "gpu": dep.gpu.name, "model": dep.model.name, "tp": tp,
         "makespan_s": run.duration, "output_tokens_per_s": run.output_tokens_per_s,
-        "ttft_mean_s": statistics.fmean(ttfts), "ttft_p50_s": _pct(ttfts, 0.5), "ttft_p99_s": _pct(ttfts, 0.99),
+        "ttft_mean_s": statistics.fmean(ttfts), "ttft_p50_s": percentile(ttfts, 50),
+        "ttft_p99_s": percentile(ttfts, 99),
         "tpot_mean_s": run.tpot("mean"), "e2e_mean_s": run.e2e("mean"), "preemptions": run.preemptions,
         "steady_state_output_tokens_per_s": steady.output_tokens_per_s,
     }

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from turbogate.results.percentile import percentile_sorted
 from turbogate.results.schema import ALL, RequestRecord, Step
 
 PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
@@ -79,13 +80,12 @@ class Dist:
         mean and max, are unknown (None) rather than a survivors-only figure."""
         if not values and not censored:
             return cls(0, None, None, None, None, None, None)
-        arr = np.concatenate([np.sort(np.asarray(values, dtype=float)), np.full(censored, np.inf)])
-        with np.errstate(invalid="ignore"):
-            p = np.percentile(arr, PERCENTILES)
-        pct = [float(v) if math.isfinite(v) else None for v in p]
+        ordered = sorted(float(v) for v in values) + [math.inf] * censored
+        pct = [p if p is not None and math.isfinite(p) else None
+               for p in (percentile_sorted(ordered, q) for q in PERCENTILES)]
         known = not censored and len(values) > 0
         return cls(len(values), float(np.mean(values)) if known else None, pct[0], pct[1], pct[2], pct[3],
-                   float(arr.max()) if known else None)
+                   ordered[-1] if known else None)
 
     def get(self, stat: str) -> float | None:
         value: float | None = getattr(self, stat)

@@ -3,7 +3,6 @@ each tier's TTFT over time (p50 and p95 per time bin), on one shared time axis."
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
@@ -11,19 +10,13 @@ from plotly.subplots import make_subplots
 
 from turbogate.results.figures import color, log_ticks
 from turbogate.results.fmt import fmt_num
+from turbogate.results.percentile import percentile
 from turbogate.results.schema import ALL, RequestRecord
 from turbogate.results.stats import tier_key
 from turbogate.results.summary import Summary
 
 #: Time bins across the replay: enough to show a burst, few enough for a percentile per bin.
 BINS = 60
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    values.sort()
-    return values[min(len(values) - 1, max(0, math.ceil(q / 100 * len(values)) - 1))]
 
 
 def trace_figure(s: Summary, records: Sequence[RequestRecord]) -> go.Figure | None:
@@ -59,7 +52,7 @@ def trace_figure(s: Summary, records: Sequence[RequestRecord]) -> go.Figure | No
     seen: list[float] = []
     for tier, bins in sorted(ttft.items(), key=lambda kv: kv[0] == ALL):
         for stat, dash in (("p50", "dot"), ("p95", "solid")):
-            ys = [_pct(b, 50 if stat == "p50" else 95) for b in bins]
+            ys = [percentile(b, 50 if stat == "p50" else 95) for b in bins]
             seen += [y for y in ys if y is not None]
             fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=f"{tier} TTFT {stat}", legendgroup=tier,
                                      connectgaps=False, line={"color": color(tier), "dash": dash}), row=2, col=1)

@@ -12,20 +12,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from turbogate.results.percentile import percentile_sorted
 from turbogate.trace.format import Trace
 from turbogate.trace.replay import rate_series
 
 
-def _pct(sorted_values: Sequence[int], q: float) -> float:
-    if not sorted_values:
-        return math.nan
-    i = min(len(sorted_values) - 1, max(0, math.ceil(q / 100 * len(sorted_values)) - 1))
-    return float(sorted_values[i])
-
-
 @dataclass(frozen=True, slots=True)
 class Lengths:
-    """A token-length distribution: count, mean and the usual percentiles (nearest rank)."""
+    """A token-length distribution: count, mean and the usual percentiles (results/percentile.py's
+    rule; NaN for no values)."""
 
     count: int
     mean: float
@@ -37,8 +32,8 @@ class Lengths:
     @classmethod
     def of(cls, values: Sequence[int]) -> Lengths:
         s = sorted(values)
-        return cls(len(s), sum(s) / len(s) if s else math.nan, _pct(s, 50), _pct(s, 90), _pct(s, 99),
-                   float(s[-1]) if s else math.nan)
+        p50, p90, p99 = (math.nan if p is None else p for p in (percentile_sorted(s, q) for q in (50, 90, 99)))
+        return cls(len(s), sum(s) / len(s) if s else math.nan, p50, p90, p99, float(s[-1]) if s else math.nan)
 
 
 @dataclass(frozen=True, slots=True)
