@@ -24,6 +24,7 @@ from turbogate.sched.jobgraph import JobLimits
 from turbogate.sched.leases import LeasePolicy
 from turbogate.sched.picker import PickerConfig
 from turbogate.sched.regions import RegionPolicy
+from turbogate.validation import describe_validation_error
 
 EngineKind = Literal["vllm", "sglang", "tgi", "llamacpp", "openai", "emulator"]
 # Kinds whose server has no load metrics by default (docs/engines.md): L2 counts its own in-flight requests.
@@ -526,16 +527,6 @@ class GatewayConfig(_Model):
         return self
 
 
-def _describe(err: ValidationError) -> str:
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"].removeprefix("Value error, ")
-        msg = msg.replace("Input should be greater than", "must be >").replace("Input should be less than", "must be <")
-        lines.append(f"{loc}: {msg}")
-    return "; ".join(lines)
-
-
 def parse_config(data: Any, source: str = "config") -> GatewayConfig:
     """Validate a loaded mapping; a ``ConfigError`` names each bad field (``tiers.turbo.weight: ...``)."""
     if not isinstance(data, dict):
@@ -543,7 +534,7 @@ def parse_config(data: Any, source: str = "config") -> GatewayConfig:
     try:
         return GatewayConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"{source}: {_describe(exc)}") from None
+        raise ConfigError(f"{source}: {describe_validation_error(exc)}") from None
 
 
 def load_config(path: str | Path) -> GatewayConfig:

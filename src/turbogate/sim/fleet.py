@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from turbogate.errors import ConfigError
 from turbogate.perf.profiles import DEFAULT_PROFILE, ENGINE_PROFILES
+from turbogate.validation import describe_validation_error
 
 
 class _Model(BaseModel):
@@ -123,21 +124,13 @@ class Fleet(_Model):
         return sum(g.count for p in self.pools for g in p.replicas)
 
 
-def _describe(err: ValidationError) -> str:
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        lines.append(f"{loc}: {e['msg'].removeprefix('Value error, ')}")
-    return "; ".join(lines)
-
-
 def parse_fleet(data: Any, source: str = "fleet") -> Fleet:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping")
     try:
         return Fleet.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"{source}: {_describe(exc)}") from None
+        raise ConfigError(f"{source}: {describe_validation_error(exc)}") from None
 
 
 def load_fleet(path: str | Path) -> Fleet:
