@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import replace
 
 import pytest
@@ -11,7 +12,7 @@ from turbogate.engine import EngineConfig
 from turbogate.perf import deployment, get_gpu, get_model
 from turbogate.perf.profiles import ENGINE_PROFILES, get_profile, with_profile
 from turbogate.plan.latency import latency_model
-from turbogate.plan.replay import burst, closed_loop, fixed, open_arrivals
+from turbogate.plan.replay import burst, closed_loop, fixed, lognormal, open_arrivals
 
 H100 = get_gpu("H100-SXM")
 LLAMA_8B = get_model("llama-3.1-8b")
@@ -136,3 +137,13 @@ def test_a_spread_of_output_lengths_keeps_the_mean_and_repeats_with_its_seed() -
     assert abs(sum(outputs) / len(outputs) - 200) < 10
     assert {t.output_tokens for t in locked.timings} == {200}
     assert closed_loop(dep, cfg, 16, 160, fixed(5000, 200), output_spread=0.2).timings == spread.timings  # seeded
+
+
+def test_sharegpt_lengths_keep_their_means_within_bench_servings_bounds() -> None:
+    draw = lognormal(224, 189, 0.6)
+    rng = random.Random(3)
+    pairs = [draw(rng) for _ in range(20000)]
+    assert all(4 <= p <= 1024 and o >= 4 and p + o <= 2048 for p, o in pairs)
+    assert sum(p for p, _ in pairs) / len(pairs) == pytest.approx(224, rel=0.03)
+    assert sum(o for _, o in pairs) / len(pairs) == pytest.approx(189, rel=0.03)
+    assert max(o for _, o in pairs) > 3 * 189  # the long tail the mean alone leaves out

@@ -14,6 +14,7 @@ tokenisation, hand-over to the scheduler), so its TTFT counts that time and the 
 from __future__ import annotations
 
 import heapq
+import math
 import random
 import statistics
 from collections.abc import Callable, Sequence
@@ -221,9 +222,21 @@ def uniform(max_prompt: int, max_output: int) -> LengthDraw:
     return lambda rng: (rng.randint(1, max_prompt), rng.randint(1, max_output))
 
 
+def lognormal(mean_prompt: int, mean_output: int, sigma: float) -> LengthDraw:
+    """Lengths drawn from log-normals of these means and log-spread ``sigma``, kept as ``bench_serving``
+    keeps ShareGPT's conversations: each at least 4 tokens, the prompt at most 1,024, both at most 2,048."""
+    mu_p, mu_o = math.log(mean_prompt) - sigma**2 / 2.0, math.log(mean_output) - sigma**2 / 2.0
+
+    def draw(rng: random.Random) -> tuple[int, int]:
+        prompt = min(1024, max(4, round(rng.lognormvariate(mu_p, sigma))))
+        return prompt, min(2048 - prompt, max(4, round(rng.lognormvariate(mu_o, sigma))))
+    return draw
+
+
 def burst(dep: Deployment, config: EngineConfig, n: int, prompt: int, output: int) -> ReplayResult:
     """``n`` requests of ``prompt``/``output`` tokens sent at once (the finite-burst question)."""
     return open_arrivals(dep, config, n, fixed(prompt, output))
 
 
-__all__: Sequence[str] = ("ReplayResult", "Timing", "burst", "closed_loop", "fixed", "open_arrivals", "uniform")
+__all__: Sequence[str] = ("ReplayResult", "Timing", "burst", "closed_loop", "fixed", "lognormal", "open_arrivals",
+                          "uniform")
