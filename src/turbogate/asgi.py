@@ -9,6 +9,8 @@ from typing import Any
 
 import orjson
 
+from turbogate.errors import TurbogateError
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -70,8 +72,8 @@ async def send_error(
     await send_bytes(send, status, error_body(status, message, param=param, code=code), headers)
 
 
-class BodyTooLarge(Exception):
-    pass
+class BodyTooLarge(TurbogateError):
+    """A request body over the size limit (the caller answers 413)."""
 
 
 async def read_body(receive: Receive, limit: int | None = None) -> bytes | None:

@@ -24,7 +24,7 @@ from typer._click.utils import _detect_program_name
 from typer.core import TyperGroup
 
 from turbogate import clihelp
-from turbogate.errors import BadInput, CatalogError, ConfigError, TurbogateError, ValidationError
+from turbogate.errors import BadInput, CatalogError, ConfigError, InvalidRequest, TurbogateError
 
 clihelp.install()  # every app is built on OneLineErrors, so its help is fixed here too
 
@@ -35,7 +35,7 @@ FAILED_EXIT = 1
 INTERRUPTED_EXIT = 130
 
 # What the user gave that was wrong (exit 2) rather than a run that went wrong (exit 1).
-BAD_INPUT: tuple[type[BaseException], ...] = (BadInput, ConfigError, CatalogError, ValidationError, ValueError,
+BAD_INPUT: tuple[type[BaseException], ...] = (BadInput, ConfigError, CatalogError, InvalidRequest, ValueError,
                                               FileNotFoundError, NotADirectoryError, IsADirectoryError)
 
 

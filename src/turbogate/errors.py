@@ -6,14 +6,19 @@ Every error turbogate raises on purpose derives from ``TurbogateError``::
     ├── BadInput             a command's option or argument is wrong (``hint``: what to do instead)
     ├── ConfigError          a config value is missing or invalid (the message names the field)
     ├── CatalogError         an unknown GPU or model name
-    ├── ValidationError      a request body is invalid (``param`` names the field)
+    ├── InvalidRequest       a request body is invalid (``param`` names the field)
     ├── UpstreamError        the upstream connection failed or broke (also a ``ConnectionError``)
     ├── StoreUnavailable     store/base.py: the shared store did not answer
     ├── LeaseError           sched/leases.py: UnknownLease, LeaseExpired, TooManyLeases
     ├── RefNotFound          sched/jobrun.py: a step's reference names a value the answer lacks
     ├── CalibrationError     emulator/calibrate.py: a bench run that cannot be fitted
     ├── WorkerFailed         bench/workers.py: a bench worker process failed
-    └── BenchFailed          bench/failures.py: a run stopped because its requests failed
+    ├── BenchFailed          bench/failures.py: a run stopped because its requests failed
+    ├── BodyTooLarge         asgi.py: a request body over the size limit (413)
+    ├── BadHeader, BadParam  gateway/regions.py, gateway/usage_api.py: a header or query value refused (400;
+    │                        also ``ValueError``s)
+    ├── XlError              plan/formula_functions.py: a spreadsheet error value (``#DIV/0!``) in a formula
+    └── Aborted              emulator/runner.py: a request that left the engine before it finished
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ class CatalogError(TurbogateError):
     """An unknown GPU or model name, or a model config that cannot be read."""
 
 
-class ValidationError(TurbogateError):
+class InvalidRequest(TurbogateError):
     """A request body is invalid; ``param`` names the offending field."""
 
     def __init__(self, message: str, param: str | None = None) -> None:

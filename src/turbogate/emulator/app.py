@@ -33,7 +33,7 @@ from turbogate.engine import (
     finish_reason,
     output_length,
 )
-from turbogate.errors import ValidationError
+from turbogate.errors import InvalidRequest, TurbogateError
 
 log = logging.getLogger("turbogate.emulator")
 
@@ -58,7 +58,7 @@ class EmulatorSettings:
     faults: Faults = field(default_factory=Faults)
 
 
-class _HttpError(Exception):
+class _HttpError(TurbogateError):
     def __init__(self, status: int, message: str, type_: str, param: str | None = None) -> None:
         super().__init__(message)
         self.status = status
@@ -147,7 +147,7 @@ class EmulatorApp(AsgiApp):
             raise _HttpError(400, f"request body is not valid JSON: {exc}", "BadRequestError", "body") from None
         try:
             gen = protocol.parse_chat(body, self.counter) if chat else protocol.parse_completion(body, self.counter)
-        except ValidationError as exc:
+        except InvalidRequest as exc:
             raise _HttpError(400, str(exc), "BadRequestError", exc.param) from None
         if gen.model not in self.settings.served_model_names:
             raise _HttpError(404, f"The model `{gen.model}` does not exist.", "NotFoundError", "model")

@@ -1,6 +1,6 @@
 """OpenAI request validation and vLLM-shaped response bodies (no I/O).
 
-Validation raises :class:`turbogate.errors.ValidationError` naming the field, which the
+Validation raises :class:`turbogate.errors.InvalidRequest` naming the field, which the
 server turns into a 400 OpenAI error body.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from turbogate.emulator.tokens import TokenCounter, chat_prompt_tokens, completion_prompt_tokens
-from turbogate.errors import ValidationError
+from turbogate.errors import InvalidRequest
 
 
 @dataclass(slots=True)
@@ -38,9 +38,9 @@ def _int(body: dict[str, Any], key: str, minimum: int | None = None) -> int | No
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationError(f"'{key}' must be an integer, got {type(value).__name__}", key)
+        raise InvalidRequest(f"'{key}' must be an integer, got {type(value).__name__}", key)
     if minimum is not None and value < minimum:
-        raise ValidationError(f"'{key}' must be at least {minimum}, got {value}", key)
+        raise InvalidRequest(f"'{key}' must be at least {minimum}, got {value}", key)
     return value
 
 
@@ -49,7 +49,7 @@ def _bool(body: dict[str, Any], key: str) -> bool:
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise ValidationError(f"'{key}' must be a boolean, got {type(value).__name__}", key)
+        raise InvalidRequest(f"'{key}' must be a boolean, got {type(value).__name__}", key)
     return value
 
 
@@ -58,17 +58,17 @@ def _number(body: dict[str, Any], key: str, lo: float, hi: float) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValidationError(f"'{key}' must be a number, got {type(value).__name__}", key)
+        raise InvalidRequest(f"'{key}' must be a number, got {type(value).__name__}", key)
     if not lo <= value <= hi:
-        raise ValidationError(f"'{key}' must be between {lo} and {hi}, got {value}", key)
+        raise InvalidRequest(f"'{key}' must be between {lo} and {hi}, got {value}", key)
 
 
 def _common(body: dict[str, Any], prompt_tokens: int) -> GenRequest:
     model = body.get("model")
     if model is None:
-        raise ValidationError("'model' is required", "model")
+        raise InvalidRequest("'model' is required", "model")
     if not isinstance(model, str):
-        raise ValidationError(f"'model' must be a string, got {type(model).__name__}", "model")
+        raise InvalidRequest(f"'model' must be a string, got {type(model).__name__}", "model")
     max_tokens = _int(body, "max_completion_tokens", 1)
     if max_tokens is None:
         max_tokens = _int(body, "max_tokens", 1)
@@ -76,18 +76,18 @@ def _common(body: dict[str, Any], prompt_tokens: int) -> GenRequest:
         _int(body, "max_tokens", 1)
     min_tokens = _int(body, "min_tokens", 0) or 0
     if max_tokens is not None and min_tokens > max_tokens:
-        raise ValidationError(f"'min_tokens' ({min_tokens}) must be <= max_tokens ({max_tokens})", "min_tokens")
+        raise InvalidRequest(f"'min_tokens' ({min_tokens}) must be <= max_tokens ({max_tokens})", "min_tokens")
     n = _int(body, "n", 1)
     if n is not None and n != 1:
-        raise ValidationError("'n' must be 1: the emulator returns one choice per request", "n")
+        raise InvalidRequest("'n' must be 1: the emulator returns one choice per request", "n")
     stream = _bool(body, "stream")
     include_usage = False
     options = body.get("stream_options")
     if options is not None:
         if not stream:
-            raise ValidationError("'stream_options' can only be set when 'stream' is true", "stream_options")
+            raise InvalidRequest("'stream_options' can only be set when 'stream' is true", "stream_options")
         if not isinstance(options, dict):
-            raise ValidationError("'stream_options' must be an object", "stream_options")
+            raise InvalidRequest("'stream_options' must be an object", "stream_options")
         include_usage = _bool(options, "include_usage")
     _number(body, "temperature", 0.0, 2.0)
     _number(body, "top_p", 0.0, 1.0)
@@ -109,10 +109,10 @@ def _common(body: dict[str, Any], prompt_tokens: int) -> GenRequest:
 def _message_text(message: Any, index: int) -> str:
     field = f"messages[{index}]"
     if not isinstance(message, dict):
-        raise ValidationError(f"'{field}' must be an object", field)
+        raise InvalidRequest(f"'{field}' must be an object", field)
     role = message.get("role")
     if not isinstance(role, str):
-        raise ValidationError(f"'{field}.role' is required and must be a string", f"{field}.role")
+        raise InvalidRequest(f"'{field}.role' is required and must be a string", f"{field}.role")
     content = message.get("content")
     if content is None:
         return ""
@@ -122,39 +122,39 @@ def _message_text(message: Any, index: int) -> str:
         parts: list[str] = []
         for j, part in enumerate(content):
             if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-                raise ValidationError(f"'{field}.content[{j}]' must be an object with a 'type'", f"{field}.content")
+                raise InvalidRequest(f"'{field}.content[{j}]' must be an object with a 'type'", f"{field}.content")
             text = part.get("text")
             if isinstance(text, str):
                 parts.append(text)
         return "".join(parts)
-    raise ValidationError(f"'{field}.content' must be a string or a list of parts", f"{field}.content")
+    raise InvalidRequest(f"'{field}.content' must be a string or a list of parts", f"{field}.content")
 
 
 def parse_chat(body: Any, counter: TokenCounter) -> GenRequest:
     if not isinstance(body, dict):
-        raise ValidationError("request body must be a JSON object", None)
+        raise InvalidRequest("request body must be a JSON object", None)
     messages = body.get("messages")
     if messages is None:
-        raise ValidationError("'messages' is required", "messages")
+        raise InvalidRequest("'messages' is required", "messages")
     if not isinstance(messages, list) or not messages:
-        raise ValidationError("'messages' must be a non-empty list", "messages")
+        raise InvalidRequest("'messages' must be a non-empty list", "messages")
     texts = [_message_text(m, i) for i, m in enumerate(messages)]
     return _common(body, chat_prompt_tokens(counter, texts))
 
 
 def parse_completion(body: Any, counter: TokenCounter) -> GenRequest:
     if not isinstance(body, dict):
-        raise ValidationError("request body must be a JSON object", None)
+        raise InvalidRequest("request body must be a JSON object", None)
     prompt = body.get("prompt")
     if prompt is None:
-        raise ValidationError("'prompt' is required", "prompt")
+        raise InvalidRequest("'prompt' is required", "prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]  # a batch of one
     token_ids = isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt)
     if isinstance(prompt, str) or token_ids:
         tokens = completion_prompt_tokens(counter, prompt)
     else:
-        raise ValidationError(
+        raise InvalidRequest(
             "'prompt' must be a string, a list of token ids, or a list holding one of those "
             "(the emulator serves one prompt per request)",
             "prompt",

@@ -16,6 +16,7 @@ import time
 
 from turbogate.emulator.metrics import EmulatorMetrics
 from turbogate.engine import Engine, EngineLoop, Finished, FinishReason, Request, StepResult
+from turbogate.errors import TurbogateError
 
 log = logging.getLogger("turbogate.emulator")
 
@@ -28,7 +29,7 @@ MAX_CATCH_UP_S = 1.0
 StreamItem = tuple[int, FinishReason | None]  # output tokens so far, finish reason on the last one
 
 
-class Aborted(Exception):
+class Aborted(TurbogateError):
     """The request left the engine before finishing (client gone, or the engine stopped)."""
 
 

@@ -16,7 +16,7 @@ import orjson
 
 from turbogate.asgi import Scope, header
 from turbogate.config import GatewayConfig, RegionsConfig
-from turbogate.errors import ConfigError, UpstreamError
+from turbogate.errors import ConfigError, TurbogateError, UpstreamError
 from turbogate.gateway.runtime import ReplicaIO, Runtime
 from turbogate.sched.regions import REGION_PATTERN
 
@@ -26,7 +26,7 @@ SESSION_HEADER = b"x-session-id"
 MAX_SESSION_BYTES = 256
 
 
-class BadHeader(ValueError):
+class BadHeader(TurbogateError, ValueError):
     """A region or session header the gateway refuses (a 400 naming it)."""
 
     def __init__(self, name: str, message: str) -> None:

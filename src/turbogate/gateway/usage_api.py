@@ -23,6 +23,7 @@ from urllib.parse import parse_qs
 from pydantic import BaseModel, ConfigDict, Field
 
 from turbogate.asgi import Receive, Scope, Send, header, send_bytes, send_error, send_json
+from turbogate.errors import TurbogateError
 from turbogate.gateway.conformance import method_not_allowed
 from turbogate.sched.metering import period_key
 from turbogate.store.base import COLUMNS, SUMMARY_COLUMNS, StoreUnavailable, summarize
@@ -45,7 +46,7 @@ def handles(path: str) -> bool:
     return path in ROUTES or path.startswith("/admin/budgets/")
 
 
-class BadParam(ValueError):
+class BadParam(TurbogateError, ValueError):
     def __init__(self, param: str, message: str) -> None:
         super().__init__(message)
         self.param = param

@@ -11,13 +11,15 @@ import math
 from collections.abc import Callable
 from typing import Protocol
 
+from turbogate.errors import TurbogateError
+
 Value = float | str | bool | None  # None: a blank cell
 Node = Callable[["Evaluator", str], object]  # (evaluator, current sheet) → Value or a range (list of rows)
 
 ERRORS = ("#DIV/0!", "#N/A", "#NUM!", "#VALUE!", "#REF!")
 
 
-class XlError(Exception):
+class XlError(TurbogateError):
     """A spreadsheet error value (``#DIV/0!``, …) travelling up the expression."""
 
     def __init__(self, code: str) -> None:

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from turbogate.errors import TurbogateError
 from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord, limit_refusal, minute_of, spend_keys
 from turbogate.store.base import Budgets, JobRecord, LeaseRecord, Spent, StoreUnavailable
 
@@ -23,7 +24,7 @@ _MORE_ROWS = ",(?,?,?,?,?,?,?,?,?,?,?,?,?)"
 _ROWS_PER_INSERT = 128  # 13 × 128 parameters, well under SQLite's limit of 32,766
 
 
-class _Busy(Exception):
+class _Busy(TurbogateError):
     """The database is locked by another connection (the fast path then hands over to the thread)."""
 
 # The usage table is one B-tree kept in time order, (ts, id), and nothing else: every request
