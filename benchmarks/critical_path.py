@@ -53,6 +53,7 @@ import gateway_overhead as go  # benchmarks/ is not a package: import it from be
 from floor_proxy import parse_work
 from openai_stub import start_listening, start_stub
 from turbogate.procs import free_port, machine_facts, pin_process, wait_healthy
+from turbogate.results.percentile import percentile
 
 #: (segment, from mark, to mark): a mark is a wrapped method's tag, "_end" when it returned.
 SEGMENTS = [
@@ -128,7 +129,7 @@ def segments(notes: list[tuple[str, int]]) -> dict[str, dict[str, float]]:
     for name, start, end in SEGMENTS:
         values = sorted((r[end] - r[start]) / 1e3 for r in requests if start in r and end in r)
         if values:
-            out[name] = {"p50": round(statistics.median(values), 1), "p99": round(go.pct(values, 0.99), 1),
+            out[name] = {"p50": round(statistics.median(values), 1), "p99": round(percentile(values, 99), 1),
                          "n": len(values)}
     return out
 

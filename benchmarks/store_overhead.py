@@ -26,10 +26,11 @@ from pathlib import Path
 
 from turbogate.config import hash_key
 from turbogate.procs import Service, start_emulator, start_gateway
+from turbogate.results.percentile import percentile
 from turbogate.store.redisproc import RedisServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gateway_overhead import _load_worker, cpu_seconds, pct, unary_latency  # the same clients, one copy
+from gateway_overhead import _load_worker, cpu_seconds, unary_latency  # the same clients, one copy
 
 KEY = "sk-bench"
 COUNT_KEY = "sk-bench-counted"  # the tenant whose tokens turbogate bench counts
@@ -134,15 +135,15 @@ def main() -> None:
                 errors[name] += errs
         counts = {name: {"bench": bench_count(urls[name], tmp / f"bench-{name}", args.bench_seconds),
                          "store": usage_totals(urls[name])} for name in STORES}
-        base_p50 = pct(lat["memory"], 0.5)
+        base_p50 = percentile(lat["memory"], 50)
         base_rps = statistics.median(rps["memory"])
         base_cpu = statistics.median(cpu["memory"])
         result: dict[str, object] = {}
         for name in STORES:
-            p50, med = pct(lat[name], 0.5), statistics.median(rps[name])
+            p50, med = percentile(lat[name], 50), statistics.median(rps[name])
             result[name] = {
                 "throughput_rps": round(med, 1), "throughput_rounds": [round(x, 1) for x in rps[name]],
-                "load_errors": errors[name], "p50_ms": round(p50, 3), "p99_ms": round(pct(lat[name], 0.99), 3),
+                "load_errors": errors[name], "p50_ms": round(p50, 3), "p99_ms": round(percentile(lat[name], 99), 3),
                 "added_p50_ms": round(p50 - base_p50, 3), "throughput_vs_memory": round(med / base_rps, 3),
                 "cpu_us_per_request": round(statistics.median(cpu[name]), 1),
                 "added_cpu_us_per_request": round(statistics.median(cpu[name]) - base_cpu, 1),
