@@ -26,7 +26,7 @@ from it.
 
     python benchmarks/engine_calibration.py [--max-num-seqs 2048] [--max-num-batched-tokens 8192]
                                             [--requests-cap N] [--only-closed-form] [--skip-holdout]
-                                            [--skip-overview] [--fit PROFILE]
+                                            [--skip-overview] [--fit PROFILE [--fit-only F1,F2]]
 """
 
 from __future__ import annotations
@@ -153,9 +153,12 @@ def main() -> None:
                         help="only the published cells of perf/data/published_cells.yaml, not TensorRT-LLM's table")
     parser.add_argument("--fit", metavar="PROFILE", default=None,
                         help="search PROFILE's factors on its fitting-half cells and print them (no report)")
+    parser.add_argument("--fit-only", metavar="FACTORS", default="",
+                        help="with --fit: search only these factors (comma-separated), the rest kept")
     args = parser.parse_args()
     if args.fit:
-        print(json.dumps(fit_profile(args.fit)))
+        only = tuple(f for f in args.fit_only.split(",") if f)
+        print(json.dumps(fit_profile(args.fit, only=only)))
         return
     published = published_report(args.only_closed_form, args.requests_cap)
     if args.skip_overview:

@@ -36,7 +36,9 @@ class EngineProfile:
 _COMMON_FIT = "the fitting half of perf/data/published_cells.yaml"
 
 # Fitted values: ``python benchmarks/engine_calibration.py --fit PROFILE`` (closed form, fitting half only,
-# coordinate descent from the previous values and 25 seeded random starts).
+# coordinate descent from the previous values and 25 seeded random starts).  The two later terms were fitted
+# alone, the rest kept: ``--fit trtllm --fit-only frontend_s,frontend_per_token_s`` and ``--fit vllm-v0|sglang
+# --fit-only decode_allreduce_s``.
 _VLLM_GPU_SIDE = {"bw_scale": 1.05, "mfu_scale": 0.8, "tp_allreduce_s": 0.000025, "tp_allreduce_growth_s": 0.00002,
                   "ridge_exponent": 2.0}  # fitted as vllm-v0 on both vLLM profiles' cells (same kernels)
 # decode_allreduce_s stays None (the prefill's) in every profile: searched on the fitting half, no other value
