@@ -69,6 +69,7 @@ from typing import cast
 
 import numpy as np
 
+from openai_stub import start_nginx_stub, start_stub  # a sibling script: the script's folder is on the import path
 from turbogate.bench.arrivals import Arrivals, Scheduled, build_schedule
 from turbogate.bench.runner import Runner, Target
 from turbogate.bench.shapes import Constant, shape_steps
@@ -84,9 +85,6 @@ from turbogate.procs import (
     steal_share_since,
 )
 from turbogate.results.schema import RequestRecord
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from openai_stub import start_nginx_stub, start_stub  # benchmarks/ is not a package: import it from beside this file
 
 LAG_LIMIT_S = 0.005
 #: Most of a core the rest of the machine may take from the bench (``competing_cpu_share``) in the

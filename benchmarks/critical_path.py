@@ -48,8 +48,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gateway_overhead as go  # benchmarks/ is not a package: import it from beside this file
+import gateway_overhead as go  # a sibling script: the script's folder is on the import path
 from floor_proxy import parse_work
 from openai_stub import start_listening, start_stub
 from turbogate.procs import free_port, machine_facts, pin_process, wait_healthy

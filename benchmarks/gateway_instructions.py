@@ -37,11 +37,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from turbogate.procs import free_port, wait_healthy
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gateway_overhead as go  # benchmarks/ is not a package: import it from beside this file
+import gateway_overhead as go  # a sibling script: the script's folder is on the import path
 from openai_stub import start_stub
+from turbogate.procs import free_port, wait_healthy
 
 _TOTALS = re.compile(rb"^totals: (\d+)", re.MULTILINE)
 

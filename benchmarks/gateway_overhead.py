@@ -46,6 +46,8 @@ from pathlib import Path
 import aiohttp
 import httpx
 
+from floor_proxy import start_floor_proxy
+from openai_stub import nginx_preamble, start_stub  # a sibling script: the script's folder is on the import path
 from turbogate.config import hash_key
 from turbogate.procs import (
     QUIET_STEAL,
@@ -61,10 +63,6 @@ from turbogate.procs import (
     wait_healthy,
 )
 from turbogate.results.percentile import percentile
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from floor_proxy import start_floor_proxy
-from openai_stub import nginx_preamble, start_stub  # benchmarks/ is not a package: import it from beside this file
 
 KEY = "sk-bench"
 MODEL = "llama-3.1-8b"

@@ -16,9 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
 from emulator_capacity import _measure
 from turbogate.procs import free_port
 

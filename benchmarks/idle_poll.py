@@ -32,6 +32,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import gateway_overhead as go  # a sibling script: the script's folder is on the import path
+from openai_stub import start_stub
 from turbogate.procs import (
     QUIET_STEAL,
     machine_facts,
@@ -39,10 +41,6 @@ from turbogate.procs import (
     start_emulator,
     start_gateway,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gateway_overhead as go  # benchmarks/ is not a package: import it from beside this file
-from openai_stub import start_stub
 
 SETTINGS = {"adaptive": {}, "off": {"idle_poll_max_us": 0}}
 

@@ -33,7 +33,6 @@ import json
 import math
 import random
 import resource
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -44,7 +43,6 @@ from typing import Any
 import aiohttp
 import yaml
 
-sys.path.insert(0, str(Path(__file__).parent))
 from turbo_isolation import GPU, MODEL, OUTPUT, PROMPT, SCALE, SEQS, capacity_rps
 from turbogate.config import hash_key
 from turbogate.procs import Service, start_emulator, start_gateway

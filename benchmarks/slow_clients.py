@@ -24,7 +24,6 @@ import json
 import multiprocessing
 import random
 import resource
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -34,7 +33,6 @@ from typing import Any
 import aiohttp
 import yaml
 
-sys.path.insert(0, str(Path(__file__).parent))
 from overload_soak import rss_mb
 from turbogate.config import hash_key
 from turbogate.procs import Service, start_emulator, start_gateway

@@ -24,13 +24,11 @@ import time
 import urllib.request
 from pathlib import Path
 
+from gateway_overhead import _load_worker, cpu_seconds, unary_latency  # the same clients, one copy
 from turbogate.config import hash_key
 from turbogate.procs import Service, start_emulator, start_gateway
 from turbogate.results.percentile import percentile
 from turbogate.store.redisproc import RedisServer
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gateway_overhead import _load_worker, cpu_seconds, unary_latency  # the same clients, one copy
 
 KEY = "sk-bench"
 COUNT_KEY = "sk-bench-counted"  # the tenant whose tokens turbogate bench counts
