@@ -75,7 +75,8 @@ class TurboSupply:
         root = (-beta + math.sqrt(beta * beta + 4.0 * room)) / 2.0  # occupancy a with a + β √a = room
         return root * root / service
 
-    def grant(self, admission: Admission, now: float, slots: int, proven_slots: int) -> str | None:
+    def grant(self, admission: Admission, now: float, slots: int, proven_slots: int,
+              configured: bool = False) -> str | None:
         """None: a Turbo request may be served Turbo; else why it is served Standard."""
         base = proven_slots if proven_slots < slots else slots
         rate = self.rate_rps = self.supply_rps(admission, base)
@@ -84,7 +85,11 @@ class TurboSupply:
         policy = admission.policies[_TOP]
         objective = policy.ttft_slo_s if policy.ttft_slo_s is not None else policy.queue_limit_s
         service = admission.service_estimate_s or 0.0
-        depth = max(2.0, rate * service)
+        # As deep as one service time of the supply where it rests on learned limits (a lower
+        # estimate while probes may still raise them); where every replica's batch is configured
+        # the bound is firm, and the bucket passes only Turbo's natural swing (a deeper one let a
+        # surge's first seconds of Turbo fill the pool: 20-30x in the first window in simulation).
+        depth = 2.0 + math.sqrt(rate * service) if configured else max(2.0, rate * service)
         tokens = depth if self._tokens < 0.0 else min(depth, self._tokens + (now - self._at) * rate)
         self._at = now
         self._tokens = tokens
@@ -109,4 +114,5 @@ def turbo_excess(admission: Admission, picker: Picker, pool: str, now: float) ->
     if any(math.isinf(r.ssthresh) for r in replicas):
         return None
     slots, proven = picker.slot_counts(pool, now)
-    return admission.supply.grant(admission, now, slots, proven)
+    configured = all(r.engine_seqs is not None for r in replicas)
+    return admission.supply.grant(admission, now, slots, proven, configured)
