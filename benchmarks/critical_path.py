@@ -48,7 +48,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import gateway_overhead as go  # a sibling script: the script's folder is on the import path
+import common  # what the gateway benchmarks share (benchmarks/common.py)
 from floor_proxy import parse_work
 from openai_stub import start_listening, start_stub
 from turbogate.procs import free_port, machine_facts, pin_process, wait_healthy
@@ -153,9 +153,9 @@ def summary(paths: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | boo
 
 
 def measure(proc: subprocess.Popen[bytes], url: str, notes_file: Path, seconds: float) -> dict[str, object]:
-    go.fixed_run(url, 1, 1.0, False)  # warm-up
+    common.fixed_run(url, 1, 1.0, False)  # warm-up
     proc.send_signal(signal.SIGUSR2)  # drop the warm-up's notes
-    run = go.fixed_run(url, 1, seconds, False, proc.pid)
+    run = common.fixed_run(url, 1, seconds, False, proc.pid)
     notes_file.unlink(missing_ok=True)
     proc.send_signal(signal.SIGUSR2)
     deadline = time.monotonic() + 30
@@ -185,7 +185,7 @@ def main() -> int:
     children: list[subprocess.Popen[bytes]] = [stub]
     try:
         cfg = tmp / "gateway.yaml"
-        go.write_config(cfg, [stub_url], engine="openai")
+        common.write_config(cfg, [stub_url], engine="openai")
         if args.store == "memory":
             cfg.write_text(cfg.read_text() + "store: {kind: memory}\n")
         port = free_port()
@@ -208,7 +208,7 @@ def main() -> int:
             children.append(floor)
             result[name] = measure(floor, floor_url, notes, args.seconds)
             floor.kill()
-        result["stub_direct"] = {"run": go.fixed_run(stub_url, 1, args.seconds, False, stub.pid)}
+        result["stub_direct"] = {"run": common.fixed_run(stub_url, 1, args.seconds, False, stub.pid)}
     finally:
         for child in children:
             child.kill()

@@ -5,7 +5,7 @@ For finding which change made the gateway dearer: each ``--tree NAME=SRC`` (a fo
 ``turbogate`` package, e.g. ``git archive COMMIT src | tar -x -C /tmp/old`` gives ``/tmp/old/src``)
 runs its own one-worker gateway in front of the neutral stub (benchmarks/openai_stub.py), and
 ``--rounds`` rounds send ``--conns`` keep-alive connections of small chats to each gateway in turn
-for ``--seconds`` (gateway_overhead.py's fixed-connection client), so drift in the machine's load
+for ``--seconds`` (benchmarks/common.py's fixed-connection client), so drift in the machine's load
 hits every tree alike.  Per tree: the gateway's user + system CPU microseconds per request of each
 round, and their median.  CPU time stays meaningful on a shared machine; req/s does not.  The
 client's p50 and p99 latency per round come with it: at ``--conns 1 --realtime`` that is the
@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import gateway_overhead as go  # a sibling script: the script's folder is on the import path
+import common  # what the gateway benchmarks share (benchmarks/common.py)
 from openai_stub import start_stub
 from turbogate.procs import Service, pin_process, start_service
 
@@ -59,19 +59,19 @@ def main() -> int:
             if config is not None:
                 cfg.write_text(config.read_text().replace("STUB_URL", url))
             else:
-                go.write_config(cfg, [url], engine="openai")
+                common.write_config(cfg, [url], engine="openai")
             gateways[name] = start_service(f"gateway-{name}", ["serve", "--config", str(cfg), "--workers", "1"],
                                            log_dir=tmp, env={"PYTHONPATH": str(src)})
             if len(cpus) >= 2:
                 pin_process(gateways[name].process.pid, {cpus[1]})
-            go.fixed_run(gateways[name].url, args.conns, 1.0, False)  # warm-up
+            common.fixed_run(gateways[name].url, args.conns, 1.0, False)  # warm-up
         rounds: dict[str, list[float]] = {name: [] for name in trees}
         rates: dict[str, list[float]] = {name: [] for name in trees}
         p50s: dict[str, list[float]] = {name: [] for name in trees}
         p99s: dict[str, list[float]] = {name: [] for name in trees}
         for _ in range(args.rounds):
             for name, gw in gateways.items():
-                run = go.fixed_run(gw.url, args.conns, args.seconds, args.realtime, gw.process.pid)
+                run = common.fixed_run(gw.url, args.conns, args.seconds, args.realtime, gw.process.pid)
                 if run.get("server_cpu_us_per_request") is not None:
                     rounds[name].append(float(run["server_cpu_us_per_request"]))  # type: ignore[arg-type]
                     rates[name].append(float(run["rps"]))  # type: ignore[arg-type]

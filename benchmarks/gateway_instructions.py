@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import gateway_overhead as go  # a sibling script: the script's folder is on the import path
+import common  # what the gateway benchmarks share (benchmarks/common.py)
 from openai_stub import start_stub
 from turbogate.procs import free_port, wait_healthy
 
@@ -49,10 +49,10 @@ def _requests(port: int, n: int) -> None:
     whole in one ``send()`` as wrk and the usual HTTP clients do (http.client writes the headers
     and the body apart, so whether the body is there when the gateway reads the headers would
     depend on timing, and so would the count)."""
-    body = json.dumps(go.BODY).encode()
+    body = json.dumps(common.BODY).encode()
     request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                b"Authorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-               % (go.KEY.encode(), len(body), body))
+               % (common.KEY.encode(), len(body), body))
     with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         buffered = b""
@@ -131,7 +131,7 @@ def main() -> int:
             # has no such setting, and no poll.)
             knows_poll = "idle_poll_max_us" in (src / "turbogate" / "config.py").read_text()
             poll_off = {"idle_poll_max_us": 0} if knows_poll else {}
-            go.write_config(cfg, [url], engine="openai", listen=poll_off)
+            common.write_config(cfg, [url], engine="openai", listen=poll_off)
             if args.store == "memory":
                 cfg.write_text(cfg.read_text() + "store: {kind: memory}\n")
             t0 = time.monotonic()

@@ -32,7 +32,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-import gateway_overhead as go  # a sibling script: the script's folder is on the import path
+import common  # what the gateway benchmarks share (benchmarks/common.py)
 from openai_stub import start_stub
 from turbogate.procs import (
     QUIET_STEAL,
@@ -55,11 +55,11 @@ def _poll_metrics(url: str) -> tuple[float, float]:
 
 
 def measure(url: str, pid: int, conns: int, seconds: float, stream: bool = False) -> dict[str, object]:
-    """One run from a separate process (gateway_overhead's wrk-style client), with the gateway's
+    """One run from a separate process (benchmarks/common.py's wrk-style client), with the gateway's
     CPU, the share of the time its loop polled and its window at the end."""
     polled0, _ = _poll_metrics(url)
     t0 = time.perf_counter()
-    result = go.fixed_run(url, conns, seconds, False, pid, stream=stream)
+    result = common.fixed_run(url, conns, seconds, False, pid, stream=stream)
     wall = time.perf_counter() - t0
     polled1, window = _poll_metrics(url)
     cpu = result.pop("server_cpu_us_per_request")
@@ -78,7 +78,7 @@ def main() -> int:
     engine_cpus, gateway_cpus = ({cpus[0]}, {cpus[1]}) if len(cpus) >= 2 else (None, None)
     tmp = Path(tempfile.mkdtemp(prefix="tg-idle-poll-"))
     stub, stub_url = start_stub(engine_cpus)
-    emulator = start_emulator("--gpu", "H100-SXM", "--model", go.MODEL, "--max-num-seqs", "256", log_dir=tmp)
+    emulator = start_emulator("--gpu", "H100-SXM", "--model", common.MODEL, "--max-num-seqs", "256", log_dir=tmp)
     if engine_cpus:
         pin_process(emulator.process.pid, engine_cpus)
     gateways = {}
@@ -86,7 +86,7 @@ def main() -> int:
         for name, listen in SETTINGS.items():
             for engine, url, kind in (("fast", stub_url, "openai"), ("slow", emulator.url, "emulator")):
                 cfg = tmp / f"{name}-{engine}.yaml"
-                go.write_config(cfg, [url], engine=kind, listen=listen)
+                common.write_config(cfg, [url], engine=kind, listen=listen)
                 gw = gateways[name, engine] = start_gateway(cfg, "--workers", "1", log_dir=tmp)
                 if gateway_cpus:
                     pin_process(gw.process.pid, gateway_cpus)

@@ -4,7 +4,7 @@
 Starts the neutral OpenAI stub (benchmarks/openai_stub.py) and a one-worker gateway in front of
 it (the stub on one core, the gateway on another where there are two), warms up, then records
 the gateway process with ``py-spy record --nonblocking`` while ``--conns`` keep-alive connections
-send small chats back to back for ``--seconds`` (gateway_overhead.py's fixed-connection client).
+send small chats back to back for ``--seconds`` (benchmarks/common.py's fixed-connection client).
 ``--format raw`` writes collapsed stacks (one line per stack and its sample count) instead of an
 SVG, for a text summary.  Needs ``py-spy`` (the dev extra) and the right to trace the process.
 
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import gateway_overhead as go  # a sibling script: the script's folder is on the import path
+import common  # what the gateway benchmarks share (benchmarks/common.py)
 from openai_stub import start_stub
 from turbogate.procs import pin_process, start_gateway
 
@@ -45,19 +45,19 @@ def main() -> int:
     stub, url = start_stub({cpus[0]} if len(cpus) >= 2 else None)
     tmp = Path(tempfile.mkdtemp(prefix="tg-profile-"))
     cfg = tmp / "gateway.yaml"
-    go.write_config(cfg, [url], engine="openai")
+    common.write_config(cfg, [url], engine="openai")
     gateway = start_gateway(cfg, "--workers", "1", log_dir=tmp)
     try:
         if len(cpus) >= 2:
             pin_process(gateway.process.pid, {cpus[1]})
-        go.fixed_run(gateway.url, args.conns, 1.0, False)  # warm-up
+        common.fixed_run(gateway.url, args.conns, 1.0, False)  # warm-up
         # --native needs the process stopped while its C stack is read (py-spy cannot do it nonblocking).
         mode = ["--native"] if args.native else ["--nonblocking"]
         spy = subprocess.Popen([spy_bin, "record", *mode, "-r", str(args.rate), "-f", args.format,
                                 "-o", str(args.out), "--pid", str(gateway.process.pid),
                                 "-d", str(int(args.seconds) + 1)], stderr=subprocess.DEVNULL)
         time.sleep(0.5)  # py-spy attached before the load starts
-        load = go.fixed_run(gateway.url, args.conns, args.seconds, False, gateway.process.pid)
+        load = common.fixed_run(gateway.url, args.conns, args.seconds, False, gateway.process.pid)
         spy.wait(timeout=args.seconds + 30)
     finally:
         gateway.stop()

@@ -24,7 +24,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from gateway_overhead import _load_worker, cpu_seconds, unary_latency  # the same clients, one copy
+from common import _load_worker, cpu_seconds, unary_latency  # the same clients, one copy
 from turbogate.config import hash_key
 from turbogate.procs import Service, start_emulator, start_gateway
 from turbogate.results.percentile import percentile
