@@ -147,10 +147,8 @@ FLEETS = {  # (max_num_seqs, replicas, tier mix with 20-30 % Turbo)
 
 @pytest.mark.parametrize("fleet", list(FLEETS))
 def test_turbo_holds_in_every_window_after_a_step_to_twice_capacity(fleet: str) -> None:
-    """Four seeds per fleet: in three of them every 5-s window after the step, the first
-    included, keeps Turbo's p95 within 1.5× of unloaded (a Poisson burst of Turbo larger than
-    the headroom still makes a few wait now and then: in 2 of the 12 runs one window reached
-    3–5×); no Turbo request is refused in any."""
+    """Four seeds per fleet: every 5-s window after the step, the first included, keeps Turbo's
+    p95 within 1.5× of unloaded; no Turbo request is refused in any."""
     seqs, replicas, mix = FLEETS[fleet]
     hold = 40.0
     worst = []
@@ -164,8 +162,7 @@ def test_turbo_holds_in_every_window_after_a_step_to_twice_capacity(fleet: str) 
         assert not [r for r in heavy if r.asked is Tier.TURBO and r.status in (429, 503)], seed
         assert all(r.downgrade in EXCESS_REASONS for r in heavy
                    if r.asked is Tier.TURBO and r.served is not Tier.TURBO), seed
-    assert sorted(worst)[2] <= 1.5, worst
-    assert max(worst) <= 6.0, worst
+    assert max(worst) <= 1.5, worst
 
 
 def test_standard_served_under_standing_overload_meets_its_objective() -> None:
