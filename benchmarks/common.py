@@ -1,6 +1,6 @@
 """What the gateway benchmarks share: the bench tenant's key and model, the small chat they send,
 a one-pool gateway config, and the measurement primitives — sequential latency, a closed-loop load
-worker, a wrk-style fixed-connection run from its own process, a process's CPU time.  Each script
+worker, a wrk-style fixed-connection run from its own process, a process's CPU time and memory.  Each script
 imports it as a sibling (``import common``): a script's folder is on its import path.
 """
 
@@ -83,6 +83,14 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> float:
+    """A process's resident memory in MiB (Linux /proc; 0 where it says none)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def _fixed_worker(url: str, conns: int, seconds: float, realtime: bool, queue: mp.Queue,  # type: ignore[type-arg]

@@ -44,6 +44,7 @@ from typing import Any
 import aiohttp
 import yaml
 
+from common import rss_mb
 from turbo_isolation import GPU, MODEL, OUTPUT, PROMPT, SCALE, SEQS, capacity_rps
 from turbogate.config import hash_key
 from turbogate.procs import Service, start_emulator, start_gateway
@@ -57,13 +58,6 @@ SHED = (429, 503)
 #: The mixed load before and after the burst: enough Turbo to measure a p95 in each window.
 BASE_MIX = (("turbo", 0.3), ("standard", 0.5), ("relax", 0.2))
 WINDOW_S, STEP_S = 4.0, 0.5  # recovery windows of send times, and how far apart they start
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 p95 = partial(percentile, q=95)

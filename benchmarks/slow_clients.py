@@ -33,7 +33,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from overload_soak import rss_mb
+from common import rss_mb
 from turbogate.config import hash_key
 from turbogate.procs import Service, start_emulator, start_gateway
 from turbogate.results.percentile import percentile
