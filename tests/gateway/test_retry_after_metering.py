@@ -99,14 +99,14 @@ def test_the_http_servers_connection_cap_answers_retry_after_and_is_counted(emul
     config = tmp_path / "gw.yaml"
     config.write_text(yaml.safe_dump(_config(emulator)))
     port = free_port()
-    log = (tmp_path / "uvicorn.log").open("wb")
+    log = tmp_path / "uvicorn.log"
     process = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "--factory", "turbogate.gateway.app:app_from_env",
          "--http", "turbogate.gateway.guard:GuardedHttpToolsProtocol", "--limit-concurrency", "2",
          "--host", "127.0.0.1", "--port", str(port)],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "TURBOGATE_CONFIG": str(config)})
+        stdout=log.open("wb"), stderr=subprocess.STDOUT, env={**os.environ, "TURBOGATE_CONFIG": str(config)})
     url = f"http://127.0.0.1:{port}"
-    try:
+    with Service("uvicorn", url, process, log):
         wait_healthy(url, process)
         before = requests_with(url, 503)
         # Connected first, so accepted first: the server counts it before the request's connection.
@@ -119,10 +119,3 @@ def test_the_http_servers_connection_cap_answers_retry_after_and_is_counted(emul
         wait_for(lambda: httpx.get(url + "/metrics", timeout=10).status_code == 200, what="a free place")
         assert sheds(url).get(("over_concurrency", "http")) == 1.0
         assert requests_with(url, 503) - before == 1.0
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()

@@ -6,39 +6,21 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import openai
-import pytest
 
 from tests.gateway.conftest import MODEL, gateway_config, pool
 from tests.gateway.test_coalesce import CHAT, together
 from tests.sched.test_flow import fresh, new, policy
 from turbogate.config import hash_key
-from turbogate.procs import Service, start_emulator
+from turbogate.procs import Service
 from turbogate.sched import Dispatch, Flow, Respond
 from turbogate.sched.metering import LimitPolicy, limit_refusal
 
 LIMITED_KEY = "sk-limited-test"
 RATE = 10
-
-
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    # Real time: a 64-token answer streams for a while, so the burst finds its call in flight.
-    svc = start_emulator("--time-scale", "1", "--model", MODEL, "--seed", "5", log_dir=tmp_path_factory.mktemp("emu"))
-    yield svc
-    svc.stop()
-
-
-@pytest.fixture(scope="module")
-def gw(emulator: Service, gateway_factory: Callable[[dict[str, Any]], Service]) -> Service:
-    cfg = gateway_config([pool("p", [MODEL], [emulator.url])],
-                         coalesce={"routes": [CHAT], "window_s": 10, "max_span_s": 60, "max_requests": 100})
-    cfg["tenants"].append({"name": "limited", "key_sha256": hash_key(LIMITED_KEY), "tiers": ["standard"],
-                           "requests_per_minute": RATE})
-    return gateway_factory(cfg)
 
 
 def test_the_limit_verdict_is_an_input_of_arrive() -> None:
@@ -64,7 +46,15 @@ def _outside_a_minute_turn(margin_s: float = 20.0) -> None:
         time.sleep(left + 0.5)  # waits for the clock's minute boundary itself, not for a race
 
 
-def test_a_burst_of_identical_requests_gets_no_more_than_the_tenant_rate(gw: Service) -> None:
+def test_a_burst_of_identical_requests_gets_no_more_than_the_tenant_rate(
+        emulator_factory: Callable[..., Service], gateway_factory: Callable[[dict[str, Any]], Service]) -> None:
+    # Real time: a 64-token answer streams for a while, so the burst finds its shared call in flight.
+    emulator = emulator_factory("--time-scale", "1", "--model", MODEL, "--seed", "5")
+    cfg = gateway_config([pool("p", [MODEL], [emulator.url])],
+                         coalesce={"routes": [CHAT], "window_s": 10, "max_span_s": 60, "max_requests": 100})
+    cfg["tenants"].append({"name": "limited", "key_sha256": hash_key(LIMITED_KEY), "tiers": ["standard"],
+                           "requests_per_minute": RATE})
+    gw = gateway_factory(cfg)
     msgs = [{"role": "user", "content": f"limited burst {uuid.uuid4().hex}"}]
     client = openai.OpenAI(base_url=gw.url + "/v1", api_key=LIMITED_KEY, max_retries=0, timeout=60)
 
