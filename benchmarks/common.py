@@ -85,6 +85,27 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def max_rps(url: str, procs: int, concurrency: int, seconds: float, pid: int | None = None) -> tuple[float, int, float]:
+    """Completed requests per second under a closed loop; with ``pid``, also that process's CPU
+    microseconds per request (what one dedicated core could sustain is 1e6 / that)."""
+    ctx = mp.get_context("spawn")
+    queue: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
+    workers = [ctx.Process(target=_load_worker, args=(url, concurrency, seconds, queue)) for _ in range(procs)]
+    t0 = time.perf_counter()
+    cpu0 = cpu_seconds(pid) if pid else 0.0
+    for w in workers:
+        w.start()
+    results = [queue.get(timeout=seconds + 60) for _ in workers]
+    cpu = cpu_seconds(pid) - cpu0 if pid else 0.0
+    for w in workers:
+        w.join()
+    elapsed = time.perf_counter() - t0
+    ok = sum(r[0] for r in results)
+    errors = sum(r[1] for r in results)
+    # Count against the load window, not process start-up.
+    return ok / min(elapsed, seconds + 0.5), errors, (cpu * 1e6 / ok if ok else 0.0)
+
+
 def rss_mb(pid: int) -> float:
     """A process's resident memory in MiB (Linux /proc; 0 where it says none)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing as mp
 import os
 import shutil
 import statistics
@@ -50,9 +49,8 @@ from common import (  # what the gateway benchmarks share (benchmarks/common.py)
     BODY,
     KEY,
     STREAM_BODY,
-    _load_worker,
-    cpu_seconds,
     fixed_run,
+    max_rps,
     set_realtime,
     unary_latency,
     write_config,
@@ -123,27 +121,6 @@ async def lean_latency(url: str, n: int) -> list[float]:
             out.append((time.perf_counter() - t0) * 1000)
     client.close()
     return out
-
-
-def max_rps(url: str, procs: int, concurrency: int, seconds: float, pid: int | None = None) -> tuple[float, int, float]:
-    """Completed requests per second under a closed loop; with ``pid``, also that process's CPU
-    microseconds per request (what one dedicated core could sustain is 1e6 / that)."""
-    ctx = mp.get_context("spawn")
-    queue: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
-    workers = [ctx.Process(target=_load_worker, args=(url, concurrency, seconds, queue)) for _ in range(procs)]
-    t0 = time.perf_counter()
-    cpu0 = cpu_seconds(pid) if pid else 0.0
-    for w in workers:
-        w.start()
-    results = [queue.get(timeout=seconds + 60) for _ in workers]
-    cpu = cpu_seconds(pid) - cpu0 if pid else 0.0
-    for w in workers:
-        w.join()
-    elapsed = time.perf_counter() - t0
-    ok = sum(r[0] for r in results)
-    errors = sum(r[1] for r in results)
-    # Count against the load window, not process start-up.
-    return ok / min(elapsed, seconds + 0.5), errors, (cpu * 1e6 / ok if ok else 0.0)
 
 
 def start_nginx(tmp: Path, upstream_url: str, cpus: set[int] | None) -> tuple[subprocess.Popen[bytes], str] | None:
