@@ -8,8 +8,9 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from tests.bench.synthetic import held_steps
 from turbogate.demo import DEMO_FLAGS, Band, band_line, demo_words, predict, turbo_band
-from turbogate.results import ALL, RequestRecord, Step, Summary, summarize
+from turbogate.results import ALL, Summary
 
 CAPACITY = 20.0  # req/s the synthetic fleet completes; Turbo (a fifth) always gets through
 RATES = (8.0, 12.0, 28.0, 40.0, 52.0)
@@ -17,32 +18,17 @@ STEP_S = 10.0
 
 
 def _run(turbo_capacity: float = 1e9) -> Summary:
-    steps, records = [], []
-    rid = 0
-    for k, rate in enumerate(RATES):
-        t0 = k * STEP_S
-        steps.append(Step(k, t0, t0 + STEP_S, rate))
-        n = int(rate * STEP_S)
-        turbo_seen = standard_seen = 0
-        for j in range(n):
-            turbo = j % 5 == 0
-            s = t0 + j / rate
-            if turbo:
-                turbo_seen += 1
-                shed = turbo_seen > turbo_capacity * STEP_S
-            else:
-                standard_seen += 1
-                shed = standard_seen > (CAPACITY - min(rate / 5, turbo_capacity)) * STEP_S
-            tier = "turbo" if turbo else "standard"
-            records.append(RequestRecord(
-                id=rid, step=k, offered_rps=rate, scheduled_s=s, sent_s=s, dispatch_lag_s=0.0, queue_s=0.0,
-                end_s=s + (0.001 if shed else 0.5), tier_asked=tier, tier_served=None if shed else tier,
-                status=503 if shed else 200, ok=not shed, error="shed" if shed else None,
-                ttft_s=None if shed else 0.1, itl_s=(), tpot_s=None, e2e_s=None if shed else 0.5,
-                prompt_tokens=None if shed else 256, output_tokens=None if shed else 128))
-            rid += 1
-    return summarize(records, steps, kind="bench", started_at="2026-01-01T00:00:00Z",
-                     duration_s=len(RATES) * STEP_S, config={})
+    """Held steps over RATES: a fifth Turbo, served up to ``turbo_capacity`` req/s; Standard gets the rest of
+    CAPACITY req/s, the excess shed."""
+    seen: dict[tuple[int, str], int] = {}
+
+    def fate(k: int, j: int, rate: float) -> tuple[str, bool, float]:
+        tier = "turbo" if j % 5 == 0 else "standard"
+        seen[k, tier] = n = seen.get((k, tier), 0) + 1
+        served = turbo_capacity if tier == "turbo" else CAPACITY - min(rate / 5, turbo_capacity)
+        return tier, n > served * STEP_S, 0.0
+
+    return held_steps(RATES, STEP_S, fate)
 
 
 def test_turbo_holding_through_the_top_steps_closes_the_band() -> None:

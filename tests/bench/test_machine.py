@@ -7,6 +7,7 @@ import socket
 
 import pytest
 
+from tests.bench.synthetic import held_steps
 from turbogate.bench.machine import (
     BEHIND_SAMPLE,
     CPU_SAMPLE,
@@ -17,7 +18,7 @@ from turbogate.bench.machine import (
     listening_pids,
 )
 from turbogate.bench.run import knee_line
-from turbogate.results import ALL, RequestRecord, Sample, Step, Summary, summarize
+from turbogate.results import ALL, Sample, Summary
 
 CAPACITY = 20.0  # req/s the synthetic fleet completes
 RATES = (5.0, 10.0, 15.0, 25.0, 30.0, 35.0)
@@ -27,26 +28,11 @@ STEP_S = 10.0
 def _run(lag_from: float | None = None) -> Summary:
     """A ramp over RATES; the fleet completes at most CAPACITY req/s (the rest is shed), and from the rate
     ``lag_from`` on the bench sent each request 80 ms late (beyond a tenth of their 0.5 s)."""
-    steps, records = [], []
-    rid = 0
-    for k, rate in enumerate(RATES):
-        t0 = k * STEP_S
-        steps.append(Step(k, t0, t0 + STEP_S, rate))
-        n = int(rate * STEP_S)
-        for j in range(n):
-            s = t0 + j / rate
-            shed = rate > CAPACITY and (j % int(rate)) >= CAPACITY
-            lag = 0.08 if lag_from is not None and rate >= lag_from else 0.0
-            records.append(RequestRecord(
-                id=rid, step=k, offered_rps=rate, scheduled_s=s, sent_s=s + lag, dispatch_lag_s=lag, queue_s=0.0,
-                end_s=s + lag + (0.001 if shed else 0.5), tier_asked="standard",
-                tier_served=None if shed else "standard", status=503 if shed else 200, ok=not shed,
-                error="shed" if shed else None, ttft_s=None if shed else 0.1, itl_s=(), tpot_s=None,
-                e2e_s=None if shed else 0.5, prompt_tokens=None if shed else 256,
-                output_tokens=None if shed else 128))
-            rid += 1
-    return summarize(records, steps, kind="bench", started_at="2026-01-01T00:00:00Z",
-                     duration_s=len(RATES) * STEP_S, config={})
+    def fate(_k: int, j: int, rate: float) -> tuple[str, bool, float]:
+        shed = rate > CAPACITY and (j % int(rate)) >= CAPACITY
+        return "standard", shed, 0.08 if lag_from is not None and rate >= lag_from else 0.0
+
+    return held_steps(RATES, STEP_S, fate)
 
 
 def _behind(from_rate: float | None, share: float = 0.2) -> list[Sample]:
