@@ -30,11 +30,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
-from typing import Any
-
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 from turbogate.emulator.calibrate import fit_from_run
 from turbogate.procs import Service, start_emulator
@@ -54,23 +53,23 @@ def on_cpus(cpus: set[int]) -> Iterator[None]:
 
 
 def group_cpus(service: Service) -> dict[str, str]:
-    """Each process of the service's group (vLLM: API server + engine core) → its allowed CPUs."""
-    pgid = os.getpgid(service.process.pid) if service.process.poll() is None else None
+    """Each process of the service (vLLM, in a group of its own: API server + engine core) → its allowed CPUs."""
+    pid = service.process.pid
+    try:
+        pgid = os.getpgid(pid)
+    except ProcessLookupError:
+        return {}
+    own_group = pgid == os.getpgid(0)  # the emulator shares this script's group: itself only
     out: dict[str, str] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
+    for name in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if pgid is not None and os.getpgid(int(name)) != pgid and int(name) != service.process.pid:
+            if int(name) != pid and (own_group or os.getpgid(int(name)) != pgid):
                 continue
-            if pgid is None and int(name) != service.process.pid:
-                continue
-            status = Path(f"/proc/{name}/status").read_text()
+            status = Path(f"/proc/{name}/status").read_text().splitlines()
         except (OSError, ProcessLookupError):
             continue
-        cpus = next((ln.split(":", 1)[1].strip() for ln in status.splitlines() if ln.startswith("Cpus_allowed_list")), "?")
-        comm = Path(f"/proc/{name}/comm").read_text().strip() if Path(f"/proc/{name}/comm").exists() else "?"
-        out[f"{name} {comm}"] = cpus
+        fields = dict(ln.split(":", 1) for ln in status if ":" in ln)
+        out[f"{name} {fields.get('Name', '?').strip()}"] = fields.get("Cpus_allowed_list", "?").strip()
     return out
 
 
@@ -98,54 +97,85 @@ def run_bench(url: str, out: Path, args: argparse.Namespace, scrape: bool) -> di
             "wall_s": round(time.monotonic() - t0, 1), "run": str(out)}
 
 
+def one_run(k: int, model: Path, scratch: Path, out: Path, args: argparse.Namespace,
+            engine_cpus: set[int]) -> dict[str, Any]:
+    """Real vLLM on the engine CPUs, benched from the others; then the emulator calibrated on that run."""
+    t0 = time.monotonic()
+    with on_cpus(engine_cpus):
+        vllm = start_vllm(model, scratch, max_num_seqs=args.max_num_seqs, scheduling_policy="fcfs")
+    ready_s = time.monotonic() - t0
+    try:
+        vllm_cpus = group_cpus(vllm)
+        real = run_bench(vllm.url, out / f"real-{k}", args, scrape=True)
+    finally:
+        stop_group(vllm)
+    fit = fit_from_run(out / f"real-{k}")
+    with on_cpus(engine_cpus):
+        emu = start_emulator("--model", str(model), "--gpu", "H100-SXM", "--max-num-seqs", str(args.max_num_seqs),
+                             "--served-model-name", VLLM_MODEL_NAME, "--calibrate-from", str(out / f"real-{k}"),
+                             log_dir=scratch / "logs", timeout=60)
+    try:
+        emu_cpus = group_cpus(emu)
+        emulated = run_bench(emu.url, out / f"emulated-{k}", args, scrape=False)
+    finally:
+        emu.stop()
+    refused = [f"{name}: bounded by this machine" for name, r in (("real", real), ("emulated", emulated))
+               if r["machine_bound"]]
+    error = None
+    if not refused and real["knee_rps"] and emulated["knee_rps"]:
+        error = (emulated["knee_rps"] - real["knee_rps"]) / real["knee_rps"]
+    return {"vllm_ready_s": round(ready_s, 1), "vllm_cpus": vllm_cpus, "emulator_cpus": emu_cpus, "real": real,
+            "fit": fit.to_dict(), "emulated": emulated, "refused": refused,
+            "knee_error": None if error is None else round(error, 4),
+            "within_15_percent": error is not None and abs(error) <= 0.15,
+            "load_average_1m": round(os.getloadavg()[0], 2)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--max-num-seqs", type=int, default=8)
     ap.add_argument("--prompt-tokens", type=int, default=32)
     ap.add_argument("--output-tokens", type=int, default=64)
     ap.add_argument("--qps-start", type=float, default=2.0)
     ap.add_argument("--step-duration", type=float, default=8.0)
     ap.add_argument("--bisections", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=None, help="folder for the two run folders (default: temporary)")
+    ap.add_argument("--engine-cpus", default=None, help="CPUs for the engine, e.g. 1 or 2,3 (default: the last)")
+    ap.add_argument("--out", type=Path, default=None, help="folder for the run folders (default: temporary)")
     args = ap.parse_args()
     env = engine_env("vllm")
     if not env.installed:
         raise SystemExit(f"vLLM is not installed in {env.venv}: run bash scripts/real_engines.sh install")
+    allowed = os.sched_getaffinity(0)
+    engine_cpus = {int(c) for c in args.engine_cpus.split(",")} if args.engine_cpus else {max(allowed)}
+    load_cpus = allowed - engine_cpus
+    if not engine_cpus <= allowed or not load_cpus:
+        raise SystemExit(f"--engine-cpus {sorted(engine_cpus)} must leave this machine's CPUs {sorted(allowed)} "
+                         "at least one for the load: the engine and the bench must not share a core")
+    # vLLM's CPU backend binds its OpenMP threads itself ("auto": every core); point it at the engine's CPUs.
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, sorted(engine_cpus)))
+    os.environ["OMP_NUM_THREADS"] = str(len(engine_cpus))
+    os.sched_setaffinity(0, load_cpus)  # this script and the bench it starts
+    runs = []
     with tempfile.TemporaryDirectory(prefix="turbogate-real-vs-emu-") as tmp:
         scratch = Path(tmp)
         out = args.out or scratch / "runs"
         out.mkdir(parents=True, exist_ok=True)
         model = make_tiny_model(env, scratch)
-        t0 = time.monotonic()
-        vllm = start_vllm(model, scratch, max_num_seqs=args.max_num_seqs, scheduling_policy="fcfs")
-        ready_s = time.monotonic() - t0
-        try:
-            real = run_bench(vllm.url, out / "real", args, scrape=True)
-        finally:
-            stop_group(vllm)
-        fit = fit_from_run(out / "real")
-        emu = start_emulator("--model", str(model), "--gpu", "H100-SXM", "--max-num-seqs", str(args.max_num_seqs),
-                             "--served-model-name", VLLM_MODEL_NAME,
-                             "--calibrate-from", str(out / "real"), log_dir=scratch / "logs", timeout=60)
-        try:
-            emulated = run_bench(emu.url, out / "emulated", args, scrape=False)
-        finally:
-            emu.stop()
-    error = None
-    if real["knee_rps"] and emulated["knee_rps"]:
-        error = (emulated["knee_rps"] - real["knee_rps"]) / real["knee_rps"]
+        for k in range(args.runs):
+            print(f"engine_real_vs_emulated: run {k + 1} of {args.runs} …", file=sys.stderr, flush=True)
+            runs.append(one_run(k, model, scratch, out, args, engine_cpus))
+    errors = [r["knee_error"] for r in runs]
     print(json.dumps({
         "engine": "vllm-cpu 0.32.0, tiny random Llama (hidden 128, 2 layers), fp32, --max-num-seqs "
                   f"{args.max_num_seqs}",
         "bench_line": " ".join(bench_line(args)),
-        "vllm_ready_s": round(ready_s, 1),
-        "real": real,
-        "fit": fit.to_dict(),
-        "emulated": emulated,
-        "knee_error": None if error is None else round(error, 4),
-        "within_15_percent": error is not None and abs(error) <= 0.15,
+        "engine_cpus": sorted(engine_cpus), "load_cpus": sorted(load_cpus),
+        "runs": runs,
+        "knee_errors": errors,
+        "within_15_percent": sum(1 for r in runs if r["within_15_percent"]),
+        "of_runs": len(runs),
         "cpus": os.cpu_count(),
-        "load_average_1m": round(os.getloadavg()[0], 2),
         "note": "measured on a shared machine: other work moves both knees",
     }))
     return 0
