@@ -212,3 +212,22 @@ def test_a_replica_without_metrics_is_given_the_longest_patience() -> None:
     assert held.ejections == 0
     clock.until(HungPolicy().max_s + 2.0)
     assert held.ejections == 1 and req.replica is not held
+
+
+def test_a_requeued_request_keeps_its_own_queue_limit_behind_later_arrivals() -> None:
+    """Withdrawn from a hung replica with no room elsewhere, a request waits again, no longer than
+    its queue limit from its arrival: due before a later arrival's, it is shed first (the flow reads
+    its timers from the front, so the requeued one must go in at its place, not behind)."""
+    flow = Flow(policy(replicas=2, cap=1))
+    clock = start(flow)
+    early, busy, late = new(flow, 0.0), new(flow, 0.0), new(flow, 1.0)
+    (sent,) = [a for a in flow.arrive(early, 0.0) if isinstance(a, Dispatch)]
+    assert any(isinstance(a, Dispatch) for a in flow.arrive(busy, 0.0))
+    assert flow.arrive(late, 1.0) == []  # both replicas full: it waits
+    clock.frozen.add(sent.replica.id)
+    clock.until(10.0)
+    assert sent.replica.id in clock.ejected and early.ticket is not None  # withdrawn, waiting again
+    limit = flow._limits[early.served][1]
+    clock.until(limit + STEP)  # past the early one's limit, before the late one's (1 s later)
+    shed = [a for a in clock.actions if isinstance(a, Respond)]
+    assert [a.req for a in shed] == [early] and late.ticket is not None

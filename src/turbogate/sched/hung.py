@@ -30,6 +30,7 @@ Pure: ``now`` is passed in; the flow calls the hooks and carries out ``release``
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -217,6 +218,16 @@ class HungWatch:
         return {"held": len(held.requests), "ttfb_s": held.ttfb_s, "token_gap_s": held.gap_s}
 
 
+def _insert_timer(timers: deque[tuple[float, FlowRequest]], due: float, req: FlowRequest) -> None:
+    """Put ``(due, req)`` at its place in ``timers``, kept in due order: the flow reads only the
+    front (wake_at, tick), so a requeued request's earlier limit appended behind later ones would
+    surface only when those end, a due time coming nearer with no epoch change for the driver."""
+    at = len(timers)
+    while at and timers[at - 1][0] > due:
+        at -= 1
+    timers.insert(at, (due, req))
+
+
 def release(flow: Flow, replica: Replica, reason: str, now: float) -> list[Action]:
     """Let go of what an ejected ``replica`` holds (see the module docstring): withdraw and
     requeue what sent nothing to its client and, when it was ejected as hung (``reason``), cut
@@ -242,7 +253,7 @@ def release(flow: Flow, replica: Replica, reason: str, now: float) -> list[Actio
             req.retried = True
             pool.admission.requeue(ticket)
             # Its queue-limit timer was let go at dispatch: it waits no longer than the limit again.
-            flow._queue_timers[req.served].append((req.arrival + flow._limits[req.served][1], req))
+            _insert_timer(flow._queue_timers[req.served], req.arrival + flow._limits[req.served][1], req)
         else:
             why = "began its answer" if req.phase is _ANSWERING else "held it"
             out.append(flow._refuse(req, 502, "upstream_hung", f"the engine replica that {why} stopped "
