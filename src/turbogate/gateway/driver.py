@@ -40,6 +40,11 @@ class Handle:
         self.cancelled = False  # the flow cancelled the upstream call (its Respond follows)
         self.waiter: asyncio.Future[None] | None = None
 
+    def answer(self) -> Respond | None:
+        """The flow's answer, read through a call: after an ``await`` it may have been set, and a
+        plain ``self.respond`` read would let mypy (and mypyc's checks) narrow it to None."""
+        return self.respond
+
     def wake(self) -> None:
         waiter = self.waiter
         if waiter is not None and not waiter.done():

@@ -73,8 +73,9 @@ async def serve(app: GatewayApp, receive: Receive, send: Send, tenant: TenantRt,
     try:
         driver.run(flow.arrive(req, req.arrival if limit is None else time.perf_counter(), limit))
         while True:
-            if watch.respond is not None:
-                status = await respond(app, tracked_send, req, watch.respond)
+            answer = watch.answer()
+            if answer is not None:
+                status = await respond(app, tracked_send, req, answer)
                 break
             replica = watch.replica
             if replica is None:
@@ -90,7 +91,7 @@ async def serve(app: GatewayApp, receive: Receive, send: Send, tenant: TenantRt,
             try:
                 sent = await attempt(app, req, replica, watch, body, upstream_path, word, tier_headers)
             except asyncio.CancelledError:
-                if not watch.cancelled or watch.gone or watch.respond is not None:
+                if not watch.cancelled or watch.gone or watch.answer() is not None:
                     raise
                 # Withdrawn by the flow with nothing sent (its replica was ejected: sched/hung.py):
                 # the request goes on to the flow's next step, a dispatch elsewhere.
@@ -104,9 +105,9 @@ async def serve(app: GatewayApp, receive: Receive, send: Send, tenant: TenantRt,
         if watch.gone:
             task.uncancel()
             status = 499
-        elif watch.cancelled and watch.respond is not None:  # the flow's deadline: answer its 504
+        elif watch.cancelled and (deadline_answer := watch.answer()) is not None:  # the flow's deadline: its 504
             task.uncancel()
-            status = await respond(app, tracked_send, req, watch.respond)
+            status = await respond(app, tracked_send, req, deadline_answer)
         else:
             raise
     finally:
