@@ -1,17 +1,20 @@
 """The pure core's policies from a gateway config: the one place config values become
 ``sched/`` policy, for the gateway and the simulator alike (``turbogate.config`` holds the
-models and their validation; this module turns them into ``FlowPolicy``, ``RegionPolicy`` and
-``KneeSource``)."""
+models and their validation; this module turns them into ``FlowPolicy``, ``RegionPolicy``,
+``KneeSource``, ``CoalescePolicy``, ``JobLimits`` and ``LeasePolicy``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
-from turbogate.config import GatewayConfig, Pool, RegionsConfig, Replica
+from turbogate.config import CoalesceConfig, GatewayConfig, JobsConfig, LeasesConfig, Pool, RegionsConfig, Replica
 from turbogate.errors import ConfigError, TurbogateError
 from turbogate.sched.admission import TierPolicy
+from turbogate.sched.coalesce import CoalescePolicy
 from turbogate.sched.guard import GuardPolicy, KneeSource
+from turbogate.sched.jobgraph import JobLimits
+from turbogate.sched.leases import LeasePolicy
 from turbogate.sched.metering import MeteringPolicy
 from turbogate.sched.picker import PickerConfig
 from turbogate.sched.policy import FlowPolicy, Mode, PoolSpec, ReplicaSpec, TenantSpec
@@ -86,7 +89,7 @@ def flow_policy(config: GatewayConfig, pools: Sequence[PoolSpec] | None = None, 
                         rate_tau_s=g.window_s)
     return FlowPolicy(tiers=tiers, tenants=tenants, pools=tuple(pools), picker=picker, disabled=disabled, mode=mode,
                       health_interval_s=config.health.interval_s, guard=guard,
-                      max_cost_tokens=config.limits.max_tokens, leases=config.leases.policy(),
+                      max_cost_tokens=config.limits.max_tokens, leases=lease_policy(config.leases),
                       regions=region_policy(config.regions), warmup=config.warmup.enabled,
                       metering=MeteringPolicy(config.metering.turbo_cost_multiple, config.metering.relax_cost_multiple))
 
@@ -134,3 +137,23 @@ def knee_source(pool: Pool, online: bool = False, replicas: int | None = None) -
         raise ConfigError(f"pools.{pool.name}.knee_from: {pool.knee_from} found no knee (run past it, or give "
                           "knee_rps)")
     return KneeSource("run", knee, pool.knee_from)
+
+
+# ---- the services' policies (coalescing, L4 jobs, Turbo leases) ----------------------------------
+
+
+def coalesce_policy(config: CoalesceConfig) -> CoalescePolicy:
+    """Coalescing's policy from the config's ``coalesce`` section."""
+    return CoalescePolicy(window_s=config.window_s, max_requests=config.max_requests, max_span_s=config.max_span_s,
+                          ignored_fields=frozenset(config.ignore_fields))
+
+
+def job_limits(config: JobsConfig) -> JobLimits:
+    """How large an L4 job may be, from the config's ``jobs`` section."""
+    return JobLimits(config.max_depth, config.max_fan_out, config.max_steps)
+
+
+def lease_policy(config: LeasesConfig) -> LeasePolicy:
+    """Turbo leases' policy from the config's ``leases`` section."""
+    return LeasePolicy(config.duration_s, config.renew_below_s, config.renew_by_s, config.warn_after_s,
+                       config.expire_after_s, config.ping_interval_s, config.max_per_tenant, config.keep_expired_s)

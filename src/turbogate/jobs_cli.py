@@ -12,6 +12,7 @@ import yaml
 
 from turbogate.clierrors import OneLineErrors
 from turbogate.config import load_config
+from turbogate.configpolicy import job_limits
 from turbogate.errors import BadInput, ConfigError
 from turbogate.sched.jobgraph import JobLimits, Problem, check_job
 
@@ -60,7 +61,7 @@ def lint(
             cfg = load_config(config)
         except ConfigError as exc:
             raise BadInput(f"bad config: {exc}", f"fix the field it names in {config}") from None
-        limits = cfg.jobs.limits()
+        limits = job_limits(cfg.jobs)
         models = {m for p in cfg.pools for m in p.models}
     limits = JobLimits(limits.max_depth if max_depth is None else max_depth,
                        limits.max_fan_out if max_fan_out is None else max_fan_out,

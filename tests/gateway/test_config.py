@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from turbogate.config import hash_key, json_schema, load_config, parse_config
+from turbogate.configpolicy import coalesce_policy
 from turbogate.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,7 +120,7 @@ def test_coalesce_is_off_by_default_and_validated() -> None:
     cfg = parse_config(minimal())
     assert cfg.coalesce.routes == []
     on = parse_config(minimal(coalesce={"routes": ["/v1/chat/completions"], "window_s": 0.5, "max_span_s": 2}))
-    policy = on.coalesce.policy()
+    policy = coalesce_policy(on.coalesce)
     assert (policy.window_s, policy.max_span_s, policy.max_requests) == (0.5, 2, 10)
     assert policy.ignored_fields == frozenset({"user"})
     for bad, field in (({"routes": ["/v1/models"]}, "coalesce.routes.0"),

@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from turbogate.asgi import Message, Receive, Send, send_error
 from turbogate.config import CoalesceConfig
+from turbogate.configpolicy import coalesce_policy
 from turbogate.sched import FlowRequest
 from turbogate.sched.coalesce import Coalescer, Follow, Group, Lead, request_key
 
@@ -127,7 +128,7 @@ class Coalescing:
 
     def __init__(self, config: CoalesceConfig, registry: CollectorRegistry) -> None:
         self.routes = frozenset(config.routes)
-        self.core = Coalescer(config.policy())
+        self.core = Coalescer(coalesce_policy(config))
         self.ignored = frozenset(config.ignore_fields)
         self._tasks: set[asyncio.Task[None]] = set()
         self.merged = Counter("turbogate_coalesced_requests", "Requests served by another request's upstream call "

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from turbogate.asgi import Message, Receive, Scope, Send, error_body, read_body, send_bytes, send_error, send_json
+from turbogate.configpolicy import job_limits
 from turbogate.gateway.conformance import method_not_allowed
 from turbogate.sched.jobgraph import JobGraph, Problem, check_job
 from turbogate.sched.jobrun import JobRun, StartStep
@@ -80,7 +81,7 @@ def problems_body(problems: list[Problem] | tuple[Problem, ...]) -> bytes:
 class JobsApi:
     def __init__(self, app: GatewayApp) -> None:
         self.app = app
-        self.limits = app.config.jobs.limits()
+        self.limits = job_limits(app.config.jobs)
         self.keep_s = app.config.jobs.keep_s
         self.max_jobs = app.config.jobs.max_jobs
         self.jobs: dict[str, Job] = {}
