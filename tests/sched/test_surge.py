@@ -9,40 +9,16 @@ against its TTFT at 0.2×.
 
 from __future__ import annotations
 
-import heapq
-import random
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
 import pytest
 
 from turbogate.config import parse_config
 from turbogate.configpolicy import flow_policy
-from turbogate.sched import Dispatch, Flow, FlowRequest, PoolSpec, ReplicaLoad, ReplicaSpec, Respond, Tier
+from turbogate.sched import Flow, PoolSpec, ReplicaSpec, Tier
 from turbogate.sched.turbo_supply import EXCESS_REASONS
 
-PREFILL_S = 0.02
-DECODE_S = 1.5
-STEP_S = 0.012  # an engine admits waiting requests only at step boundaries, as vLLM does
+from .toy_fleet import Served, capacity, run_toy
+
 WINDOW_S = 5.0
-
-
-@dataclass
-class ToyEngine:
-    running: int = 0
-    waiting: deque[FlowRequest] = field(default_factory=deque)
-
-
-@dataclass
-class Served:
-    arrival: float
-    asked: Tier
-    served: Tier
-    ttft: float | None = None  # None: refused
-    status: int = 200
-    waited: float = 0.0  # arrival to the refusal, for a refused one
-    downgrade: str | None = None
 
 
 def run(mix: dict[Tier, float], *, seqs: int, replicas: int, hold: float, seed: int,
@@ -54,70 +30,11 @@ def run(mix: dict[Tier, float], *, seqs: int, replicas: int, hold: float, seed: 
     })
     pool = PoolSpec("p", ("m",), tuple(ReplicaSpec(f"r{i}", max_num_seqs=seqs) for i in range(replicas)))
     flow = Flow(flow_policy(config, pools=[pool]))
-    capacity = replicas * seqs / (PREFILL_S + DECODE_S)
-    engines = {f"r{i}": ToyEngine() for i in range(replicas)}
-    rng = random.Random(seed)
-    events: list[tuple[float, int, Callable[[float], None]]] = []
-    seq = 0
-    out: dict[int, Served] = {}
-
-    def at(t: float, fn: Callable[[float], None]) -> None:
-        nonlocal seq
-        seq += 1
-        heapq.heappush(events, (t, seq, fn))
-
-    def act(actions: list[object], now: float) -> None:
-        for a in actions:
-            if isinstance(a, Dispatch):
-                engines[a.replica.id].waiting.append(a.req)
-                at((now // STEP_S + 1) * STEP_S, lambda t, i=a.replica.id: start_some(i, t))
-            elif isinstance(a, Respond) and a.req is not None:
-                rec = out[a.req.id]
-                rec.status, rec.waited = a.status, now - a.req.arrival
-
-    def start_some(rid: str, now: float) -> None:
-        engine = engines[rid]
-        while engine.waiting and engine.running < seqs:
-            req = engine.waiting.popleft()
-            engine.running += 1
-            at(now + PREFILL_S, lambda t, r=req: first_token(r, t))
-            at(now + PREFILL_S + DECODE_S, lambda t, r=req, i=rid: finish(r, i, t))
-
-    def first_token(req: FlowRequest, now: float) -> None:
-        out[req.id].ttft = now - req.arrival
-        act(flow.first_byte(req, now), now)
-
-    def finish(req: FlowRequest, rid: str, now: float) -> None:
-        engines[rid].running -= 1
-        act(flow.finished(req, now, 200), now)
-        at((now // STEP_S + 1) * STEP_S, lambda t, i=rid: start_some(i, t))
-
-    def scrape(now: float) -> None:
-        for rid, e in engines.items():
-            act(flow.scraped(rid, ReplicaLoad(running=e.running, waiting=len(e.waiting), kv_usage=0.3), now), now)
-        if now < 2 * hold + 60:
-            at(now + scrape_s, scrape)
-
-    def arrive(now: float) -> None:
-        tier = rng.choices(list(mix), weights=list(mix.values()))[0]
-        req = flow.open(tenant="t", model="m", tier_body=tier.value, stream=True, now=now)
-        assert isinstance(req, FlowRequest)
-        out[req.id] = Served(now, req.asked, req.served, downgrade=req.downgrade)
-        act(flow.arrive(req, now), now)
-        rate = (0.2 if now < hold else 2.0) * capacity
-        nxt = now + rng.expovariate(rate)
-        if nxt < 2 * hold:
-            at(nxt, arrive)
-
-    at(0.0, scrape)
-    at(0.01, arrive)
-    while events:
-        t, _, fn = heapq.heappop(events)
-        wake = flow.wake_at()
-        if wake <= t:
-            act(flow.tick(wake), wake)
-        fn(t)
-    return list(out.values()), capacity
+    cap = capacity(seqs, replicas)
+    records = run_toy(flow, replicas=replicas, seqs=seqs, mix=mix,
+                      rate=lambda now: (0.2 if now < hold else 2.0) * cap, until=2 * hold, seed=seed, first_at=0.01,
+                      scrape_s=scrape_s)
+    return records, cap
 
 
 def pct(values: list[float], q: float) -> float:

@@ -7,28 +7,17 @@ default tier policy from ``turbogate.config`` and no ``max_concurrency`` anywher
 
 from __future__ import annotations
 
-import heapq
-import random
-from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
 
 from turbogate.config import parse_config
 from turbogate.configpolicy import flow_policy
-from turbogate.sched import Dispatch, Flow, FlowRequest, PoolSpec, ReplicaLoad, ReplicaSpec, Respond, Tier
+from turbogate.sched import Flow, PoolSpec, ReplicaSpec, Tier
 
-PREFILL_S = 0.02
-DECODE_S = 1.5
+from .toy_fleet import Served, capacity, run_toy
+
 SEQS = 16
-STEP_S = 0.012  # an engine admits waiting requests only at step boundaries, as vLLM does
-
-
-@dataclass
-class ToyEngine:
-    running: int = 0
-    waiting: deque[FlowRequest] = field(default_factory=deque)
 
 
 @dataclass
@@ -47,71 +36,16 @@ def run(rate: float, mix: dict[Tier, float], seconds: float = 120.0, seed: int =
     })
     pool = PoolSpec("p", ("m",), (ReplicaSpec("r0"), ReplicaSpec("r1")))
     flow = Flow(flow_policy(config, pools=[pool]))
-    engines = {"r0": ToyEngine(), "r1": ToyEngine()}
-    rng = random.Random(seed)
-    events: list[tuple[float, int, Callable[[float], None]]] = []
-    seq = 0
+    records: list[Served] = run_toy(flow, replicas=2, seqs=SEQS, mix=mix, rate=lambda _now: rate, until=seconds,
+                                    seed=seed, first_at=0.5)
     out = Outcome()
-
-    def at(t: float, fn: Callable[[float], None]) -> None:
-        nonlocal seq
-        seq += 1
-        heapq.heappush(events, (t, seq, fn))
-
-    def act(actions: list[object], now: float) -> None:
-        for a in actions:
-            if isinstance(a, Dispatch):
-                engine_add(a.req, a.replica.id, now)
-            elif isinstance(a, Respond) and a.req is not None:
-                out.shed[a.req.served] += 1
-
-    def engine_add(req: FlowRequest, rid: str, now: float) -> None:
-        # Until the next step boundary the request shows as waiting, as on a busy vLLM.
-        engines[rid].waiting.append(req)
-        at((now // STEP_S + 1) * STEP_S, lambda t, i=rid: start_some(i, t))
-
-    def start_some(rid: str, now: float) -> None:
-        engine = engines[rid]
-        while engine.waiting and engine.running < SEQS:
-            req = engine.waiting.popleft()
-            engine.running += 1
-            at(now + PREFILL_S, lambda t, r=req: first_token(r, t))
-            at(now + PREFILL_S + DECODE_S, lambda t, r=req, i=rid: finish(r, i, t))
-
-    def first_token(req: FlowRequest, now: float) -> None:
-        if req.arrival >= warmup:
-            out.ttft[req.served].append(now - req.arrival)
-        act(flow.first_byte(req, now), now)
-
-    def finish(req: FlowRequest, rid: str, now: float) -> None:
-        engines[rid].running -= 1
-        out.done[req.served] += 1
-        act(flow.finished(req, now, 200), now)
-        at((now // STEP_S + 1) * STEP_S, lambda t, i=rid: start_some(i, t))
-
-    def scrape(now: float) -> None:
-        for rid, e in engines.items():
-            act(flow.scraped(rid, ReplicaLoad(running=e.running, waiting=len(e.waiting), kv_usage=0.3), now), now)
-        if now < seconds + 60:
-            at(now + 1.0, scrape)
-
-    def arrive(now: float) -> None:
-        tier = rng.choices(list(mix), weights=list(mix.values()))[0]
-        req = flow.open(tenant="t", model="m", tier_body=tier.value, stream=True, now=now)
-        assert isinstance(req, FlowRequest)
-        act(flow.arrive(req, now), now)
-        nxt = now + rng.expovariate(rate)
-        if nxt < seconds:
-            at(nxt, arrive)
-
-    at(0.0, scrape)
-    at(0.5, arrive)
-    while events:
-        t, _, fn = heapq.heappop(events)
-        wake = flow.wake_at()
-        if wake <= t:
-            act(flow.tick(wake), wake)
-        fn(t)
+    for r in records:
+        if r.ttft is not None and r.arrival >= warmup:
+            out.ttft[r.served].append(r.ttft)
+        if r.status in (429, 503):
+            out.shed[r.served] += 1
+        if r.done:
+            out.done[r.served] += 1
     return out
 
 
@@ -120,7 +54,7 @@ def p95(values: list[float]) -> float:
     return s[int(0.95 * (len(s) - 1))]
 
 
-CAPACITY = 2 * SEQS / (PREFILL_S + DECODE_S)  # ≈ 21 req/s
+CAPACITY = capacity(SEQS, 2)  # ≈ 21 req/s
 
 
 @pytest.mark.parametrize("mix", [{Tier.TURBO: 0.2, Tier.STANDARD: 0.8},
