@@ -12,6 +12,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from turbogate.sched import Dispatch, Flow, FlowRequest, ReplicaLoad, Respond, Tier
 
@@ -66,7 +67,7 @@ def run_toy(flow: Flow, *, replicas: int, seqs: int, mix: Mapping[Tier, float], 
             if isinstance(a, Dispatch):
                 # Until the next step boundary the request shows as waiting, as on a busy vLLM.
                 engines[a.replica.id].waiting.append(a.req)
-                at((now // STEP_S + 1) * STEP_S, lambda t, i=a.replica.id: start_some(i, t))
+                at((now // STEP_S + 1) * STEP_S, partial(start_some, a.replica.id))
             elif isinstance(a, Respond) and a.req is not None:
                 rec = out[a.req.id]
                 rec.served, rec.status, rec.waited = a.req.served, a.status, now - a.req.arrival
@@ -76,8 +77,8 @@ def run_toy(flow: Flow, *, replicas: int, seqs: int, mix: Mapping[Tier, float], 
         while engine.waiting and engine.running < seqs:
             req = engine.waiting.popleft()
             engine.running += 1
-            at(now + PREFILL_S, lambda t, r=req: first_token(r, t))
-            at(now + PREFILL_S + DECODE_S, lambda t, r=req, i=rid: finish(r, i, t))
+            at(now + PREFILL_S, partial(first_token, req))
+            at(now + PREFILL_S + DECODE_S, partial(finish, req, rid))
 
     def first_token(req: FlowRequest, now: float) -> None:
         rec = out[req.id]
@@ -89,7 +90,7 @@ def run_toy(flow: Flow, *, replicas: int, seqs: int, mix: Mapping[Tier, float], 
         rec = out[req.id]
         rec.served, rec.done = req.served, True
         act(flow.finished(req, now, 200), now)
-        at((now // STEP_S + 1) * STEP_S, lambda t, i=rid: start_some(i, t))
+        at((now // STEP_S + 1) * STEP_S, partial(start_some, rid))
 
     def scrape(now: float) -> None:
         for rid, e in engines.items():
