@@ -190,7 +190,7 @@ def test_turbo_bench_speaks_the_same_way() -> None:
 
 def test_an_unexpected_failure_is_one_line_too(monkeypatch: pytest.MonkeyPatch) -> None:
     """A bug is not bad input: exit 1, still one line, and it says how to see the traceback."""
-    import turbogate.plan.cli as plan_cli
+    import turbogate.plan.cli_common as plan_cli
 
     def broken(*_a: object, **_k: object) -> None:
         raise KeyError("boom")

@@ -46,6 +46,6 @@ def test_knee_notes_at_thousands_of_req_s_read_without_exponents() -> None:
 
 
 def test_plans_signed_percentages_have_no_negative_zero() -> None:
-    from turbogate.plan.cli import _pct
+    from turbogate.plan.cli_common import pct
 
-    assert _pct(-0.0001) == "+0.0%" and _pct(-0.05) == "-5.0%" and _pct(0.1234) == "+12.3%"
+    assert pct(-0.0001) == "+0.0%" and pct(-0.05) == "-5.0%" and pct(0.1234) == "+12.3%"
