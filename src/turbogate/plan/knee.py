@@ -1,8 +1,13 @@
-"""The planner's knee of a pool, for the knee guard, and the closed form of the measured knee (pure).
+"""A pool's knees in closed form, from its hardware, model and request shape (pure).
 
-``plan capacity`` predicts, per replica, the lowest request rate at which the mean E2E latency
-reaches ``knee_factor`` × its unloaded value (plan/latency.py).  A pool of ``replicas`` such
-replicas behind the gateway has that many times the knee: the gateway spreads the load.
+Two of the project's four named knees (docs/bench.md, "Four knees") are computed here for a pool:
+
+- :func:`planned_knee`, the **predicted knee** of a pool: ``replicas`` × one replica's predicted
+  knee (``LatencyModel.knee``, plan/latency.py: mean E2E reaches ``knee_factor`` × unloaded), since
+  the gateway spreads the load.  A pool's ``knee_from: plan`` gives it to the knee guard.
+- :func:`plateau_knee`, the **plateau knee**: the closed form of the *measured* knee
+  (results/knee.py, throughput method), what the pool completes while saturated.  ``sim`` and
+  ``bench`` measure that one; the third, the **online knee**, is learnt live (sched/knee_online.py).
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from turbogate.perf import deployment, get_gpu, resolve_model, saturation
+from turbogate.perf import Deployment, deployment, get_gpu, resolve_model, saturation
 from turbogate.perf.default_workload import OUTPUT_TOKENS, PROMPT_TOKENS
 from turbogate.plan.latency import DEFAULT_KNEE_FACTOR, latency_model
 from turbogate.results.fmt import fmt_num
@@ -33,14 +38,17 @@ class PlannedPool:
     max_num_batched_tokens: int = 8192
     knee_factor: float = DEFAULT_KNEE_FACTOR
 
+    def deployment(self) -> Deployment:
+        return deployment(get_gpu(self.gpu), resolve_model(self.model), tp=self.tp, weight_dtype=self.dtype,
+                          kv_dtype=self.kv_dtype, gpu_mem_util=self.gpu_mem_util)
+
 
 def planned_knee(p: PlannedPool) -> tuple[float, str]:
-    """The pool's knee (req/s, all replicas) and a line saying what it was computed for.
+    """The pool's predicted knee (req/s, all replicas) and a line saying what it was computed for.
     ``ValueError`` / ``LookupError`` name an unknown GPU or model or a bad setting."""
     if p.replicas < 1:
         raise ValueError("replicas must be >= 1")
-    dep = deployment(get_gpu(p.gpu), resolve_model(p.model), tp=p.tp, weight_dtype=p.dtype, kv_dtype=p.kv_dtype,
-                     gpu_mem_util=p.gpu_mem_util)
+    dep = p.deployment()
     lm = latency_model(dep, p.prompt_tokens, p.output_tokens, p.max_num_seqs, p.max_num_batched_tokens)
     per_replica = lm.knee(p.knee_factor)
     detail = (f"plan: {p.replicas} × {p.gpu} {p.model} tp{p.tp}, {p.prompt_tokens}/{p.output_tokens} tokens, "
@@ -50,8 +58,8 @@ def planned_knee(p: PlannedPool) -> tuple[float, str]:
 
 
 def plateau_knee(p: PlannedPool, capacity_share: float = 1.0) -> float:
-    """The pool's knee as ``bench`` and ``sim`` measure it (results/knee.py, throughput method): what the pool
-    completes while saturated, req/s.
+    """The pool's plateau knee: the closed form of the knee ``bench`` and ``sim`` measure (results/knee.py,
+    throughput method), what the pool completes while saturated, req/s.
 
     The gateway lets one tier hold at most ⌊``capacity_share`` × slots⌋ of the pool's slots (sched/admission.py;
     Standard's share is 0.9), spread over the replicas, so a saturated engine runs c of its ``max_num_seqs``.
@@ -64,8 +72,7 @@ def plateau_knee(p: PlannedPool, capacity_share: float = 1.0) -> float:
     there the simulator's plateau is the one to trust (docs/bench.md, "Three instruments, one knee")."""
     if not 0.0 < capacity_share <= 1.0:
         raise ValueError("capacity_share must be in (0, 1]")
-    dep = deployment(get_gpu(p.gpu), resolve_model(p.model), tp=p.tp, weight_dtype=p.dtype, kv_dtype=p.kv_dtype,
-                     gpu_mem_util=p.gpu_mem_util)
+    dep = p.deployment()
     sat = saturation(dep, p.prompt_tokens, p.output_tokens, p.max_num_seqs, p.max_num_batched_tokens)
     held = max(p.replicas, math.floor(capacity_share * p.replicas * p.max_num_seqs + 1e-9))
     base, extra = divmod(held, p.replicas)  # ``extra`` replicas run one sequence more

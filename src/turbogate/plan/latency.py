@@ -43,11 +43,13 @@ the engine is busy: ``min(1, n) · s / 2``), then its prefill.  The prompt is sp
     TTFT(λ) = W(λ) + min(1, n) · s / 2 + TTFT_p(λ)
     E2E(λ)  = TTFT(λ) + (O − 1) · TPOT(λ)
 
-**The predicted knee** is the lowest rate at which the mean E2E latency reaches
-``knee_factor`` × its unloaded value, found by bisection (:data:`KNEE_ITERATIONS` halvings of
-``[0, μ]``; the workbook does the same halvings with cell formulas).  It always lies below
-``μ`` because ``W`` grows without bound there.  The bench measures the knee instead
-(throughput, p95 latency, goodput); ``--from-run`` replaces this prediction with that one.
+**The predicted knee** (:meth:`LatencyModel.knee`, its one definition) is the lowest rate at
+which the mean E2E latency reaches ``knee_factor`` × its unloaded value, found by bisection
+(:data:`KNEE_ITERATIONS` halvings of ``[0, μ]``; the workbook does the same halvings with cell
+formulas).  It always lies below ``μ`` because ``W`` grows without bound there.  It is the
+latency knee of means; the *measured* knee (results/knee.py: throughput, p95 latency, goodput)
+replaces it where ``--from-run`` is given, and plan/knee.py scales it to a pool and gives the
+*plateau* knee, the closed form of the measured throughput knee (docs/plan.md, "Which knee").
 """
 
 from __future__ import annotations
@@ -202,7 +204,8 @@ class LatencyModel:
         return self.ttft(rate, wait=w_t), self.ttft(rate, wait=w_s)
 
     def knee(self, knee_factor: float = DEFAULT_KNEE_FACTOR) -> float:
-        """Lowest rate where mean E2E latency reaches ``knee_factor`` × the unloaded E2E (bisection)."""
+        """The predicted knee of one replica: the lowest rate where mean E2E latency reaches
+        ``knee_factor`` × the unloaded E2E (bisection; see the module's docstring)."""
         if knee_factor <= 1.0:
             raise ValueError("knee_factor must be > 1")
         target = knee_factor * self.e2e(0.0)

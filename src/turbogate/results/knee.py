@@ -1,8 +1,12 @@
-"""The knee — the offered load (all tiers, req/s) where a tier stops keeping up — with its evidence (pure).
+"""The measured knee — the offered load (all tiers, req/s) where a tier stopped keeping up in a
+run's steps — with its evidence (pure).
 
-The one module that defines it: the run summary, ``bench --find-knee`` (each probe's verdict) and
-``plan --from-run`` read it from here.  Three methods, each a per-step test over the steps sorted by
-offered load (docs/bench.md sets them side by side):
+One of the project's four named knees (docs/bench.md, "Four knees"): this one is *measured* from a
+bench or sim run; the *predicted* knee (``LatencyModel.knee``, plan/latency.py) and the *plateau*
+knee (``plateau_knee``, plan/knee.py) are the planner's closed forms, and the *online* knee
+(sched/knee_online.py) is estimated live by the gateway.  The run summary, ``bench --find-knee``
+(each probe's verdict) and ``plan --from-run`` read the measured knee from here.  Three methods,
+each a per-step test over the steps sorted by offered load (docs/bench.md sets them side by side):
 
 - ``throughput``: achieved / offered falls short of 1 by more than ``1 − ratio`` *and* by more than
   ``z`` × the step-to-step noise of that ratio measured at low load (scaled to the step's count);

@@ -1,4 +1,9 @@
-"""The knee learnt online from live signals, for a pool with no measured or planned knee (pure).
+"""The online knee: estimated live from the flow's signals, for a pool with no measured or
+predicted knee (pure).
+
+One of the project's four named knees (docs/bench.md, "Four knees"); the others are the measured
+knee of a run (results/knee.py) and the planner's predicted and plateau knees (plan/latency.py,
+plan/knee.py).
 
 The knee guard (sched/guard.py) needs one number: the offered load (req/s, all tiers) past
 which the pool stops keeping up.  Without a bench/sim run or a planner prediction, this module
