@@ -36,7 +36,7 @@ import json
 import random
 import time
 
-from published_fit import fit_profile, published_report
+from published_fit import LOSSES, fit_profile, published_report
 from turbogate.engine import Engine, EngineConfig, Request
 from turbogate.perf import deployment, get_gpu, get_model, saturation
 from turbogate.perf.published import OTHER_ENGINE_CELLS, TRTLLM_CELLS, TRTLLM_HOLDOUT_CELLS, TRTLLM_SOURCE, Cell
@@ -155,10 +155,13 @@ def main() -> None:
                         help="search PROFILE's factors on its fitting-half cells and print them (no report)")
     parser.add_argument("--fit-only", metavar="FACTORS", default="",
                         help="with --fit: search only these factors (comma-separated), the rest kept")
+    parser.add_argument("--fit-loss", choices=LOSSES, default="closed_form",
+                        help="with --fit: minimise the closed form's error, the stepped engine's, or their mean")
+    parser.add_argument("--fit-restarts", type=int, default=25, help="with --fit: random starting points")
     args = parser.parse_args()
     if args.fit:
         only = tuple(f for f in args.fit_only.split(",") if f)
-        print(json.dumps(fit_profile(args.fit, only=only)))
+        print(json.dumps(fit_profile(args.fit, restarts=args.fit_restarts, only=only, loss=args.fit_loss)))
         return
     published = published_report(args.only_closed_form, args.requests_cap)
     if args.skip_overview:

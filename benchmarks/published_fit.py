@@ -85,38 +85,45 @@ def published_report(only_closed_form: bool = False, requests_cap: int = 0) -> d
     return report
 
 
-def _loss(cells: tuple[PublishedCell, ...], profile: EngineProfile) -> float:
-    """Mean absolute error, plus a heavy price for latency predicted optimistic beyond the limit."""
+LOSSES = ("closed_form", "engine", "both")
+
+
+def _loss(cells: tuple[PublishedCell, ...], profile: EngineProfile, loss: str = "closed_form") -> float:
+    """Mean absolute error, plus a heavy price for latency predicted optimistic beyond the limit; of the
+    closed form, of the stepped engine, or the mean of the two (``both``: one profile serves both)."""
+    models = (closed_form, engine) if loss == "both" else (engine,) if loss == "engine" else (closed_form,)
     total = 0.0
     for c in cells:
-        try:
-            p = closed_form(c, profile)
-        except (ValueError, ZeroDivisionError):
-            return float("inf")
-        # The price starts at a margin below the limit and only ever adds: optimism is never rewarded.
-        total += abs(p.error) + (4.0 * (p.optimism - OPTIMISM_MARGIN) if c.is_latency and p.optimism > OPTIMISM_MARGIN
-                                 else 0.0)
-    return total / len(cells)
+        for model in models:
+            try:
+                p = model(c, profile)
+            except (ValueError, ZeroDivisionError):
+                return float("inf")
+            # The price starts at a margin below the limit and only ever adds: optimism is never rewarded.
+            total += abs(p.error) + (4.0 * (p.optimism - OPTIMISM_MARGIN)
+                                     if c.is_latency and p.optimism > OPTIMISM_MARGIN else 0.0)
+    return total / len(cells) / len(models)
 
 
 def _descend(cells: tuple[PublishedCell, ...], profile: EngineProfile, space: dict[str, tuple[float | None, ...]],
-             rounds: int) -> tuple[float, EngineProfile]:
-    best = _loss(cells, profile)
+             rounds: int, loss_kind: str = "closed_form") -> tuple[float, EngineProfile]:
+    best = _loss(cells, profile, loss_kind)
     for _ in range(rounds):
         for factor, values in space.items():
             for v in values:
                 trial = replace(profile, factors=replace(profile.factors, **{factor: v}))
-                loss = _loss(cells, trial)
+                loss = _loss(cells, trial, loss_kind)
                 if loss < best - 1e-9:
                     best, profile = loss, trial
     return best, profile
 
 
 def fit_profile(name: str, restarts: int = 25, rounds: int = 3, seed: int = 1,
-                only: tuple[str, ...] = ()) -> dict[str, Any]:
+                only: tuple[str, ...] = (), loss: str = "closed_form") -> dict[str, Any]:
     """Coordinate descent over SEARCH (and the profile's EXTRA_SEARCH) on its fitting-half cells, from the
     profile's current values and from ``restarts`` random starting points (seeded: the result repeats).
-    ``only`` names the factors to search (the rest keep the profile's values)."""
+    ``only`` names the factors to search (the rest keep the profile's values); ``loss`` is what is
+    minimised (``_loss``: the closed form's error, the engine's, or both)."""
     if name == "vllm-v1":
         raise SystemExit("vllm-v1's GPU-side factors are vllm-v0's fit (--fit vllm-v0); see perf/profiles.py")
     profile = get_profile(name)
@@ -125,14 +132,15 @@ def fit_profile(name: str, restarts: int = 25, rounds: int = 3, seed: int = 1,
         raise SystemExit(f"no fitting cells for {name}")
     space = {k: v for k, v in {**SEARCH, **EXTRA_SEARCH.get(name, {})}.items()
              if v and (not only or k in only)}  # () = not searched
-    start = _loss(cells, profile)
-    best, fitted = _descend(cells, profile, space, rounds)
+    start = _loss(cells, profile, loss)
+    best, fitted = _descend(cells, profile, space, rounds, loss)
     rng = random.Random(seed)
     for _ in range(restarts):
         guess = replace(profile, factors=replace(profile.factors, **{k: rng.choice(v) for k, v in space.items()}))
-        loss, found = _descend(cells, guess, space, rounds)
-        if loss < best - 1e-9:
-            best, fitted = loss, found
+        value, found = _descend(cells, guess, space, rounds, loss)
+        if value < best - 1e-9:
+            best, fitted = value, found
     f = fitted.factors
-    return {"profile": name, "cells": [c.id for c in cells], "loss_before": round(start, 4), "loss": round(best, 4),
+    return {"profile": name, "loss_kind": loss, "cells": [c.id for c in cells], "loss_before": round(start, 4),
+            "loss": round(best, 4),
             "factors": {k: getattr(f, k) for k in space}}

@@ -10,6 +10,11 @@ A step is planned at its start (:meth:`Engine.schedule`) and takes effect at its
 3. if nothing was preempted, waiting requests, while ``max_num_seqs``, the budget and free KV
    blocks for the scheduled tokens allow.
 
+vLLM V0's scheduling is a configuration (``EngineConfig``): without chunked prefill, steps 2 and 3
+come first and a step that schedules any prefill holds no decodes; with ``num_scheduler_steps = k``,
+a step of decodes only starts a run of k, planned at once, that admits nothing (vLLM 0.6's
+multi-step scheduling, which forces a single step where a prefill is scheduled).
+
 KV blocks of ``block_size`` tokens are allocated for the tokens computed in the step.  When
 they run out the engine preempts by recompute: the victim (the newest admission under FCFS,
 the highest ``(priority, arrival)`` under the priority policy) frees its blocks and returns to
@@ -83,6 +88,8 @@ class Engine:
         self._first_sched: list[str] = []
         self._step_prefill = 0
         self._step_decode = 0
+        self._decoding = True  # the step in flight advances the decoders
+        self._run_left = 0  # steps left in a multi-step run (EngineConfig.num_scheduler_steps)
         #: DCGM-like busy shares of its steps, which the emulator exports and the simulator scrapes.
         self.busy = BusyMeter(deployment)
 
@@ -217,28 +224,14 @@ class Engine:
         self.schedule(now)
         return self.finish_step()
 
-    def schedule(self, now: float) -> float:
-        """Plan the step that starts at ``now``; returns its duration.  Its tokens count at finish_step()."""
-        if self._in_flight:
-            raise RuntimeError("a step is already in flight: call finish_step() first")
+    def _plan_prefill(self, budget: int, decoding: bool) -> None:
+        """Schedule prefill chunks under ``budget`` tokens: running prefills, then waiting requests
+        (``decoding``: the step's decodes are scheduled, so a preempted decoder gives its token back)."""
         bm = self.blocks
         block_size = bm.block_size
-        budget = self._token_budget
         decode = self._decode
         victims = self._victims
-        preempted: list[str] = []
-        first_sched: list[str] = []
-        sched: list[Seq] = []
-        self._preempted, self._first_sched, self._sched = preempted, first_sched, sched
-
-        # 1. Decoders: one token each; those crossing a block boundary need a block each.
-        needy = decode.needy()
-        while len(needy) > bm.num_free:
-            self._preempt(victims.pop())
-        if needy:
-            bm.allocate_each(needy.values())
-        budget -= decode.count
-
+        preempted, first_sched, sched = self._preempted, self._first_sched, self._sched
         # 2. Running prefills, in admission order.
         for seq in tuple(self._prefill) if self._prefill else ():
             if budget <= 0:
@@ -250,7 +243,7 @@ class Engine:
             while need > bm.num_free:
                 victim = victims.pop()
                 if victim.state == DECODE:
-                    budget += 1
+                    budget += decoding
                 elif victim.new:
                     budget += victim.new
                     victim.new = 0
@@ -293,17 +286,51 @@ class Engine:
                     head.started = True
                     first_sched.append(head.req.request_id)
 
+    def schedule(self, now: float) -> float:
+        """Plan the step that starts at ``now``; returns its duration.  Its tokens count at finish_step()."""
+        if self._in_flight:
+            raise RuntimeError("a step is already in flight: call finish_step() first")
+        bm = self.blocks
+        budget = self._token_budget
+        decode = self._decode
+        victims = self._victims
+        preempted: list[str] = []
+        first_sched: list[str] = []
+        sched: list[Seq] = []
+        self._preempted, self._first_sched, self._sched = preempted, first_sched, sched
+
+        # A multi-step run in progress schedules its decodes only; without chunked prefill a step that
+        # admits or continues a prefill holds no decodes (vLLM V0 schedules prefills first).
+        cfg = self.config
+        in_run = self._run_left > 0 and decode.count > 0
+        self._run_left = self._run_left - 1 if in_run else 0
+        decoding = True
+        if not in_run and not cfg.chunked_prefill:
+            self._plan_prefill(budget, False)
+            decoding = not sched
+        if decoding:
+            # 1. Decoders: one token each; those crossing a block boundary need a block each.
+            needy = decode.needy()
+            while len(needy) > bm.num_free:
+                self._preempt(victims.pop())
+            if needy:
+                bm.allocate_each(needy.values())
+            if not in_run and cfg.chunked_prefill:
+                self._plan_prefill(budget - decode.count, True)
+            if not sched and not in_run and decode.count:
+                self._run_left = cfg.num_scheduler_steps - 1
+        self._decoding = decoding
+
         # 4. Time it.
         prefill = prefill_ctx = 0
         for seq in sched:
             prefill += seq.new
             prefill_ctx += seq.computed
-        n_dec = decode.count
-        self._duration = (self.deployment.step_time(prefill, n_dec, decode.context, prefill_ctx,
-                                                    prefill_seqs=len(sched))
+        n_dec, dec_ctx = (decode.count, decode.context) if decoding else (0, 0)
+        self._duration = (self.deployment.step_time(prefill, n_dec, dec_ctx, prefill_ctx, prefill_seqs=len(sched))
                           if prefill or n_dec else 0.0)
         if self._duration:
-            self.busy.step(now, self._duration, prefill, n_dec, decode.context, prefill_ctx, len(sched))
+            self.busy.step(now, self._duration, prefill, n_dec, dec_ctx, prefill_ctx, len(sched))
         self._start = now
         self._step_prefill = prefill
         self._step_decode = n_dec
@@ -321,9 +348,10 @@ class Engine:
         by_id = self._by_id
         first: list[str] = []
         finished: list[Finished] = []
-        new_tokens = decode.count  # decoders aborted mid-step have left the set already
+        decoding = self._decoding
+        new_tokens = decode.count if decoding else 0  # decoders aborted mid-step have left the set already
 
-        for seq in decode.tick():
+        for seq in decode.tick() if decoding else ():
             req = seq.req
             seq.state = GONE
             bm.free(seq.blocks)

@@ -34,13 +34,22 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
-    """Scheduler limits, named as vLLM names them."""
+    """Scheduler limits, named as vLLM names them.
+
+    chunked_prefill: False schedules as vLLM V0 without chunked prefill does: a step that admits
+        waiting requests prefills them alone (prefill first, the running decodes wait a step).
+    num_scheduler_steps: vLLM V0's multi-step scheduling (``--num-scheduler-steps k``): a step of
+        decodes only starts a run of k such steps, planned at once, in which nothing is admitted;
+        a step with prefill in it is a single step.  1 = plan every step (vLLM V1, SGLang).
+    """
 
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     policy: Policy = "fcfs"
     block_size: int = 16
     num_gpu_blocks: int | None = None  # None = what the deployment's memory allows
+    chunked_prefill: bool = True
+    num_scheduler_steps: int = 1
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
@@ -57,6 +66,8 @@ class EngineConfig:
                              f"to max_num_seqs ({self.max_num_seqs})")
         if self.block_size < 1:
             raise ValueError("block_size must be >= 1")
+        if self.num_scheduler_steps < 1:
+            raise ValueError("num_scheduler_steps must be >= 1")
 
 
 class Finished(NamedTuple):

@@ -31,6 +31,9 @@ class EngineProfile:
     max_num_seqs: int  # the engine's default cap on running requests
     max_num_batched_tokens: int  # its default token budget per step (chunked prefill size)
     fitted_on: str  # which cells the fitted values come from
+    chunked_prefill: bool = True  # False: a step that prefills holds no decodes (vLLM V0's default scheduler)
+    num_scheduler_steps: int = 1  # vLLM V0's multi-step scheduling: decode steps planned at once
+    output_lag_steps: int = 0  # steps a sampled token waits to reach the client (stepped engine, multi-step)
 
 
 _COMMON_FIT = "the fitting half of perf/data/published_cells.yaml"
@@ -57,7 +60,8 @@ _PROFILES: tuple[EngineProfile, ...] = (
         "vllm-v0", "vLLM 0.6 (V0 engine, --num-scheduler-steps 10, API server in the engine's process).",
         PerfFactors(frontend_s=0.005, ttft_steps=4.5, **_VLLM_GPU_SIDE),
         256, 4096, f"vllm-v0 and vllm-v1 cells of {_COMMON_FIT}; ttft_steps (10 − 1)/2 from the runs' "
-                   "--num-scheduler-steps 10, max_num_batched_tokens = max_model_len 4096 (no chunked prefill)"),
+                   "--num-scheduler-steps 10, max_num_batched_tokens = max_model_len 4096 (no chunked prefill)",
+        chunked_prefill=False, num_scheduler_steps=10, output_lag_steps=1),
     EngineProfile(
         "sglang", "SGLang (0.3 – 0.4): one-token KV pages, FlashInfer attention, chunked prefill 8192.",
         PerfFactors(frontend_s=0.0, bw_scale=1.05, mfu_scale=0.8, kv_bw_efficiency=0.2, tp_allreduce_s=0.000025,

@@ -14,9 +14,9 @@ from typing import Any
 
 import typer
 
-from turbogate.engine import EngineConfig
 from turbogate.errors import BadInput, TurbogateError
 from turbogate.perf import deployment, get_gpu, resolve_model, saturation
+from turbogate.plan.fidelity import profile_config
 from turbogate.plan.profile_opts import engine_profile_option, gpu_profile_option, profiled
 from turbogate.plan.replay import burst
 from turbogate.results.percentile import percentile
@@ -47,11 +47,9 @@ def burst_cmd(
         prof = get_profile(engine_profile)
         dep = profiled(deployment(get_gpu(gpu), resolve_model(model), tp=tp, weight_dtype=dtype, kv_dtype=kv_dtype,
                                   gpu_mem_util=gpu_mem_util), engine_profile, gpu_profile)
-        seqs = max_num_seqs or prof.max_num_seqs
-        budget = max(max_num_batched_tokens or prof.max_num_batched_tokens, seqs)
-        run = burst(dep, EngineConfig(max_num_seqs=seqs, max_num_batched_tokens=budget), requests, prompt_tokens,
-                    output_tokens)
-        steady = saturation(dep, prompt_tokens, output_tokens, seqs, budget)
+        config = profile_config(prof, max_num_seqs, max_num_batched_tokens)
+        run = burst(dep, config, requests, prompt_tokens, output_tokens, prof.output_lag_steps)
+        steady = saturation(dep, prompt_tokens, output_tokens, config.max_num_seqs, config.max_num_batched_tokens)
     except (TurbogateError, ValueError) as exc:
         raise BadInput(str(exc), getattr(exc, "hint", None)) from None  # one line, exit 2 (clierrors.py)
     ttfts = [t.ttft for t in run.timings]

@@ -111,17 +111,28 @@ CLOSED_LOOP_OUTPUT_SPREAD = 0.2
 SHAREGPT_LOG_SIGMA = 0.6
 
 
+def profile_config(profile: EngineProfile, max_num_seqs: int | None = None,
+                   max_num_batched_tokens: int | None = None) -> EngineConfig:
+    """The stepped engine's settings under ``profile`` (its scheduler limits unless given)."""
+    seqs = max_num_seqs or profile.max_num_seqs
+    return EngineConfig(max_num_seqs=seqs, max_num_batched_tokens=max(max_num_batched_tokens
+                                                                      or profile.max_num_batched_tokens, seqs),
+                        chunked_prefill=profile.chunked_prefill, num_scheduler_steps=profile.num_scheduler_steps)
+
+
 def engine_run(cell: PublishedCell, profile: EngineProfile, requests_cap: int = 0) -> ReplayResult:
     dep = cell_deployment(cell, profile)
-    config = EngineConfig(max_num_seqs=profile.max_num_seqs, max_num_batched_tokens=profile.max_num_batched_tokens)
+    config = profile_config(profile)
+    lag = profile.output_lag_steps
     lengths = (uniform(cell.isl, cell.osl) if cell.lengths == "uniform"
                else lognormal(cell.isl, cell.osl, SHAREGPT_LOG_SIGMA) if cell.lengths == "sharegpt-mean"
                else fixed(cell.isl, cell.osl))
     n = min(cell.load.requests, requests_cap) if requests_cap else cell.load.requests
     if cell.load.kind == "concurrency":
         return closed_loop(dep, config, cell.load.concurrency, max(n, cell.load.concurrency), lengths,
-                           output_spread=CLOSED_LOOP_OUTPUT_SPREAD)
-    return open_arrivals(dep, config, n, lengths, rate=cell.load.rate if cell.load.kind == "rate" else 0.0)
+                           output_spread=CLOSED_LOOP_OUTPUT_SPREAD, output_lag=lag)
+    return open_arrivals(dep, config, n, lengths, rate=cell.load.rate if cell.load.kind == "rate" else 0.0,
+                         output_lag=lag)
 
 
 def engine(cell: PublishedCell, profile: EngineProfile, requests_cap: int = 0) -> Prediction:

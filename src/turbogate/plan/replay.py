@@ -110,10 +110,12 @@ def _stat(values: list[float], stat: str) -> float:
 class _Driver:
     """Feeds an engine requests as they become ready and records their first and last tokens."""
 
-    def __init__(self, dep: Deployment, config: EngineConfig) -> None:
+    def __init__(self, dep: Deployment, config: EngineConfig, output_lag: int = 0) -> None:
         self.engine = Engine(dep, config)
         self.dep = dep
-        self.ttft_steps = dep.factors.ttft_steps
+        # ttft_steps is the closed form's first-token wait; where the engine runs multi-step scheduling
+        # itself, the first token waits only ``output_lag`` steps beyond its prefill.
+        self.ttft_steps = dep.factors.ttft_steps if config.num_scheduler_steps == 1 else float(output_lag)
         self.ready: list[tuple[float, int, Request, float]] = []  # (ready time, order, request, arrival)
         self.arrival: dict[str, float] = {}
         self.first: dict[str, float] = {}
@@ -160,12 +162,15 @@ class _Driver:
 
 
 def open_arrivals(dep: Deployment, config: EngineConfig, n: int, lengths: LengthDraw, rate: float = 0.0,
-                  seed: int = 0) -> ReplayResult:
-    """``n`` requests arriving at ``rate`` per second (Poisson), or all at t = 0 when ``rate`` is 0."""
+                  seed: int = 0, output_lag: int = 0) -> ReplayResult:
+    """``n`` requests arriving at ``rate`` per second (Poisson), or all at t = 0 when ``rate`` is 0.
+
+    ``output_lag``: under multi-step scheduling, steps a sampled token takes to reach the client (vLLM
+    V0's asynchronous output processor handles step i's tokens while step i + 1 runs: 1)."""
     if n < 1:
         raise ValueError("n must be >= 1")
     rng = random.Random(seed)
-    driver = _Driver(dep, config)
+    driver = _Driver(dep, config, output_lag)
     t = 0.0
     for i in range(n):
         if rate > 0 and i:
@@ -176,7 +181,7 @@ def open_arrivals(dep: Deployment, config: EngineConfig, n: int, lengths: Length
 
 
 def closed_loop(dep: Deployment, config: EngineConfig, concurrency: int, n: int, lengths: LengthDraw,
-                seed: int = 0, output_spread: float = 0.0) -> ReplayResult:
+                seed: int = 0, output_spread: float = 0.0, output_lag: int = 0) -> ReplayResult:
     """``concurrency`` clients send ``n`` requests in all, each the moment its previous one ends.
 
     ``output_spread`` s draws each output length uniformly within ±s of the drawn one (seeded).  With
@@ -187,7 +192,7 @@ def closed_loop(dep: Deployment, config: EngineConfig, concurrency: int, n: int,
     if concurrency < 1 or n < 1:
         raise ValueError("concurrency and n must be >= 1")
     rng = random.Random(seed)
-    driver = _Driver(dep, config)
+    driver = _Driver(dep, config, output_lag)
     sent = 0
 
     # Clients start evenly spread over one request's time at this load (the decode step of the whole
@@ -233,9 +238,10 @@ def lognormal(mean_prompt: int, mean_output: int, sigma: float) -> LengthDraw:
     return draw
 
 
-def burst(dep: Deployment, config: EngineConfig, n: int, prompt: int, output: int) -> ReplayResult:
+def burst(dep: Deployment, config: EngineConfig, n: int, prompt: int, output: int,
+          output_lag: int = 0) -> ReplayResult:
     """``n`` requests of ``prompt``/``output`` tokens sent at once (the finite-burst question)."""
-    return open_arrivals(dep, config, n, fixed(prompt, output))
+    return open_arrivals(dep, config, n, fixed(prompt, output), output_lag=output_lag)
 
 
 __all__: Sequence[str] = ("ReplayResult", "Timing", "burst", "closed_loop", "fixed", "lognormal", "open_arrivals",
