@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from turbogate.percentile import percentile
 from turbogate.sched.actions import FlowRequest
 from turbogate.sched.admission import Admission
 
@@ -56,8 +57,7 @@ class AnswerLengths:
         lengths.recent.append(completion_tokens)
         lengths.since += 1
         if lengths.since >= REFRESH or (len(lengths.recent) == MIN_SAMPLES and not lengths.p95):
-            ordered = sorted(lengths.recent)
-            lengths.p95 = float(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))])
+            lengths.p95 = percentile(lengths.recent, 95.0) or 0.0
             lengths.since = 0
 
     def cost_tokens(self, model: str, declared: int) -> int:
