@@ -25,7 +25,13 @@ Per fleet, the JSON reports:
   fail (``turbo_errors_at_2x``);
 - the bench's dispatch lag (p99), so a run that measured the machine says so.
 
+``--scheduling-policy priority`` runs every emulator with vLLM's ``--scheduling-policy priority``
+and sets the pool's ``scheduling_policy: priority`` (the gateway passes each tier as the request's
+``priority``), as a real fleet behind a tiered gateway should; the default, ``fcfs``, is what the
+gateway must hold on by itself (docs/engines.md, "Priority inside the engine").
+
     python benchmarks/surge.py [--fleets l4,a100,h100] [--hold 25] [--no-restart] [--keep DIR]
+                               [--scheduling-policy fcfs|priority]
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from turbogate.engine.capacity import saturated_rate
 from turbogate.perf import deployment, get_gpu, resolve_model
 from turbogate.procs import Service, start_emulator, start_gateway
 from turbogate.results.io import read_jsonl
+from turbogate.results.percentile import percentile
 
 KEY = "sk-surge"
 MODEL = "llama-3.1-8b"
@@ -88,10 +95,8 @@ SLO_S = {name: t.ttft_slo_s for name, t in _default_tiers().items()}
 
 
 def pct(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))]
+    """The project's percentile (``q`` a fraction)."""
+    return percentile(values, 100.0 * q)
 
 
 def ratio(value: float | None, base: float | None) -> float | None:
@@ -109,10 +114,10 @@ def bench(url: str, fleet: Fleet, hold_s: float, out: Path) -> subprocess.Popen[
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def gateway_config(fleet: Fleet, emulators: list[Service], folder: Path) -> Path:
+def gateway_config(fleet: Fleet, emulators: list[Service], folder: Path, policy: str) -> Path:
     config = {
         "tenants": [{"name": "t", "key_sha256": hash_key(KEY), "tiers": ["turbo", "standard", "relax"]}],
-        "pools": [{"name": "p", "models": [MODEL],
+        "pools": [{"name": "p", "models": [MODEL], "scheduling_policy": policy,
                    "replicas": [{"url": e.url, "engine": "emulator", "max_num_seqs": fleet.seqs} for e in emulators]}],
         "store": {"kind": "sqlite", "path": str(folder / "state.sqlite3")},
     }
@@ -188,12 +193,13 @@ def analyse(records: list[dict[str, Any]], fleet: Fleet, hold_s: float, from_s: 
     return out
 
 
-def run_fleet(fleet: Fleet, hold_s: float, folder: Path, restart: bool) -> dict[str, Any]:
+def run_fleet(fleet: Fleet, hold_s: float, folder: Path, restart: bool, policy: str) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     emulators = [start_emulator("--gpu", fleet.gpu, "--model", MODEL, "--max-num-seqs", str(fleet.seqs),
-                                "--time-scale", str(fleet.scale), log_dir=folder) for _ in range(fleet.replicas)]
+                                "--time-scale", str(fleet.scale), "--scheduling-policy", policy, log_dir=folder)
+                 for _ in range(fleet.replicas)]
     try:
-        config = gateway_config(fleet, emulators, folder)
+        config = gateway_config(fleet, emulators, folder, policy)
         result: dict[str, Any] = {"gpu": fleet.gpu, "max_num_seqs": fleet.seqs, "replicas": fleet.replicas,
                                   "time_scale": fleet.scale, "prompt_tokens": fleet.prompt,
                                   "output_tokens": fleet.output, "mix": fleet.mix,
@@ -251,17 +257,21 @@ def main() -> None:
     ap.add_argument("--hold", type=float, default=25.0, help="seconds at 0.2× and then at 2× (each)")
     ap.add_argument("--no-restart", action="store_true", help="skip the restarted-gateway run")
     ap.add_argument("--keep", type=Path, default=None, help="keep the run folders and logs here")
+    ap.add_argument("--scheduling-policy", choices=("fcfs", "priority"), default="fcfs",
+                    help="the engines' scheduling policy (and the pool's): priority as vLLM's")
     args = ap.parse_args()
     names = [n for n in args.fleets.split(",") if n]
     unknown = [n for n in names if n not in FLEETS]
     if unknown:
         ap.error(f"--fleets: unknown {', '.join(unknown)} (known: {', '.join(FLEETS)})")
-    out: dict[str, Any] = {"hold_s": args.hold, "window_s": WINDOW_S, "ttft_slo_s": SLO_S, "fleets": {}}
+    out: dict[str, Any] = {"hold_s": args.hold, "window_s": WINDOW_S, "ttft_slo_s": SLO_S,
+                           "scheduling_policy": args.scheduling_policy, "fleets": {}}
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep or Path(tmp)
         for name in names:
             print(f"surge: fleet {name} …", file=sys.stderr, flush=True)
-            out["fleets"][name] = run_fleet(FLEETS[name], args.hold, root / name, not args.no_restart)
+            out["fleets"][name] = run_fleet(FLEETS[name], args.hold, root / name, not args.no_restart,
+                                           args.scheduling_policy)
     fleets = out["fleets"].values()
     cold = [t["ratio_to_turbo"] for f in fleets for t in f["step"]["cold_light"].values()]
     given = [f["step"]["goodput_at_2x"]["standard"]["share_of_served"] for f in fleets]
