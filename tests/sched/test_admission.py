@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from turbogate.sched import Admission, Admitted, Shed, TenantPolicy, Ticket, Tier, TierPolicy
-from turbogate.sched.admission import State
+from turbogate.sched.ticket import State
 
 POLICIES = {
     Tier.TURBO: TierPolicy(capacity_share=1.0, max_utilization=1.0, queue_bound=100, queue_budget_s=5),
@@ -410,9 +410,9 @@ def test_headroom_covers_turbos_own_swing_unless_a_knee_guard_keeps_it_lean() ->
     about Poisson) swings by more within one service time, while the lower tiers' requests free
     nothing; square-root staffing keeps β √11.6 ≈ 6 (β ≈ 1.74).  A knee-guarded pool keeps the
     chain's only (its guard caps Turbo's load; staffing cost it 11 % of goodput)."""
-    from turbogate.sched.admission import _staffing_beta, headroom_slots
+    from turbogate.sched.headroom import headroom_slots, staffing_beta
 
-    assert _staffing_beta(0.05) == pytest.approx(1.74, abs=0.02)
+    assert staffing_beta(0.05) == pytest.approx(1.74, abs=0.02)
     assert headroom_slots(6.6, 18.3, 0.05, 32) == 6
     assert headroom_slots(6.6, 18.3, 0.05, 32, staffing=False) == 3
     assert headroom_slots(6.6, 18.3, 0.01, 32) > 6  # a smaller risk keeps more
@@ -425,7 +425,7 @@ def _state(adm: Admission) -> tuple[object, ...]:
     return (adm.snapshot(), adm.in_flight, adm.queued, adm._seq, dict(adm._active), dict(adm.dispatched),
             {t: (q.share, dict(q.finish), {k: v for k, v in q.queued_by_tenant.items() if v}, q.in_flight,
                  None if (h := q.head()) is None else (h.id, h.vtag)) for t, q in queues.items()},
-            adm._top_arrivals.value, adm._top_arrivals.at, adm._service_ewma_s, adm._samples)
+            adm._headroom.arrivals.value, adm._headroom.arrivals.at, adm._service_ewma_s, adm._samples)
 
 
 @settings(max_examples=150, deadline=None)

@@ -1,31 +1,19 @@
-"""L2 replica choice: bands from scraped engine load plus the gateway's own in-flight counts,
-an adaptive concurrency limit per replica, health (ejection, re-probing) and a scale-out
-signal.  Pure and ``now``-driven.
+"""L2 replica choice: which replica of a pool takes the next request, and what each outcome
+(answer, failure, scrape, probe) tells L2.  Pure and ``now``-driven.
 
-Bands (per replica):
-
-* **light** — KV use < ``light_kv`` and expected engine queue time < ``light_queue_s``;
-* **busy** — in between: still used, its score doubled (lower weight);
-* **saturated** — KV use > ``saturated_kv`` or expected queue > ``saturated_queue_s``, or
-  metrics older than ``stale_after_s``: avoided while any light or busy replica can take it.
-
-Expected queue time = engine waiting count × the replica's observed service time / running.
-
-The concurrency limit each replica offers is learned from its engine (``sched/concurrency.py``).
-
-**Health.**  A refused connection ejects at once; soft failures (5xx answers, resets, a failed
-scrape, a deadline hit while waiting for the first byte) eject after ``eject_after_failures``
-in a row.  Ejected replicas are re-probed with doubling backoff.
+What each replica offers (its band, score and slots) is kept in sched/replica_book.py, whose
+``ReplicaBook`` this extends; the concurrency limit each replica offers is learned from its
+engine (sched/concurrency.py); ejection and re-probing are sched/health.py's rules.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import TypeVar
 
-from turbogate.sched.concurrency import LOWER_TIERS_BAR, adapt_limit, start_limit
+from turbogate.sched import health
+from turbogate.sched.concurrency import LOWER_TIERS_BAR, adapt_limit
 from turbogate.sched.load import ReplicaLoad
 from turbogate.sched.phase import Scorer, phase_scorer
 from turbogate.sched.replica import (
@@ -38,6 +26,7 @@ from turbogate.sched.replica import (
     Replica,
     ScrapeFailed,
 )
+from turbogate.sched.replica_book import PoolState, ReplicaBook
 
 __all__ = ["Band", "Health", "HealthChange", "MetricsDoubt", "Picker", "PickerConfig", "Replica", "ScrapeFailed"]
 
@@ -53,70 +42,27 @@ def _taken(items: list[T]) -> tuple[Sequence[T], list[T]]:
 #: Scrapes without growth after which a slow start counts as stalled (``Picker._turbo_room``).
 SLOW_START_STALLED_SCRAPES = 2
 
-
-# Enum members as module names: on Python 3.11 reading a member through its class costs a
-# metaclass lookup (~4x a global), and these are read several times per replica per pick.
+# Read several times per replica per pick: module names, not lookups through the enum class.
 _HEALTHY, _EJECTED = Health.HEALTHY, Health.EJECTED
 _LIGHT, _BUSY, _SATURATED = Band.LIGHT, Band.BUSY, Band.SATURATED
 _NO_KEY = (_SATURATED + 1, math.inf)  # worse than any replica's (band, score)
 _PREFILLING = _SATURATED + 1  # Turbo's key: a replica awaiting a first token ranks below every band
 
-#: Pools up to this size are scanned whole on every choice (exact); larger ones keep running
-#: sums and a list of the replicas with room, and choose among a few sampled from it (the
-#: "power of k choices"), so a decision costs the same for 8 replicas and for 1,000.
-SCAN_MAX = 8
+#: Large pools (sched/replica_book.py ``SCAN_MAX``) choose among this many replicas sampled
+#: from those with room (the "power of k choices"), so a decision costs the same for 8
+#: replicas and for 1,000.
 SAMPLE = 4
 
 
-@dataclass(slots=True)
-class _Pool:
-    replicas: list[Replica] = field(default_factory=list)
-    rotor: int = 0
-    saturated_since: float | None = None
-    slots: int = 0
-    proven: int = 0
-    room: list[Replica] = field(default_factory=list)
-    stale_at: float = math.inf  # the earliest time a counted replica's metrics go stale
-    indexed: bool = False  # len(replicas) > SCAN_MAX, kept by Picker.add (read on every pick and count)
-
-
-class Picker:
+class Picker(ReplicaBook):
     """L2 for every pool of the gateway (or of a simulated fleet)."""
 
     def __init__(self, config: PickerConfig | None = None) -> None:
-        self.config = config or PickerConfig()
-        self._pools: dict[str, _Pool] = {}
-        self._by_id: dict[str, Replica] = {}
+        super().__init__(config)
         #: Health changes since the caller last took them (``take_health_changes``).
         self._changes: list[HealthChange] = []
         self._doubts: list[MetricsDoubt] = []
-        self._now = 0.0  # the latest time any call told us (for updates that carry none)
         self._sample_seed = 0x9E3779B9
-
-    def add(self, replica: Replica) -> Replica:
-        start_limit(replica, self.config)
-        pool = self._pools.setdefault(replica.pool, _Pool())
-        pool.replicas.append(replica)
-        pool.indexed = len(pool.replicas) > SCAN_MAX
-        self._by_id[replica.id] = replica
-        if pool.indexed:
-            if len(pool.replicas) == SCAN_MAX + 1:  # it just grew past the scan size: index it all
-                for r in pool.replicas:
-                    self._refresh(r, self._now)
-            else:
-                self._refresh(replica, self._now)
-        return replica
-
-    def get(self, replica_id: str) -> Replica:
-        return self._by_id[replica_id]
-
-    def pools(self) -> list[str]:
-        return list(self._pools)
-
-    def replicas(self, pool: str | None = None) -> list[Replica]:
-        if pool is not None:
-            return list(self._pools[pool].replicas)
-        return [r for p in self._pools.values() for r in p.replicas]
 
     def take_metrics_doubts(self) -> Sequence[MetricsDoubt]:
         """Replicas whose metrics cannot steer their limit, since the last call (rare)."""
@@ -124,142 +70,8 @@ class Picker:
         return doubts
 
     def take_health_changes(self) -> Sequence[HealthChange]:
-        changes = self._changes
-        if not changes:  # the usual case, after every event: nothing to hand over, nothing to allocate
-            return ()
-        self._changes = []
+        changes, self._changes = _taken(self._changes)
         return changes
-
-    # ---- state -----------------------------------------------------------------------------
-    def expected_queue_s(self, replica: Replica) -> float:
-        load = replica.load
-        if load is None or not load.waiting:
-            return 0.0
-        service = replica.service_s if replica.service_s is not None else self.config.default_service_s
-        return load.waiting * service / max(load.running or 0.0, 1.0)
-
-    def band(self, replica: Replica, now: float) -> Band:
-        cfg = self.config
-        if not replica.scraped:
-            ratio = replica.in_flight / max(1.0, replica.limit)
-            return _LIGHT if ratio < cfg.light_kv else _BUSY if ratio <= cfg.saturated_kv else _SATURATED
-        if replica.load is None or now - replica.load_at > cfg.stale_after_s:
-            return _SATURATED
-        load = replica.load
-        kv = load.kv_usage or 0.0
-        queue = self.expected_queue_s(replica) if load.waiting else 0.0  # (the common case, without the call)
-        if kv > cfg.saturated_kv or queue > cfg.saturated_queue_s:
-            return _SATURATED
-        if kv >= cfg.light_kv or queue >= cfg.light_queue_s:
-            return _BUSY
-        return _LIGHT
-
-    def score(self, replica: Replica, now: float) -> float:
-        """Lower is better: own in-flight relative to the learned limit, doubled when busy."""
-        return self._score(replica, self.band(replica, now))
-
-    @staticmethod
-    def _score(replica: Replica, band: Band) -> float:
-        ratio = replica.in_flight / (replica.limit if replica.limit > 1.0 else 1.0)
-        return ratio * 2.0 if band is _BUSY else ratio
-
-    def replica_slots(self, replica: Replica, now: float) -> int:
-        """Dispatch slots this replica offers L1: its learned limit; one whose KV cache is
-        full only keeps what it has (at least one); a stale one half; an ejected one none.  A
-        queue in the engine is the limit's business (``sched/concurrency.py`` cuts it): shrinking
-        slots to the in-flight count on a queue seen at the last scrape would shrink them further
-        with every completion until the next scrape."""
-        if replica.health is not _HEALTHY:
-            return 0
-        cap = max(1, int(replica.limit))
-        if replica.scraped and (replica.load is None or now - replica.load_at > self.config.stale_after_s):
-            return max(1, cap // 2)
-        load = replica.load
-        if replica.scraped and load is not None and (load.kv_usage or 0.0) > self.config.saturated_kv:
-            cap = min(cap, max(1, replica.in_flight))
-        return cap
-
-    @staticmethod
-    def _proven_part(replica: Replica, slots: int) -> int:
-        """The part of a replica's ``slots`` its engine has shown it runs (inlined in ``slot_counts``)."""
-        if math.isinf(replica.ssthresh) or replica.proven < 1.0:
-            return slots
-        return min(slots, int(replica.proven))
-
-    def slots(self, pool: str, now: float) -> int:
-        """Total dispatch slots of ``pool`` for L1's ``slots`` argument."""
-        state = self._pools[pool]
-        if not state.indexed:
-            total = 0
-            for r in state.replicas:  # (a plain loop: sum over a generator costs twice as much here)
-                total += self.replica_slots(r, now)
-            return total
-        self._catch_up(state, now)
-        return state.slots
-
-    def slot_counts(self, pool: str, now: float) -> tuple[int, int]:
-        """``slots`` and ``proven_slots`` of ``pool`` in one pass (the flow needs both on every
-        dispatch, and each replica's slots are counted once instead of twice)."""
-        state = self._pools[pool]
-        if not state.indexed:
-            total = proven = 0
-            isinf = math.isinf
-            for r in state.replicas:
-                n = self.replica_slots(r, now)
-                total += n
-                proven += n if isinf(r.ssthresh) or r.proven < 1.0 else min(n, int(r.proven))  # _proven_part
-            return total, proven
-        self._catch_up(state, now)
-        return state.slots, state.proven
-
-    def proven_slots(self, pool: str, now: float) -> int:
-        """The part of ``slots`` each engine has shown it runs at once, for the holdback: a
-        replica still in slow start counts whole (the lower tiers' traffic is how its limit is
-        found); past it, only what its engine was seen running since the last cut, so a probe
-        of the limit never counts as Turbo's headroom."""
-        state = self._pools[pool]
-        if not state.indexed:
-            return sum(self._proven_part(r, self.replica_slots(r, now)) for r in state.replicas)
-        self._catch_up(state, now)
-        return state.proven
-
-    def _catch_up(self, state: _Pool, now: float) -> None:
-        self._now = max(self._now, now)
-        if now > state.stale_at:  # someone's metrics went stale since: count everyone again
-            state.stale_at = math.inf
-            for r in state.replicas:
-                self._refresh(r, now)
-
-    def _refresh(self, replica: Replica, now: float | None = None) -> None:
-        """Recount ``replica`` in its pool's running sums and room list (large pools only)."""
-        state = self._pools[replica.pool]
-        if not state.indexed:
-            return
-        t = self._now if now is None else now
-        n = self.replica_slots(replica, t)
-        proven = self._proven_part(replica, n)
-        state.slots += n - replica.counted_slots
-        state.proven += proven - replica.counted_proven
-        replica.counted_slots, replica.counted_proven = n, proven
-        if replica.scraped and replica.load is not None and replica.health is _HEALTHY:
-            state.stale_at = min(state.stale_at, replica.load_at + self.config.stale_after_s)
-        room = replica.health is _HEALTHY and replica.in_flight < int(replica.limit)
-        if room and replica.room_index < 0:
-            replica.room_index = len(state.room)
-            state.room.append(replica)
-        elif not room and replica.room_index >= 0:
-            last = state.room.pop()
-            if last is not replica:
-                state.room[replica.room_index] = last
-                last.room_index = replica.room_index
-            replica.room_index = -1
-
-    def healthy(self, pool: str) -> int:
-        return sum(1 for r in self._pools[pool].replicas if r.health is _HEALTHY)
-
-    def next_probe_at(self, pool: str | None = None) -> float:
-        """When the earliest ejected replica (of ``pool``) is re-probed (inf: none ejected)."""
-        return min((r.next_probe_at for r in self.replicas(pool) if r.health is _EJECTED), default=math.inf)
 
     # ---- choice ----------------------------------------------------------------------------
     def pick(self, pool: str, now: float, exclude: Collection[str] = (), *, proven_only: bool = False,
@@ -364,7 +176,7 @@ class Picker:
         self._sample_seed = x
         return picked
 
-    def _scan(self, state: _Pool, now: float, exclude: Collection[str], proven_only: bool,
+    def _scan(self, state: PoolState, now: float, exclude: Collection[str], proven_only: bool,
               beyond: int, score_of: Scorer) -> Replica | None:
         best: Replica | None = None
         best_key = _NO_KEY
@@ -407,13 +219,9 @@ class Picker:
         service time."""
         replica.in_flight = max(0, replica.in_flight - 1)
         if status >= 500:
-            self._fail(replica, now, hard=False, reason=f"answered HTTP {status}")
+            self._noted(health.failed(replica, now, self.config, hard=False, reason=f"answered HTTP {status}"), now)
         else:
-            replica.failures = 0
-            replica.probation = False
-            replica.served += 1
-            prev = replica.service_s
-            replica.service_s = latency_s if prev is None else prev + 0.2 * (latency_s - prev)
+            health.answered(replica, latency_s)
         if self._pools[replica.pool].indexed:
             self._refresh(replica, now)
 
@@ -423,7 +231,8 @@ class Picker:
         soft failures eject after ``eject_after_failures`` in a row."""
         if dispatched:
             replica.in_flight = max(0, replica.in_flight - 1)
-        self._fail(replica, now, hard=hard, reason=reason or ("connection refused" if hard else "request failed"))
+        self._noted(health.failed(replica, now, self.config, hard=hard,
+                                  reason=reason or ("connection refused" if hard else "request failed")), now)
         self._refresh(replica, now)
 
     def on_release(self, replica: Replica) -> None:
@@ -431,45 +240,23 @@ class Picker:
         replica.in_flight = max(0, replica.in_flight - 1)
         self._refresh(replica)
 
-    def _fail(self, replica: Replica, now: float, *, hard: bool, reason: str) -> None:
-        replica.failures += 1
-        if replica.health is _HEALTHY and (hard or replica.failures >= self.config.eject_after_failures):
-            why = reason if hard else f"{replica.failures} failures in a row, the last: {reason}"
-            self._eject(replica, now, why)
-
     def eject(self, replica: Replica, now: float, reason: str) -> None:
         """Eject a healthy ``replica`` on a rule of the flow's (a hung one: sched/hung.py)."""
         if replica.health is _HEALTHY:
-            self._eject(replica, now, reason)
+            self._noted(health.eject(replica, now, self.config, reason), now)
 
-    def _eject(self, replica: Replica, now: float, reason: str) -> None:
-        replica.health = _EJECTED
-        replica.ejections += 1
-        # Ejected again while on probation (e.g. a hung engine whose /health still answers): the
-        # backoff keeps doubling instead of starting over, so it costs ever fewer requests.
-        base, top = self.config.probe_backoff_s, self.config.probe_backoff_max_s
-        replica.backoff_s = min(top, max(replica.backoff_s, base) * 2) if replica.probation else base
-        replica.probation = False
-        replica.next_probe_at = now + replica.backoff_s
-        replica.load = None
-        replica.eject_reason = reason
-        self._changes.append(HealthChange(replica, False, reason))
-        self._refresh(replica, now)
+    def _noted(self, change: HealthChange | None, now: float) -> None:
+        """Hand ``change`` to the caller (``take_health_changes``) and recount its replica."""
+        if change is not None:
+            self._changes.append(change)
+            self._refresh(change.replica, now)
 
     # ---- scrapes -----------------------------------------------------------------------------
     def on_scrape(self, replica: Replica, result: ReplicaLoad | ScrapeFailed, now: float) -> None:
-        """Classify one scrape: a load updates the bands and the adaptive limit; a refused
-        connection ejects; a bad status or unparsable body is a soft failure; a timeout only
-        lets the load go stale."""
+        """Classify one scrape: a load updates the bands and the adaptive limit; a failed one is
+        sched/health.py's (``scrape_failed``)."""
         if isinstance(result, ScrapeFailed):
-            if result.kind == "timeout":
-                return
-            what = {"connect": "metrics: connection refused", "status": "metrics: bad HTTP status",
-                    "parse": "metrics: unparsable"}[result.kind]
-            replica.scrape_failures += 1
-            if replica.health is _HEALTHY and (
-                    result.kind == "connect" or replica.scrape_failures >= self.config.eject_after_failures):
-                self._eject(replica, now, what)
+            self._noted(health.scrape_failed(replica, result, now, self.config), now)
             return
         # A good scrape does not clear request failures: a hung engine may still serve /metrics.
         replica.scrape_failures = 0
@@ -497,33 +284,16 @@ class Picker:
         self._refresh(replica, now)
 
     # ---- health ----------------------------------------------------------------------------
+    def next_probe_at(self, pool: str | None = None) -> float:
+        """When the earliest ejected replica (of ``pool``) is re-probed (inf: none ejected)."""
+        return health.next_probe_at(self.replicas(pool))
+
     def due_probes(self, now: float) -> list[Replica]:
-        """Ejected replicas whose re-probe time has come; each is not returned again until its
-        probe result is reported (or its backoff passes once more)."""
-        due = [r for r in self.replicas() if r.health is _EJECTED and r.next_probe_at <= now]
-        for r in due:
-            r.next_probe_at = now + r.backoff_s
-        return due
+        """Ejected replicas whose re-probe time has come (sched/health.py ``due_probes``)."""
+        return health.due_probes(self.replicas(), now)
 
     def on_probe(self, replica: Replica, ok: bool, now: float) -> None:
-        if replica.health is _HEALTHY:
-            if not ok:  # a periodic check of a replica without metrics
-                self._fail(replica, now, hard=False, reason="health check failed")
-            return
-        if ok:
-            replica.health = _HEALTHY
-            # Back on probation: /health proves the process up, not that it answers (a hung engine
-            # still does), so its request failures stay one short of ejection until a good answer
-            # clears them; Turbo avoids it meanwhile (pick).
-            replica.failures = min(replica.failures, self.config.eject_after_failures - 1)
-            replica.probation = True
-            replica.scrape_failures = 0
-            replica.load_at = -math.inf  # stale until the next scrape
-            self._changes.append(HealthChange(replica, True, "health probe answered 200"))
-            self._refresh(replica, now)
-            return
-        replica.backoff_s = min(self.config.probe_backoff_max_s, max(replica.backoff_s, 1e-3) * 2.0)
-        replica.next_probe_at = now + replica.backoff_s
+        self._noted(health.probed(replica, ok, now, self.config), now)
 
     # ---- pool signals ----------------------------------------------------------------------
     def scale_out_desired(self, pool: str, now: float) -> bool:

@@ -8,12 +8,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from turbogate.sched.admission import TierPolicy
 from turbogate.sched.guard import GuardPolicy, KneeSource
 from turbogate.sched.leases import LeasePolicy
 from turbogate.sched.metering import MeteringPolicy
-from turbogate.sched.picker import PickerConfig
 from turbogate.sched.regions import RegionPolicy
+from turbogate.sched.replica import PickerConfig
+from turbogate.sched.ticket import TierPolicy
 from turbogate.sched.tiers import Tier
 
 #: ``turbogate``: the full policy.  ``fifo``: the gateway queue ignores tiers (one FIFO, no

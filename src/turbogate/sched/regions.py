@@ -35,8 +35,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from turbogate.sched.admission import Admission, TierPolicy
-from turbogate.sched.picker import Band, Health, Picker, Replica
+from turbogate.sched.admission import Admission
+from turbogate.sched.picker import Picker
+from turbogate.sched.replica import Band, Health, Replica
+from turbogate.sched.ticket import TierPolicy
 from turbogate.sched.tiers import Tier
 
 #: What a region name may look like (a header value is checked against it: anything else is a 400).

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from turbogate.sched.headroom import staffing_beta
 from turbogate.sched.tiers import TIERS
 
 if TYPE_CHECKING:
@@ -69,9 +70,7 @@ class TurboSupply:
         if not lower:
             return None  # no other tier asks for anything: Turbo may have the whole pool
         room = proven_slots * max(0.0, 1.0 - sum(lower))
-        from turbogate.sched.admission import _staffing_beta  # (admission imports this module)
-
-        beta = _staffing_beta(admission.headroom_risk) if admission.headroom_staffing else 0.0
+        beta = staffing_beta(admission.headroom_risk) if admission.headroom_staffing else 0.0
         root = (-beta + math.sqrt(beta * beta + 4.0 * room)) / 2.0  # occupancy a with a + β √a = room
         return root * root / service
 

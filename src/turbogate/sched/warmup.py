@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from turbogate.sched.picker import Health, Picker, Replica
+from turbogate.sched.picker import Picker
+from turbogate.sched.replica import Health, Replica
 
 
 class WarmUp(NamedTuple):
