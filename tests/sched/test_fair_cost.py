@@ -8,18 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from turbogate.sched import (
-    Flow,
-    FlowPolicy,
-    FlowRequest,
-    PickerConfig,
-    PoolSpec,
-    ReplicaLoad,
-    ReplicaSpec,
-    TenantSpec,
-    Tier,
-    TierPolicy,
-)
+from tests.sched.helpers import one_pool, open_request
+from turbogate.sched import Flow, FlowRequest, ReplicaLoad, Tier, TierPolicy
 from turbogate.sched.fair_cost import FAR, MIN_SAMPLES
 
 TIERS = {t: TierPolicy(queue_budget_s=600, deadline_s=900) for t in Tier}
@@ -28,17 +18,13 @@ ANSWER = 50  # tokens each answer gives
 
 
 def make_flow() -> Flow:
-    pool = PoolSpec("p", ("m",), (ReplicaSpec("r0", 2),), False)
-    tenants = tuple(TenantSpec(name, frozenset(Tier), Tier.STANDARD) for name in ("dropper", "control", "busy"))
-    flow = Flow(FlowPolicy(tiers=TIERS, tenants=tenants, pools=(pool,), picker=PickerConfig(initial_limit=2)))
+    flow = Flow(one_pool(TIERS, ("dropper", "control", "busy"), cap=2))
     flow.scraped("r0", ReplicaLoad(running=0, waiting=0, kv_usage=0.1), 0.0)
     return flow
 
 
 def new(flow: Flow, tenant: str, now: float, max_tokens: int = 256) -> FlowRequest:
-    req = flow.open(tenant=tenant, model="m", max_tokens=max_tokens, prompt_bytes=400, stream=True, now=now)
-    assert isinstance(req, FlowRequest)
-    return req
+    return open_request(flow, tenant, now, max_tokens=max_tokens, prompt_bytes=400, stream=True)
 
 
 def serve_until_empty(flow: Flow, start: float, reqs: list[FlowRequest]) -> None:

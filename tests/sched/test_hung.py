@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tests.sched.helpers import one_pool, open_request
 from turbogate.sched import (
     Cancel,
     Dispatch,
@@ -15,13 +16,9 @@ from turbogate.sched import (
     FlowPolicy,
     FlowRequest,
     HealthChange,
-    PickerConfig,
-    PoolSpec,
     ReplicaLoad,
-    ReplicaSpec,
     Respond,
     ScrapeFailed,
-    TenantSpec,
     Tier,
     TierPolicy,
 )
@@ -33,16 +30,11 @@ STEP = 0.25
 
 
 def policy(replicas: int = 2, cap: int = 8) -> FlowPolicy:
-    pool = PoolSpec("p", ("m",), tuple(ReplicaSpec(f"r{i}", cap) for i in range(replicas)), False)
-    tenants = (TenantSpec("acme", frozenset(Tier), Tier.STANDARD),)
-    return FlowPolicy(tiers=TIERS, tenants=tenants, pools=(pool,),
-                      picker=PickerConfig(initial_limit=cap, eject_after_failures=3))
+    return one_pool(TIERS, ("acme",), replicas=replicas, cap=cap, eject_after_failures=3)
 
 
 def new(flow: Flow, now: float, stream: bool = True, tier: str = "default") -> FlowRequest:
-    req = flow.open(tenant="acme", model="m", tier_body=tier, stream=stream, max_tokens=64, now=now)
-    assert isinstance(req, FlowRequest)
-    return req
+    return open_request(flow, "acme", now, tier_body=tier, stream=stream, max_tokens=64)
 
 
 class Clock:
@@ -200,9 +192,7 @@ def test_the_healthy_replica_gets_the_whole_budget_at_ejection() -> None:
 
 
 def test_a_replica_without_metrics_is_given_the_longest_patience() -> None:
-    pool = PoolSpec("p", ("m",), (ReplicaSpec("r0", 8, scraped=False), ReplicaSpec("r1", 8, scraped=False)), False)
-    flow = Flow(FlowPolicy(tiers=TIERS, tenants=(TenantSpec("acme", frozenset(Tier), Tier.STANDARD),),
-                           pools=(pool,), picker=PickerConfig(initial_limit=8)))
+    flow = Flow(one_pool(TIERS, ("acme",), replicas=2, cap=8, scraped=False))
     clock = Clock(flow)
     req = new(flow, 0.0)
     flow.arrive(req, 0.0)
