@@ -1,22 +1,28 @@
 """What the gateway benchmarks share: the bench tenant's key and model, the small chat they send,
 a one-pool gateway config, and the measurement primitives — sequential latency, a closed-loop load
-worker, a wrk-style fixed-connection run from its own process, a process's CPU time and memory.  Each script
-imports it as a sibling (``import common``): a script's folder is on its import path.
+worker, a wrk-style fixed-connection run from its own process, a process's CPU time and memory — and
+what the fidelity benchmarks (``sim`` against ``bench``) share: their emulator fleet behind a gateway,
+its config and fleet file, and the relative error.  Each script imports it as a sibling (``import
+common``): a script's folder is on its import path.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import multiprocessing as mp
 import os
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
+import yaml
 
 from turbogate.config import hash_key
-from turbogate.procs import steal_mark, steal_share_since
+from turbogate.procs import Service, start_emulator, start_gateway, steal_mark, steal_share_since
 from turbogate.results.percentile import percentile
 
 KEY = "sk-bench"
@@ -224,3 +230,53 @@ pools:
 {replicas}
 """
     )
+
+
+# ---- sim against bench (sim_fidelity.py, trace_fidelity.py) -----------------------------------------
+
+
+def fidelity_gateway_yaml(tenant: str, key: str, model: str, urls: list[str], seqs: int, scrape_s: float) -> str:
+    """One pool of emulators, each replica's limit held at its ``seqs``: the adaptive limit reacts
+    to whether a scrape happens to catch a request between two engine steps, which would measure
+    that rule's luck rather than the simulator (docs/sim.md, "Fidelity")."""
+    return yaml.safe_dump({
+        "tenants": [{"name": tenant, "key_sha256": hash_key(key), "tiers": ["turbo", "standard", "relax"]}],
+        "pools": [{"name": "emu", "models": [model],
+                   "replicas": [{"url": u, "engine": "emulator", "max_concurrency": seqs} for u in urls]}],
+        "scrape": {"interval_s": scrape_s, "stale_after_s": 3.0, "timeout_s": 1.0},
+        "concurrency": {"initial": seqs, "queue_tolerance": 1000},
+        "health": {"interval_s": 0.5},
+    }, sort_keys=False)
+
+
+def fidelity_fleet(gpu: str, model: str, replicas: int, seqs: int, scrape_s: float) -> dict[str, Any]:
+    """The fleet file that describes :func:`emulated_gateway`'s emulators to ``sim``."""
+    return {"pools": [{"name": "emu", "replicas": [{"count": replicas, "gpu": gpu, "model": model,
+                                                     "max_num_seqs": seqs}]}],
+            "scrape": {"interval_s": scrape_s}}
+
+
+@contextlib.contextmanager
+def emulated_gateway(work: Path, gpu: str, model: str, replicas: int, seqs: int,
+                     gateway_yaml: Callable[[list[str]], str]) -> Iterator[tuple[str, Path]]:
+    """``replicas`` real-time emulators behind a gateway whose config ``gateway_yaml`` writes from
+    their URLs: yields the gateway's URL and its config file, and stops every process after."""
+    services: list[Service] = []
+    try:
+        for _ in range(replicas):
+            services.append(start_emulator("--gpu", gpu, "--model", model, "--max-num-seqs", str(seqs),
+                                           "--time-scale", "1", log_dir=work / "logs"))
+        cfg_path = work / "gateway.yaml"
+        cfg_path.write_text(gateway_yaml([s.url for s in services]))
+        gw = start_gateway(cfg_path, log_dir=work / "logs")
+        services.append(gw)
+        yield gw.url, cfg_path
+    finally:
+        for svc in reversed(services):
+            with contextlib.suppress(Exception):
+                svc.stop()
+
+
+def rel_err(sim: float | None, bench: float | None) -> float | None:
+    """|sim − bench| ÷ bench; None when either is missing or bench is 0."""
+    return None if sim is None or bench is None or bench == 0 else abs(sim - bench) / bench

@@ -15,20 +15,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+import common  # what the benchmarks share (benchmarks/common.py)
 from turbogate.bench.options import LoadOptions, build_load
 from turbogate.bench.run import BenchConfig, run_bench
 from turbogate.bench.runner import Target
-from turbogate.config import hash_key, load_config
+from turbogate.config import load_config
 from turbogate.perf import deployment, get_gpu, get_model, saturation
-from turbogate.procs import Service, start_emulator, start_gateway
 from turbogate.results import ALL, Summary
 from turbogate.sim.build import SimConfig
 from turbogate.sim.fleet import parse_fleet
@@ -46,23 +43,7 @@ def capacity() -> float:
 
 
 def gateway_yaml(urls: list[str]) -> str:
-    return yaml.safe_dump({
-        "tenants": [{"name": "fid", "key_sha256": hash_key(KEY), "tiers": ["turbo", "standard", "relax"]}],
-        "pools": [{"name": "emu", "models": [MODEL],
-                   "replicas": [{"url": u, "engine": "emulator", "max_concurrency": SEQS} for u in urls]}],
-        "scrape": {"interval_s": SCRAPE_S, "stale_after_s": 3.0, "timeout_s": 1.0},
-        # Hold each replica's limit at its 8 seqs: the adaptive limit reacts to whether a scrape
-        # happens to catch a request between two engine steps, which would measure that rule's
-        # luck rather than the simulator (see docs/sim.md, "Fidelity").
-        "concurrency": {"initial": SEQS, "queue_tolerance": 1000},
-        "health": {"interval_s": 0.5},
-    }, sort_keys=False)
-
-
-def fleet_data() -> dict[str, Any]:
-    return {"pools": [{"name": "emu", "replicas": [{"count": REPLICAS, "gpu": GPU, "model": MODEL,
-                                                     "max_num_seqs": SEQS}]}],
-            "scrape": {"interval_s": SCRAPE_S}}
+    return common.fidelity_gateway_yaml("fid", KEY, MODEL, urls, SEQS, SCRAPE_S)
 
 
 def load_options(duration: float, steps: int, lo: float, hi: float, seed: int) -> LoadOptions:
@@ -75,17 +56,9 @@ def load_options(duration: float, steps: int, lo: float, hi: float, seed: int) -
 
 
 def measure(load: LoadOptions, work: Path) -> tuple[Summary, Path]:
-    services: list[Service] = []
-    try:
-        for _ in range(REPLICAS):
-            services.append(start_emulator("--gpu", GPU, "--model", MODEL, "--max-num-seqs", str(SEQS),
-                                           "--time-scale", "1", log_dir=work / "logs"))
-        cfg_path = work / "gateway.yaml"
-        cfg_path.write_text(gateway_yaml([s.url for s in services]))
-        gw = start_gateway(cfg_path, log_dir=work / "logs")
-        services.append(gw)
+    with common.emulated_gateway(work, GPU, MODEL, REPLICAS, SEQS, gateway_yaml) as (url, cfg_path):
         cfg = BenchConfig(
-            target=Target(base_url=gw.url, route="/v1/chat/completions", model=MODEL, api_keys=(KEY,),
+            target=Target(base_url=url, route="/v1/chat/completions", model=MODEL, api_keys=(KEY,),
                           timeout_s=120.0),
             shape=load.shape, qps_start=load.qps_start, qps_end=load.qps_end, steps=load.steps,
             duration_s=load.duration_s, arrivals=load.arrivals, workload=load.workload, random_seed=load.random_seed,
@@ -93,22 +66,13 @@ def measure(load: LoadOptions, work: Path) -> tuple[Summary, Path]:
             live=False, report=False, label="sim_fidelity: measured")
         result = asyncio.run(run_bench(cfg, echo=lambda _msg: None))
         return result.summary, cfg_path
-    finally:
-        for svc in reversed(services):
-            with contextlib.suppress(Exception):
-                svc.stop()
 
 
 def predict(load: LoadOptions, cfg_path: Path) -> Summary:
-    sc = SimConfig(gateway=load_config(cfg_path), fleet=parse_fleet(fleet_data()), load=load, api_keys=(KEY,),
+    fleet = parse_fleet(common.fidelity_fleet(GPU, MODEL, REPLICAS, SEQS, SCRAPE_S))
+    sc = SimConfig(gateway=load_config(cfg_path), fleet=fleet, load=load, api_keys=(KEY,),
                    label="sim_fidelity: predicted")
     return summarize_sim(sc, simulate(sc))
-
-
-def _rel(sim: float | None, bench: float | None) -> float | None:
-    if sim is None or bench is None or bench == 0:
-        return None
-    return abs(sim - bench) / bench
 
 
 def compare(bench: Summary, sim: Summary) -> dict[str, Any]:
@@ -121,9 +85,9 @@ def compare(bench: Summary, sim: Summary) -> dict[str, Any]:
                          "throughput_rps": gb.achieved_rps},
                "sim": {"ttft_p50_s": gs.pct("ttft", "p50"), "ttft_p95_s": gs.pct("ttft", "p95"),
                        "throughput_rps": gs.achieved_rps}}
-        err = {"ttft_p50": _rel(gs.pct("ttft", "p50"), gb.pct("ttft", "p50")),
-               "ttft_p95": _rel(gs.pct("ttft", "p95"), gb.pct("ttft", "p95")),
-               "throughput": _rel(gs.achieved_rps, gb.achieved_rps)}
+        err = {"ttft_p50": common.rel_err(gs.pct("ttft", "p50"), gb.pct("ttft", "p50")),
+               "ttft_p95": common.rel_err(gs.pct("ttft", "p95"), gb.pct("ttft", "p95")),
+               "throughput": common.rel_err(gs.achieved_rps, gb.achieved_rps)}
         for k, v in err.items():
             if v is not None:
                 worst[k] = max(worst[k], v)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import tempfile
@@ -29,14 +28,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+import common  # what the benchmarks share (benchmarks/common.py)
 from turbogate.bench.options import LoadOptions, build_load, with_trace
 from turbogate.bench.run import BenchConfig, run_bench
 from turbogate.bench.runner import Target
-from turbogate.config import hash_key, load_config
+from turbogate.config import load_config
 from turbogate.perf import deployment, get_gpu, get_model, saturation
-from turbogate.procs import Service, start_emulator, start_gateway
 from turbogate.results import ALL, Summary
 from turbogate.sim.build import SimConfig
 from turbogate.sim.fleet import parse_fleet
@@ -57,22 +54,7 @@ def capacity(gpu: str, seqs: int, prompt: float, output: float) -> float:
 
 
 def gateway_yaml(urls: list[str], seqs: int) -> str:
-    return yaml.safe_dump({
-        "tenants": [{"name": "azure", "key_sha256": hash_key(KEY), "tiers": ["turbo", "standard", "relax"]}],
-        "pools": [{"name": "emu", "models": [MODEL],
-                   "replicas": [{"url": u, "engine": "emulator", "max_concurrency": seqs} for u in urls]}],
-        "scrape": {"interval_s": SCRAPE_S, "stale_after_s": 3.0, "timeout_s": 1.0},
-        # Each replica's limit held at its sequences (as benchmarks/sim_fidelity.py does): the adaptive
-        # limit would measure a scrape's luck rather than the simulator.
-        "concurrency": {"initial": seqs, "queue_tolerance": 1000},
-        "health": {"interval_s": 0.5},
-    }, sort_keys=False)
-
-
-def fleet_data(gpu: str, seqs: int) -> dict[str, Any]:
-    return {"pools": [{"name": "emu", "replicas": [{"count": REPLICAS, "gpu": gpu, "model": MODEL,
-                                                     "max_num_seqs": seqs}]}],
-            "scrape": {"interval_s": SCRAPE_S}}
+    return common.fidelity_gateway_yaml("azure", KEY, MODEL, urls, seqs, SCRAPE_S)
 
 
 def load_options(trace: Path, window: str, speedup: float, seed: int) -> LoadOptions:
@@ -84,17 +66,10 @@ def load_options(trace: Path, window: str, speedup: float, seed: int) -> LoadOpt
 
 
 def measure(load: LoadOptions, work: Path, gpu: str, seqs: int) -> tuple[Summary, Path]:
-    services: list[Service] = []
-    try:
-        for _ in range(REPLICAS):
-            services.append(start_emulator("--gpu", gpu, "--model", MODEL, "--max-num-seqs", str(seqs),
-                                           "--time-scale", "1", log_dir=work / "logs"))
-        cfg_path = work / "gateway.yaml"
-        cfg_path.write_text(gateway_yaml([s.url for s in services], seqs))
-        gw = start_gateway(cfg_path, log_dir=work / "logs")
-        services.append(gw)
+    with common.emulated_gateway(work, gpu, MODEL, REPLICAS, seqs, lambda urls: gateway_yaml(urls, seqs)) as (
+            url, cfg_path):
         cfg = BenchConfig(
-            target=Target(base_url=gw.url, route="/v1/chat/completions", model=MODEL, api_keys=(KEY,),
+            target=Target(base_url=url, route="/v1/chat/completions", model=MODEL, api_keys=(KEY,),
                           timeout_s=120.0),
             shape=load.shape, steps=load.steps, duration_s=load.duration_s, workload=load.workload,
             random_seed=load.random_seed, slo=load.slo, knee=load.knee, cost=load.cost, out=work / "bench",
@@ -102,23 +77,16 @@ def measure(load: LoadOptions, work: Path, gpu: str, seqs: int) -> tuple[Summary
             trace=load.trace)
         result = asyncio.run(run_bench(cfg, echo=lambda _msg: None))
         return result.summary, cfg_path
-    finally:
-        for svc in reversed(services):
-            with contextlib.suppress(Exception):
-                svc.stop()
 
 
 def predict(load: LoadOptions, cfg_path: Path, gpu: str, seqs: int) -> tuple[Summary, float]:
-    sc = SimConfig(gateway=load_config(cfg_path), fleet=parse_fleet(fleet_data(gpu, seqs)), load=load,
-                   api_keys=(KEY,), label="trace_fidelity: predicted",
+    fleet = parse_fleet(common.fidelity_fleet(gpu, MODEL, REPLICAS, seqs, SCRAPE_S))
+    sc = SimConfig(gateway=load_config(cfg_path), fleet=fleet, load=load, api_keys=(KEY,),
+                   label="trace_fidelity: predicted",
                    extra={"trace": load.trace.describe()} if load.trace is not None else {})
     cpu = time.process_time()
     outcome = simulate(sc)
     return summarize_sim(sc, outcome), time.process_time() - cpu
-
-
-def _rel(sim: float | None, bench: float | None) -> float | None:
-    return None if sim is None or bench is None or bench == 0 else abs(sim - bench) / bench
 
 
 def _r(x: float | None, n: int = 4) -> float | None:
@@ -135,7 +103,7 @@ def compare(bench: Summary, sim: Summary) -> dict[str, Any]:
         row: dict[str, Any] = {"requests": gb.requests, "shed_bench": gb.shed, "shed_sim": gs.shed}
         for stat in ("p50", "p95"):
             b, s = gb.pct("ttft", stat), gs.pct("ttft", stat)
-            err = _rel(s, b)
+            err = common.rel_err(s, b)
             row[f"ttft_{stat}_s"] = {"bench": _r(b), "sim": _r(s), "rel_err": _r(err)}
             if err is not None:
                 worst[f"ttft_{stat}"] = max(worst[f"ttft_{stat}"], err)
@@ -143,7 +111,7 @@ def compare(bench: Summary, sim: Summary) -> dict[str, Any]:
         for sb, ss in zip(bench.steps, sim.steps, strict=True):
             b_rpm = sb.tiers[tier].achieved_rps * 60 if tier in sb.tiers else 0.0
             s_rpm = ss.tiers[tier].achieved_rps * 60 if tier in ss.tiers else 0.0
-            err = _rel(s_rpm, b_rpm)
+            err = common.rel_err(s_rpm, b_rpm)
             minutes.append({"bench_rpm": _r(b_rpm, 2), "sim_rpm": _r(s_rpm, 2), "rel_err": _r(err)})
             if err is not None:
                 worst["throughput_per_minute"] = max(worst["throughput_per_minute"], err)

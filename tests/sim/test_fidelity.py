@@ -12,7 +12,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "sim_fidelity.py"
 
 
 @pytest.mark.slow
-def test_sim_predicts_a_measured_ramp_within_a_loose_bound(tmp_path: Path) -> None:
+def test_sim_predicts_a_measured_ramp_within_a_loose_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # the script imports its sibling benchmarks/common.py
     spec = importlib.util.spec_from_file_location("sim_fidelity", SCRIPT)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
