@@ -34,35 +34,33 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable
-from functools import partial
 
-from turbogate.sched.actions import (
-    PRIORITY,
-    Action,
-    Cancel,
-    Dispatch,
-    Failure,
-    FlowRequest,
-    Phase,
-    Probe,
-    Respond,
-)
+from turbogate.sched.actions import Action, Cancel, Dispatch, Failure, FlowRequest, Phase, Respond
 from turbogate.sched.admission import Admission, Admitted, Shed, TenantPolicy, Ticket, TierPolicy, clamp_retry
-from turbogate.sched.fair_cost import AnswerLengths, settle
+from turbogate.sched.fair_cost import AnswerLengths
+from turbogate.sched.flow_finish import close, meter
+from turbogate.sched.flow_intake import open_request
+from turbogate.sched.flow_table import FlowEvent, IllegalTransition, accepts, move
+from turbogate.sched.flow_timers import tick, wake_at
 from turbogate.sched.guard import KneeGuard
 from turbogate.sched.hung import HungWatch, release
 from turbogate.sched.leases import LeaseBook
 from turbogate.sched.load import ReplicaLoad
-from turbogate.sched.metering import BudgetBook, LimitRefusal, UsageRecord, cost_units
+from turbogate.sched.metering import BudgetBook, LimitRefusal
 from turbogate.sched.picker import Health, Picker, Replica, ScrapeFailed
 from turbogate.sched.policy import FlowPolicy, PoolSpec, TenantSpec
-from turbogate.sched.regions import RegionPolicy, Regions, pool_view, rtt_probes, turbo_candidates
-from turbogate.sched.tiering import asked_tier, served_tier
-from turbogate.sched.tiers import TIER_NAME, TIERS, Tier
-from turbogate.sched.turbo_supply import EXCESS_REASONS, turbo_excess
+from turbogate.sched.regions import RegionPolicy, Regions
+from turbogate.sched.tiering import served_tier
+from turbogate.sched.tiers import TIERS, Tier
+from turbogate.sched.turbo_supply import EXCESS_REASONS
 from turbogate.sched.warmup import WarmUp, warm_result
 
-_QUEUED, _UPSTREAM, _ANSWERING, _DONE = Phase.QUEUED, Phase.UPSTREAM, Phase.ANSWERING, Phase.DONE
+__all__ = ["Flow", "FlowEvent", "IllegalTransition"]
+
+_QUEUED, _UPSTREAM, _ANSWERING = Phase.QUEUED, Phase.UPSTREAM, Phase.ANSWERING
+_ARRIVE, _DISPATCH, _FIRST_BYTE = FlowEvent.ARRIVE, FlowEvent.DISPATCH, FlowEvent.FIRST_BYTE
+_FINISHED, _FAILED = FlowEvent.FINISHED, FlowEvent.FAILED
+_CLIENT_GONE, _SETTLE = FlowEvent.CLIENT_GONE, FlowEvent.SETTLE
 # Enum members read per request as module names (on Python 3.11 a read through the class costs
 # a metaclass lookup, and ``.value`` a Python-level property).
 _TURBO, _STANDARD = Tier.TURBO, Tier.STANDARD
@@ -197,80 +195,16 @@ class Flow:
         that refuses it (unknown model, unknown tier word, ``max_tokens`` above the context).
         With a ``lease`` id the lease decides: Turbo while it lives, else Standard and why.
         ``client_region`` and ``session`` (``X-Session-Id``) feed L3's choice of pool."""
-        spec = self.tenants[tenant]
-        cap = self.policy.max_cost_tokens
-        given = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else None
-        if given is not None and given > cap:
-            return Respond(None, 400, "invalid_value", f"{max_tokens_field} is {max_tokens}, above the context "
-                           f"limit of {cap} tokens", param=max_tokens_field)
-        pools = self.pools_of_model.get(model)
-        if pools is None:
-            return Respond(None, 404, "model_not_found", f"The model `{model}` does not exist or you do not have "
-                           "access to it", param="model")
-        asked = asked_tier(spec, tier_body, tier_header)
-        if isinstance(asked, Respond):
-            return asked
-        lease_why = None
-        if lease is not None:  # the lease asks Turbo; once expired (or unknown) it gets Standard, and says why
-            asked = Tier.TURBO
-            lease_why = self.leases.check(lease, tenant, now)
-        served, why = self.resolve(spec, asked if lease_why is None else Tier.STANDARD)
-        why = lease_why or why
-        pool, client, fallback = self._choose_pool(pools, served, client_region, tenant, session, now)
-        if fallback is not None:  # every Turbo pool is down: served Standard by a Standard pool
-            served, why = Tier.STANDARD, fallback
-        guard = self.guards.get(pool)
-        if guard is not None:
-            guard.observe(now)
-            if served is _TURBO:
-                refused = guard.grant(now)
-                if refused is not None:  # past the knee: served Standard, and the answer says why
-                    served, why = _STANDARD, refused
-        if served is _TURBO and self._tiered:  # beyond what the pool can give Turbo: told at once
-            excess = turbo_excess(self.pools[pool].admission, self.picker, pool, now)
-            if excess is not None:
-                served, why = _STANDARD, excess
-        policy = self.policy
-        tokens = given if given is not None and given > 0 else policy.default_max_tokens
-        tokens = self.lengths.cost_tokens(model, tokens)  # far above the usual answer: an estimate
-        cost = float(min(tokens, cap)) + min(prompt_bytes / 4.0, float(cap))
-        self._ids += 1
-        priority = PRIORITY[served] if self.pools[pool].spec.priority_field else None
-        req = FlowRequest(self._ids, tenant, pool, model, asked, served, why, stream, cost, now, handle, priority,
-                          client)
-        req.prefill_share = 1.0 - min(tokens, cap) / cost if cost > 0 else 0.0  # the prompt's part
-        return req
-
-    def _choose_pool(self, pools: list[str], served: Tier, client_region: str | None, tenant: str,
-                     session: str | None, now: float) -> tuple[str, str, str | None]:
-        """L3 (sched/regions.py): the pool, the client's region key, and why Turbo falls back."""
-        client = self.regions.client(client_region)
-        if len(pools) == 1 and (served is not _TURBO or self._turbo_capable.get(pools[0], True)):
-            return pools[0], client, None  # one pool for the model, and it serves this tier
-        return self._choose_among(pools, served, client, tenant, session, now)
-
-    def _choose_among(self, pools: list[str], served: Tier, client: str, tenant: str, session: str | None,
-                      now: float) -> tuple[str, str, str | None]:
-        fallback = None
-        if served is _TURBO:
-            healthy = {p: self.picker.slots(p, now) > 0 for p in pools} if len(pools) > 1 else {}
-            pools, fallback = turbo_candidates(pools, self._turbo_capable, healthy)
-        if len(pools) == 1:
-            return pools[0], client, fallback
-        tier = Tier.STANDARD if fallback is not None else served
-        tier_policy = self.policy.tiers.get(tier) or TierPolicy()
-        picker, regions = self.picker, self.regions
-        views = [regions.view(p, tier, now, partial(pool_view, p, picker, self.pools[p].admission, tier, tier_policy,
-                                                    now)) for p in pools]
-        choice = regions.choose(client, (tenant, session) if session else None, views, now)
-        return choice.pool, client, fallback
+        return open_request(self, tenant, model, tier_body, tier_header, max_tokens, max_tokens_field, prompt_bytes,
+                            stream, now, handle, lease, client_region, session)
 
     # ---- admission -----------------------------------------------------------------------------
     def arrive(self, req: FlowRequest, now: float, limit: LimitRefusal | None = None) -> list[Action]:
         """Admit ``req``: dispatch it, queue it, or refuse it.  ``limit``: the tenant's global limits'
         verdict (sched/metering.py's rule, counted by the driver's shared store) — a refusal is a 429."""
+        accepts(req, _ARRIVE)  # (a second arrive raises)
         if limit is not None:
-            return [self._refuse(req, 429, limit.code, limit.message, now, limit.retry_after_s)]
+            return [self._refuse(req, _ARRIVE, 429, limit.code, limit.message, now, limit.retry_after_s)]
         pool = self.pools[req.pool]
         deadline_s, queue_limit_s = self._limits[req.served]
         due = req.arrival + deadline_s
@@ -281,7 +215,7 @@ class Flow:
             replica = self.picker.pick_plain(req.pool, self.mode)
             if replica is None:
                 return [self._no_replica(req, now)]
-            return [self._dispatch(req, replica, now, retry=False)]
+            return [self._dispatch(req, replica, now, _DISPATCH)]
         # Both slot totals now, once: nothing between here and the pump below changes them.
         counts = self.picker.slot_counts(req.pool, now)
         slots = counts[0]
@@ -296,10 +230,10 @@ class Flow:
         else:
             decision = admission.submit(ticket, now, slots)
         if type(decision) is Shed:
-            return [self._refuse(req, decision.status, decision.reason, decision.message, now,
+            return [self._refuse(req, _ARRIVE, decision.status, decision.reason, decision.message, now,
                                  decision.retry_after_s)]
         req.ticket = ticket
-        req.phase = _QUEUED
+        move(req, _ARRIVE, _QUEUED)
         due = req.arrival + queue_limit_s
         self._queue_timers[req.served].append((due, req))
         if due < self._wake_floor:
@@ -307,7 +241,7 @@ class Flow:
         if decision is True:  # L1 lets it go now: L2's pick, as the pump makes it
             replica = self._pick_for(pool, ticket, now)
             if replica is not None:
-                return [self._dispatch(req, replica, now, retry=False)]
+                return [self._dispatch(req, replica, now, _DISPATCH)]
             admission.requeue(ticket)  # L1's slot total says yes, but no single replica has room
             return []
         if decision is False:  # it waits (the pump would find nothing to send either)
@@ -316,7 +250,7 @@ class Flow:
 
     def _no_replica(self, req: FlowRequest, now: float) -> Respond:
         wait = self.picker.next_probe_at(req.pool) - now
-        return self._refuse(req, 503, "no_healthy_replica", f"no replica of pool {req.pool!r} is healthy: the "
+        return self._refuse(req, _ARRIVE, 503, "no_healthy_replica", f"no replica of pool {req.pool!r} is healthy: the "
                             "backends are down or unreachable (not an overload)", now,
                             clamp_retry(wait) if math.isfinite(wait) else 5)
 
@@ -339,7 +273,7 @@ class Flow:
                 return actions
             req = ticket.payload
             assert isinstance(req, FlowRequest)
-            actions.append(self._dispatch(req, replica, now, retry=False))
+            actions.append(self._dispatch(req, replica, now, _DISPATCH))
             if admission.queued == 0:  # the usual end: next_dispatch would only say None
                 return actions
 
@@ -357,9 +291,12 @@ class Flow:
         return self.picker.pick(pool.spec.name, now, proven_only=turbo, engine_priority=pool.spec.priority_field,
                                 beyond=beyond, prefill_share=req.prefill_share if type(req) is FlowRequest else None)
 
-    def _dispatch(self, req: FlowRequest, replica: Replica, now: float, *, retry: bool) -> Dispatch:
+    def _dispatch(self, req: FlowRequest, replica: Replica, now: float, event: FlowEvent) -> Dispatch:
+        """Send ``req`` to ``replica``: a first dispatch (``DISPATCH``) or the retry of a ``FAILED`` attempt."""
+        retry = event is _FAILED
         if retry:
-            self._leave_upstream(req)  # it leaves the replica that failed (a first dispatch comes from QUEUED or NEW)
+            self._leave_upstream(req)  # it leaves the replica that failed
+        move(req, event, _UPSTREAM)
         self.picker.on_dispatch(replica)
         replica.awaiting_first += 1
         if req.stream and req.served is not _TURBO:
@@ -367,7 +304,6 @@ class Flow:
         if self.hung.dispatched(req, replica, now) < self._wake_floor:
             self.timers_epoch += 1
         req.replica = replica
-        req.phase = _UPSTREAM
         req.dispatched_at = now
         req.retried = req.retried or retry
         if self.guards and not retry and req.pool in self.guards:  # signals for an online knee
@@ -388,71 +324,47 @@ class Flow:
             if req.stream and req.served is not _TURBO:
                 req.replica.lower_prefills -= 1
 
-    def _close(self, req: FlowRequest, status: int, now: float, *, count_service: bool = False) -> None:
-        """Mark ``req`` done with ``status`` and free its L1 place (the caller pumps)."""
-        self.hung.forget(req)
-        self._leave_upstream(req)
-        req.phase = _DONE
-        req.status = status
-        # Let go of ended requests' timers at the queues' fronts now (wake_at does too, but the
-        # driver need not ask it per request): they would keep those requests alive till a tick.
-        q = self._deadline_timers[req.served]
-        while q and q[0][1].phase is _DONE:
-            q.popleft()
-        q = self._queue_timers[req.served]
-        while q and q[0][1].phase is _DONE:
-            q.popleft()
-        fb = self._first_byte_timers
-        while fb and (fb[0][1].phase is not _UPSTREAM or fb[0][1].replica is not fb[0][2]):
-            fb.popleft()
-        self._meter(req, status, now)
-        if req.ticket is not None:
-            settle(self.pools[req.pool].admission, req, self.policy.max_cost_tokens, now, self.hung.token_gap(req))
-            self.pools[req.pool].admission.on_complete(req.ticket, now, count_service=count_service)
-            req.ticket = None  # its payload is req: a cycle left for the GC to find (driver's handle included)
+    def _close(self, req: FlowRequest, event: FlowEvent, status: int, now: float, *,
+               count_service: bool = False) -> None:
+        close(self, req, event, status, now, count_service)  # (sched/flow_finish.py)
 
     def _meter(self, req: FlowRequest, status: int, now: float) -> None:
-        """The request's one usage record, and its charge against the tenant's Turbo budget."""
-        units = cost_units(req.served, req.prompt_tokens, req.completion_tokens, self.policy.metering)
-        start = req.dispatched_at if req.dispatched_at is not None else now
-        req.usage = UsageRecord(req.tenant, req.model, TIER_NAME[req.asked], TIER_NAME[req.served], status,
-                                req.prompt_tokens, req.completion_tokens, start - req.arrival, now - req.arrival,
-                                units, req.downgrade, now)
-        if req.served is _TURBO:
-            self.budgets.charge(req.tenant, units)
+        meter(self, req, status, now)
 
-    def _refuse(self, req: FlowRequest, status: int, code: str, message: str, now: float,
+    def _refuse(self, req: FlowRequest, event: FlowEvent, status: int, code: str, message: str, now: float,
                 retry_after_s: int | None = None) -> Respond:
-        self._close(req, status, now)
+        """The flow's own answer to ``req``, which ends it."""
+        self._close(req, event, status, now)
         return Respond(req, status, code, message, retry_after_s)
 
     def settle(self, req: FlowRequest, status: int, now: float, source: FlowRequest | None = None) -> None:
         """Close a request answered without an upstream call of its own (a coalesced follower):
         ``source``'s tokens (the call it shared) are its usage; it is metered like any other."""
-        if req.phase is _DONE:
+        if not accepts(req, _SETTLE):
             return
         if source is not None:
             req.prompt_tokens, req.completion_tokens = source.prompt_tokens, source.completion_tokens
-        self._close(req, status, now)
+        self._close(req, _SETTLE, status, now)
 
     # ---- upstream events -----------------------------------------------------------------------
     def first_byte(self, req: FlowRequest, now: float, headers_at: float | None = None) -> list[Action]:
         """The answer began.  ``headers_at``: when a stream's response headers came (engines send
         them before prefill), so dispatch → headers is a round trip, an L3 latency sample."""
-        if req.phase is _UPSTREAM:
-            self.hung.first_byte(req, now)
-            self._leave_upstream(req)
-            req.phase = _ANSWERING
-            req.first_byte_at = now
-            if self.guards and req.pool in self.guards:
-                self.guards[req.pool].first_byte(req.served is _TURBO, now - req.arrival, now)
-            if self.l3 and headers_at is not None and req.dispatched_at is not None:
-                self.regions.observe(req.client_region, req.pool, headers_at - req.dispatched_at)
+        if not accepts(req, _FIRST_BYTE):
+            return []
+        self.hung.first_byte(req, now)
+        self._leave_upstream(req)
+        move(req, _FIRST_BYTE, _ANSWERING)
+        req.first_byte_at = now
+        if self.guards and req.pool in self.guards:
+            self.guards[req.pool].first_byte(req.served is _TURBO, now - req.arrival, now)
+        if self.l3 and headers_at is not None and req.dispatched_at is not None:
+            self.regions.observe(req.client_region, req.pool, headers_at - req.dispatched_at)
         return []
 
     def finished(self, req: FlowRequest, now: float, status: int = 200) -> list[Action]:
         """The replica's answer is complete (any HTTP status it sent)."""
-        if req.phase is _DONE:
+        if not accepts(req, _FINISHED):
             return []
         replica = req.replica
         if replica is not None:
@@ -460,41 +372,49 @@ class Flow:
             if status == 200:
                 self.lengths.observe(req.model, req.completion_tokens)
             self.picker.on_response(replica, status, now - (req.dispatched_at or now), now)
-        self._close(req, status, now, count_service=status < 500)
+        self._close(req, _FINISHED, status, now, count_service=status < 500)
         if self.guards and status < 500 and req.pool in self.guards:
             self.guards[req.pool].completed(now)
         return self._after(req, now)
 
-    def failed(self, req: FlowRequest, now: float, failure: Failure) -> list[Action]:
-        if req.phase is _DONE:
+    def failed(self, req: FlowRequest, now: float, failure: Failure, sent_bytes: int = 0,
+               sent_tokens: int = 0) -> list[Action]:
+        """An upstream attempt failed: ``failure`` says how (the driver's one mapping from its
+        transport's errors), ``sent_bytes`` and ``sent_tokens`` what of the answer its client
+        already has.  Nothing sent: one retry on another replica, else a 502.  Once the answer
+        began it cannot be taken back nor sent again: a 502 that ends it (a stream's error
+        event), metered with the tokens the client got."""
+        if not accepts(req, _FAILED):
             return []
         replica = req.replica
         assert replica is not None
         picker = self.picker
         hard = failure is Failure.CONNECT
         picker.on_failure(replica, now, hard=hard, reason=f"connection {'refused' if hard else failure.value}")
-        if failure is Failure.BROKEN or req.phase is _ANSWERING:
-            broke = self._refuse(req, 502, "upstream_error", "the engine connection broke mid-answer", now)
+        if req.phase is _ANSWERING or sent_bytes > 0 or sent_tokens > 0:
+            if sent_tokens > req.completion_tokens:
+                req.completion_tokens = sent_tokens
+            broke = self._refuse(req, _FAILED, 502, "upstream_error", "the engine stream broke mid-answer", now)
             out: list[Action] = [broke]
             return self._after(req, now, out)
         if not req.retried:
             other = (picker.pick_plain(req.pool, self.mode, exclude=(replica.id,)) if self._plain
                      else picker.pick(req.pool, now, exclude=(replica.id,)))
             if other is not None:
-                return self._health([self._dispatch(req, other, now, retry=True)])
-        gave_up = self._refuse(req, 502, "upstream_unavailable", "the engine replica failed before answering and "
-                               "no other could take the retry", now)
+                return self._health([self._dispatch(req, other, now, _FAILED)])
+        gave_up = self._refuse(req, _FAILED, 502, "upstream_unavailable", "the engine replica failed before "
+                               "answering and no other could take the retry", now)
         final: list[Action] = [gave_up]
         return self._after(req, now, final)
 
     def client_gone(self, req: FlowRequest, now: float) -> list[Action]:
-        if req.phase is _DONE:
+        if not accepts(req, _CLIENT_GONE):
             return []
         out: list[Action] = []
         if req.phase in (_UPSTREAM, _ANSWERING) and req.replica is not None:
             self.picker.on_release(req.replica)
             out.append(Cancel(req))
-        self._close(req, 499, now)
+        self._close(req, _CLIENT_GONE, 499, now)
         return self._after(req, now, out)
 
     def _after(self, req: FlowRequest, now: float, out: list[Action] | None = None) -> list[Action]:
@@ -521,86 +441,11 @@ class Flow:
     # ---- timers --------------------------------------------------------------------------------
     def wake_at(self) -> float:
         """When ``tick`` next has work (math.inf: nothing is due)."""
-        if self._warm:
-            self._wake_floor = 0.0
-            return 0.0  # replicas joined: their warm-ups are due now
-        due = min(self._probe_at, self._health_at, self._rtt_probe_at)
-        for q in self._tier_timers:
-            while q and q[0][1].phase is _DONE:
-                q.popleft()
-            if q and q[0][0] < due:
-                due = q[0][0]
-        fb = self._first_byte_timers
-        while fb and (fb[0][1].phase is not _UPSTREAM or fb[0][1].replica is not fb[0][2]):
-            fb.popleft()
-        if fb and fb[0][0] < due:
-            due = fb[0][0]
-        if self.hung.next_at < due:
-            due = self.hung.next_at
-        self._wake_floor = due
-        return due
+        return wake_at(self)
 
     def tick(self, now: float) -> list[Action]:
         """Queue limits, deadlines and probes due at ``now``."""
-        out: list[Action] = []
-        touched: set[str] = set()
-        for q in self._queue_timers.values():
-            while q and (q[0][0] <= now or q[0][1].phase is not _QUEUED):
-                _, req = q.popleft()
-                if req.phase is _QUEUED and req.ticket is not None:
-                    pool = self.pools[req.pool]
-                    settle(pool.admission, req, self.policy.max_cost_tokens, now, None)  # it used nothing
-                    shed = pool.admission.timed_out(req.ticket, now, self.picker.slots(req.pool, now))
-                    req.ticket = None  # (as in _close: no cycle left behind)
-                    req.phase = _DONE
-                    req.status = shed.status
-                    self._meter(req, shed.status, now)
-                    out.append(Respond(req, shed.status, shed.reason, shed.message, shed.retry_after_s))
-                    touched.add(req.pool)
-        for q in self._deadline_timers.values():
-            while q and (q[0][0] <= now or q[0][1].phase is _DONE):
-                _, req = q.popleft()
-                if req.phase is _UPSTREAM or (req.phase is _ANSWERING and not req.stream):
-                    replica = req.replica
-                    assert replica is not None
-                    what = "the first byte" if req.stream else "the answer"
-                    self.picker.on_failure(replica, now, hard=False, reason=f"no {what} within the "
-                                           f"{req.served.value} deadline")
-                    out.append(Cancel(req))
-                    out.append(self._refuse(req, 504, "deadline_exceeded", f"the {req.served.value} tier deadline "
-                                            f"passed before {what} came", now))
-                    touched.add(req.pool)
-        fb = self._first_byte_timers
-        while fb and fb[0][0] <= now:
-            _, req, replica = fb.popleft()
-            if req.phase is _UPSTREAM and req.replica is replica:  # still no byte from it: a strike
-                self.picker.on_failure(replica, now, hard=False, dispatched=False, reason="no first byte within "
-                                       f"{self.policy.picker.slow_first_byte_s:g}s")
-        if now >= self._probe_at:
-            out.extend(Probe(r) for r in self.picker.due_probes(now))
-            self._probe_at = self.picker.next_probe_at()
-        if now >= self._health_at:
-            self._health_at = now + self.policy.health_interval_s
-            # Only idle ones: a replica answering requests shows its health in them (their failures and
-            # slow first bytes count against it), and a probe there can cost an answer:
-            # llama_cpp.server cuts the stream it is sending when another request waits for its model
-            # lock, and its /v1/models takes that lock (interrupt_requests, on by default).
-            out.extend(Probe(r) for r in self.picker.replicas()
-                       if not r.scraped and r.health is Health.HEALTHY and r.in_flight == 0)
-        if now >= self._rtt_probe_at:
-            self._rtt_probe_at = now + self.regions.policy.probe_interval_s
-            self._rtt_turn += 1
-            out.extend(rtt_probes(self.picker, list(self.pools), self._rtt_turn))
-        if self._warm:
-            out.extend(self._warm_ups(self._warm))
-            self._warm = []
-        for replica, why in self.hung.check(self.picker.get, now):
-            self.picker.eject(replica, now, why)
-        self._health(out)
-        for name in touched:
-            self._pump(self.pools[name], now, out)
-        self.timers_epoch += 1
-        return out
+        return tick(self, now)
 
     # ---- replica signals -----------------------------------------------------------------------
     def scraped(self, replica_id: str, result: ReplicaLoad | ScrapeFailed, now: float) -> list[Action]:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from turbogate.sched.actions import Action, Cancel, FlowRequest, Phase
+from turbogate.sched.flow_table import FlowEvent, move
 from turbogate.sched.replica import Health, Replica
 
 if TYPE_CHECKING:
@@ -249,14 +250,14 @@ def release(flow: Flow, replica: Replica, reason: str, now: float) -> list[Actio
         if req.phase is _UPSTREAM and ticket is not None and not flow._plain:
             flow._leave_upstream(req)
             req.replica = None
-            req.phase = _QUEUED
+            move(req, FlowEvent.REQUEUE, _QUEUED)
             req.retried = True
             pool.admission.requeue(ticket)
             # Its queue-limit timer was let go at dispatch: it waits no longer than the limit again.
             _insert_timer(flow._queue_timers[req.served], req.arrival + flow._limits[req.served][1], req)
         else:
             why = "began its answer" if req.phase is _ANSWERING else "held it"
-            out.append(flow._refuse(req, 502, "upstream_hung", f"the engine replica that {why} stopped "
+            out.append(flow._refuse(req, FlowEvent.CUT, 502, "upstream_hung", f"the engine replica that {why} stopped "
                                     "responding and was ejected", now))
     flow.timers_epoch += 1
     return flow._pump(pool, now, out)
