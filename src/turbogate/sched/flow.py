@@ -2,31 +2,25 @@
 
 In the manner of h11: the driver (the asyncio gateway, or the simulator's virtual clock) feeds
 **events** with ``now`` and carries out the **actions** returned.  Nothing here awaits, sleeps
-or reads a clock, so a full gateway scenario runs in a unit test with a fake clock.
+or reads a clock, so a full gateway scenario runs in a unit test with a fake clock.  Which
+events each phase accepts is a table (sched/flow_table.py): any other raises.
 
-    events (driver → flow)                      actions (flow → driver)
-      open(...) → FlowRequest | Respond           Respond(req, status, code, msg, Retry-After)
-      arrive(req)                                 Dispatch(req, replica, retry)
-      first_byte(req[, headers_at]) / finished    Cancel(req)    (abort its upstream call)
-      failed(req, CONNECT | RESET | BROKEN)       Probe(replica) (health-check it now)
-      client_gone(req)                            HealthChange(replica, healthy, reason)
-      scraped(replica, load | ScrapeFailed)
-      probed(replica, ok)                         MeasureRtt(replica) (L3 round-trip probe)
-      rtt_measured(replica, seconds | None)       WarmUp(replica, model)
-      warmed(replica, ok)
+    events (driver → flow)                          actions (flow → driver)
+      open(...) → FlowRequest | Respond               Respond(req, status, code, msg, Retry-After)
+      arrive(req[, tenant limits' verdict])           Dispatch(req, replica, retry)
+      first_byte(req[, headers_at]) / finished        Cancel(req)    (abort its upstream call)
+      failed(req, CONNECT | RESET | BROKEN, sent)     Probe(replica) (health-check it now)
+      client_gone(req) / settle(req, follower)        HealthChange(replica, healthy, reason)
+      scraped / probed / rtt_measured / warmed        MeasureRtt(replica), WarmUp(replica, model)
       tick(now) at wake_at()
 
-Rules that live here and nowhere else: tier resolution (asked → entitled → switches → served,
-the vLLM ``priority`` value), a request's fair-queue cost (bounded), admission and shedding
-with a truthful ``Retry-After`` (sched/admission.py), one queue limit (the tier's queue budget
-or its deadline, whichever comes first), the deadline (arrival → first byte for streams, →
-full answer otherwise: 504, and a strike against the replica), replica choice (sched/picker.py),
-the single retry on another replica before any byte, what each upstream failure means, and a
-first byte slower than ``slow_first_byte_s`` as a strike against its replica (a hung engine is
-ejected before the tier deadlines pass).  A Turbo lease's verdict (sched/leases.py) is part of
-tier resolution.  The choice among a model's pools (L3: regions, failover, sessions, Turbo's
-fallback to Standard pools) is sched/regions.py's, called from ``open``; warm-ups are
-sched/warmup.py's.
+Rules that live here and nowhere else: tier resolution and L3's pool (sched/flow_intake.py),
+admission and shedding with a truthful ``Retry-After`` (sched/admission.py) and the pump
+(sched/flow_pump.py), replica choice (sched/picker.py), one queue limit and the deadline
+(sched/flow_timers.py: 504, a strike against the replica), the single retry on another replica
+while nothing reached the client and what a failure after that means (a 502), a slow first
+byte as a strike (a hung engine is ejected before the tier deadlines pass: sched/hung.py),
+and the end of each request with its usage record (sched/flow_finish.py).
 """
 
 from __future__ import annotations
@@ -38,8 +32,9 @@ from collections.abc import Iterable
 from turbogate.sched.actions import Action, Cancel, Dispatch, Failure, FlowRequest, Phase, Respond
 from turbogate.sched.admission import Admission, Admitted, Shed, TenantPolicy, Ticket, TierPolicy, clamp_retry
 from turbogate.sched.fair_cost import AnswerLengths
-from turbogate.sched.flow_finish import close, meter
+from turbogate.sched.flow_finish import close
 from turbogate.sched.flow_intake import open_request
+from turbogate.sched.flow_pump import pick_for, pump
 from turbogate.sched.flow_table import FlowEvent, IllegalTransition, accepts, move
 from turbogate.sched.flow_timers import tick, wake_at
 from turbogate.sched.guard import KneeGuard
@@ -64,11 +59,6 @@ _CLIENT_GONE, _SETTLE = FlowEvent.CLIENT_GONE, FlowEvent.SETTLE
 # Enum members read per request as module names (on Python 3.11 a read through the class costs
 # a metaclass lookup, and ``.value`` a Python-level property).
 _TURBO, _STANDARD = Tier.TURBO, Tier.STANDARD
-
-#: How long a queued Turbo request waits for a slot its engine has shown it runs before it may
-#: take any slot of a replica still in slow start (``Picker._turbo_room``).
-TURBO_SLOW_START_PATIENCE_S = 0.25
-
 
 class _Pool:
     __slots__ = ("admission", "spec")
@@ -239,7 +229,7 @@ class Flow:
         if due < self._wake_floor:
             self.timers_epoch += 1
         if decision is True:  # L1 lets it go now: L2's pick, as the pump makes it
-            replica = self._pick_for(pool, ticket, now)
+            replica = pick_for(self, pool, ticket, now)
             if replica is not None:
                 return [self._dispatch(req, replica, now, _DISPATCH)]
             admission.requeue(ticket)  # L1's slot total says yes, but no single replica has room
@@ -256,40 +246,7 @@ class Flow:
 
     def _pump(self, pool: _Pool, now: float, out: list[Action] | None = None,
               counts: tuple[int, int] | None = None) -> list[Action]:
-        """Dispatch every queued request L1 lets go now and L2 has a replica for.  ``counts``:
-        the pool's ``Picker.slot_counts`` at ``now`` when the caller has them already."""
-        actions: list[Action] = [] if out is None else out
-        admission = pool.admission
-        if admission.queued == 0:
-            return actions
-        slots, proven = self.picker.slot_counts(pool.spec.name, now) if counts is None else counts
-        while True:
-            ticket = admission.next_dispatch(now, slots, proven)
-            if ticket is None:
-                return actions
-            replica = self._pick_for(pool, ticket, now)
-            if replica is None:  # L1's slot total says yes, but no single replica has room
-                admission.requeue(ticket)
-                return actions
-            req = ticket.payload
-            assert isinstance(req, FlowRequest)
-            actions.append(self._dispatch(req, replica, now, _DISPATCH))
-            if admission.queued == 0:  # the usual end: next_dispatch would only say None
-                return actions
-
-    def _pick_for(self, pool: _Pool, ticket: Ticket, now: float) -> Replica | None:
-        """L2's replica for a ticket L1 just let go (``None``: no single replica has room)."""
-        turbo = ticket.tier is _TURBO
-        beyond = 0  # slots past what a slow-start engine ran that Turbo may take (Picker._turbo_room)
-        if turbo:
-            admission = pool.admission
-            if now - ticket.arrival >= TURBO_SLOW_START_PATIENCE_S:
-                beyond = 1 << 30
-            elif admission.queued == admission.queue_length(Tier.TURBO):
-                beyond = 1
-        req = ticket.payload
-        return self.picker.pick(pool.spec.name, now, proven_only=turbo, engine_priority=pool.spec.priority_field,
-                                beyond=beyond, prefill_share=req.prefill_share if type(req) is FlowRequest else None)
+        return pump(self, pool, now, [] if out is None else out, counts)  # (sched/flow_pump.py)
 
     def _dispatch(self, req: FlowRequest, replica: Replica, now: float, event: FlowEvent) -> Dispatch:
         """Send ``req`` to ``replica``: a first dispatch (``DISPATCH``) or the retry of a ``FAILED`` attempt."""
@@ -327,9 +284,6 @@ class Flow:
     def _close(self, req: FlowRequest, event: FlowEvent, status: int, now: float, *,
                count_service: bool = False) -> None:
         close(self, req, event, status, now, count_service)  # (sched/flow_finish.py)
-
-    def _meter(self, req: FlowRequest, status: int, now: float) -> None:
-        meter(self, req, status, now)
 
     def _refuse(self, req: FlowRequest, event: FlowEvent, status: int, code: str, message: str, now: float,
                 retry_after_s: int | None = None) -> Respond:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from turbogate.sched.actions import Action, Cancel, Phase, Probe, Respond
 from turbogate.sched.fair_cost import settle
+from turbogate.sched.flow_finish import meter
 from turbogate.sched.flow_table import FlowEvent, move
 from turbogate.sched.picker import Health
 from turbogate.sched.regions import rtt_probes
@@ -56,7 +57,7 @@ def tick(flow: Flow, now: float) -> list[Action]:
                 req.ticket = None  # (as in Flow._close: no cycle left behind)
                 move(req, _QUEUE_LIMIT, _DONE)
                 req.status = shed.status
-                flow._meter(req, shed.status, now)
+                meter(flow, req, shed.status, now)
                 out.append(Respond(req, shed.status, shed.reason, shed.message, shed.retry_after_s))
                 touched.add(req.pool)
     for q in flow._deadline_timers.values():
