@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from turbogate.config_base import ConfigModel, RegionName, Sha256, TierName
 from turbogate.config_edge import Admin, Limits, Listen, MetricsConfig, Tls
@@ -40,8 +39,7 @@ from turbogate.config_services import (
     WarmupConfig,
 )
 from turbogate.config_tenants import Tenant, TierConfig, _default_tiers
-from turbogate.errors import ConfigError
-from turbogate.validation import describe_validation_error
+from turbogate.validation import read_yaml, validate_document
 
 # The sections live in config_*.py by area; this module is the config's public API.
 __all__ = [
@@ -123,25 +121,12 @@ class GatewayConfig(ConfigModel):
 
 def parse_config(data: Any, source: str = "config") -> GatewayConfig:
     """Validate a loaded mapping; a ``ConfigError`` names each bad field (``tiers.turbo.weight: ...``)."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source}: the top level must be a mapping")
-    try:
-        return GatewayConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(f"{source}: {describe_validation_error(exc)}") from None
+    return validate_document(GatewayConfig, data, source)
 
 
 def load_config(path: str | Path) -> GatewayConfig:
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read ({exc.strerror})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML ({exc})") from None
-    return parse_config(data, str(p))
+    return parse_config(read_yaml(p), str(p))
 
 
 def json_schema() -> dict[str, Any]:

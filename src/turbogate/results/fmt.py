@@ -60,21 +60,19 @@ def fmt_ms(seconds: float | None) -> str:
 
 def fmt_pct(fraction: float | None, decimals: int = 1) -> str:
     """A fraction as a percentage, with a clean zero (never ``-0.0 %``)."""
-    if fraction is None:
-        return "–"
-    v = round(fraction * 100, decimals)
-    if v == 0:
-        v = 0.0
-    return f"{v:.{decimals}f} %"
+    return _percent(fraction, decimals, "")
 
 
 def fmt_signed_pct(fraction: float | None, decimals: int = 1) -> str:
+    """As :func:`fmt_pct`, with the sign of a change ("+3.2 %", "-1.0 %"; zero unsigned)."""
+    return _percent(fraction, decimals, "+")
+
+
+def _percent(fraction: float | None, decimals: int, sign: str) -> str:
     if fraction is None:
         return "–"
     v = round(fraction * 100, decimals)
-    if v == 0:
-        return f"{0:.{decimals}f} %"
-    return f"{v:+.{decimals}f} %"
+    return f"{0:.{decimals}f} %" if v == 0 else f"{v:{sign}.{decimals}f} %"
 
 
 def fmt_value(v: Any) -> str:

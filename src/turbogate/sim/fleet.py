@@ -12,12 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from turbogate.errors import ConfigError
 from turbogate.perf.profiles import DEFAULT_PROFILE, ENGINE_PROFILES
-from turbogate.validation import describe_validation_error
+from turbogate.validation import read_yaml, validate_document
 
 
 class _Model(BaseModel):
@@ -125,23 +123,12 @@ class Fleet(_Model):
 
 
 def parse_fleet(data: Any, source: str = "fleet") -> Fleet:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source}: the top level must be a mapping")
-    try:
-        return Fleet.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(f"{source}: {describe_validation_error(exc)}") from None
+    return validate_document(Fleet, data, source)
 
 
 def load_fleet(path: str | Path) -> Fleet:
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML ({exc})") from None
-    return parse_fleet(data, str(p))
+    return parse_fleet(read_yaml(p), str(p))
 
 
 if __name__ == "__main__":
