@@ -41,7 +41,7 @@ from turbogate.sched.codel import ControlledDelay
 from turbogate.sched.headroom import Headroom
 from turbogate.sched.surge import turbo_deficit
 from turbogate.sched.ticket import Admitted, Shed, State, TenantPolicy, Ticket, TierPolicy, clamp_retry
-from turbogate.sched.tier_queue import TierQueue
+from turbogate.sched.tier_queue import TierQueue, count_down
 from turbogate.sched.tiers import RANK, TIERS, Tier
 from turbogate.sched.turbo_supply import TurboSupply
 
@@ -100,7 +100,7 @@ class Admission:
         self._active: dict[str, int] = tenant_counts if tenant_counts is not None else {}
         self._seq = 0
         self.in_flight = 0
-        #: Tickets waiting in any tier (read on every arrival and completion: an attribute, not a property).
+        #: Tickets waiting in any tier.
         self.queued = 0
         self._service_ewma_s = 0.0
         self._samples = 0
@@ -263,9 +263,9 @@ class Admission:
     def predicted_wait_s(self, tier: Tier, slots: int) -> float | None:
         """Queue time a new ``tier`` request should expect: the work queued at its rank or
         above, drained ``slots`` at a time at the observed service time."""
-        if self._samples < self._min_samples or slots <= 0:  # (service_estimate_s is None)
+        service = self.service_estimate_s
+        if service is None or slots <= 0:
             return None
-        service = self._service_ewma_s
         ahead = 0
         for queue in self._at_or_above[tier]:
             ahead += queue.length
@@ -354,10 +354,7 @@ class Admission:
         ticket.dispatched_at = now
         queue.started(ticket)
         self.dispatched[tier] += 1
-        if not self.queued:  # no other tier waits, so only this one's share moves
-            queue.share += SHARE_ALPHA * (1.0 - queue.share)
-        else:
-            self._update_shares(queue)
+        self._update_shares(queue)
         self.in_flight += 1
 
     def _update_shares(self, queue: TierQueue) -> None:
@@ -371,13 +368,6 @@ class Admission:
                 # interleaved with Turbo, not its past shortfall in one block ahead of Turbo.
                 share = q.share * (1.0 - SHARE_ALPHA)
                 q.share = share if share > q.share_floor else q.share_floor
-
-    def _release_tenant(self, tenant: str) -> None:
-        left = self._active.get(tenant, 0) - 1
-        if left > 0:
-            self._active[tenant] = left
-        else:
-            self._active.pop(tenant, None)
 
     def requeue(self, ticket: Ticket) -> None:
         """Put a dispatched ticket back (no replica could take it); it keeps its place."""
@@ -405,7 +395,7 @@ class Admission:
                 alpha = 0.2 if self._samples > 1 else 1.0
                 self._service_ewma_s += alpha * (sample - self._service_ewma_s)
             ticket.state = _DONE
-            self._release_tenant(ticket.tenant)
+            count_down(self._active, ticket.tenant)
         elif ticket.state is _QUEUED:
             self.cancel(ticket)
 
@@ -421,7 +411,7 @@ class Admission:
             return False
         ticket.state = _DONE
         self._unqueue(ticket)
-        self._release_tenant(ticket.tenant)
+        count_down(self._active, ticket.tenant)
         return True
 
     def timed_out(self, ticket: Ticket, now: float, slots: int) -> Shed:

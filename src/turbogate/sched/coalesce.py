@@ -115,7 +115,7 @@ class Group:
     members: int = 1  # requests that joined it, the leader included
     present: int = 1  # members whose clients have not left
     state: GroupState = GroupState.RUNNING
-    handle: builtins.object = field(default=None)  # builtins.: see admission.Ticket.payload
+    handle: builtins.object = field(default=None)  # builtins.: see sched/ticket.py Ticket.payload
 
     @property
     def followers(self) -> int:

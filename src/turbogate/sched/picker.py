@@ -209,7 +209,7 @@ class Picker(ReplicaBook):
         replica.in_flight += 1
         if replica.in_flight > replica.peak_in_flight:
             replica.peak_in_flight = replica.in_flight
-        if self._pools[replica.pool].indexed:  # (small pools keep no running sums: no call per dispatch)
+        if self._pools[replica.pool].indexed:  # only large pools keep running sums
             self._refresh(replica)
 
     # ---- outcomes --------------------------------------------------------------------------

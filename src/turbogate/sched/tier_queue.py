@@ -23,6 +23,15 @@ _TINY = 1e-9
 _QUEUED = State.QUEUED
 
 
+def count_down(counts: dict[str, int], key: str) -> None:
+    """One fewer for ``key``; a key at zero is dropped (a tenant gone leaves nothing behind)."""
+    left = counts.get(key, 0) - 1
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)
+
+
 @dataclass(slots=True)
 class TierQueue:
     heap: list[tuple[float, int, Ticket]] = field(default_factory=list)
@@ -69,11 +78,7 @@ class TierQueue:
     def left(self, tenant: str) -> None:
         """A ticket of ``tenant`` left the queue (dispatched or withdrawn)."""
         self.length -= 1
-        count = self.queued_by_tenant.get(tenant, 0) - 1
-        if count > 0:
-            self.queued_by_tenant[tenant] = count
-        else:
-            self.queued_by_tenant.pop(tenant, None)
+        count_down(self.queued_by_tenant, tenant)
 
     def started(self, ticket: Ticket) -> None:
         """``ticket`` of this tier went upstream: virtual time moves to its tag."""
