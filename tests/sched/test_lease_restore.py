@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from turbogate.sched.leases import LeaseBook, LeaseExpired, LeasePolicy, LeaseState
+from turbogate.sched.leases import SAME_HEARTBEAT_S, LeaseBook, LeaseExpired, LeasePolicy, LeaseState, stored_copy_wins
 
 POLICY = LeasePolicy(duration_s=100.0, renew_below_s=30.0, renew_by_s=50.0, warn_after_s=9.0, expire_after_s=12.0,
                      keep_expired_s=40.0)
@@ -50,3 +50,29 @@ def test_restore_replaces_the_copy_and_forgetting_spares_a_newer_one() -> None:
     book.grant("l2", "acme", 60.0)  # forgets leases expired over keep_expired_s ago: not l1's new copy
     assert book.known("l1") is new
     assert book.live_count("acme", 60.0) == 1  # l1 went silent at 33; l2 lives
+
+
+def test_a_stored_copy_wins_unless_this_book_saw_a_later_heartbeat() -> None:
+    book = LeaseBook(POLICY)
+    lease = book.grant("l1", "acme", 0.0)
+    book.heartbeat("l1", "acme", 5.0)  # kept here while the store could not be written
+    # The store's record still says granted at 0, last heartbeat at 0: this book's later heartbeat stands.
+    kept = book.take_stored("l1", "acme", 0.0, lease.term_ends_at, 0.0, 0, 10.0)
+    assert kept.last_heartbeat == 5.0 and kept is lease
+    assert kept.state is LeaseState.ACTIVE  # 5 s quiet; the stored times (10 s quiet) would say warn
+    # A stored heartbeat later than this book's (taken by another process) replaces it.
+    newer = book.take_stored("l1", "acme", 0.0, lease.term_ends_at, 7.0, 0, 10.0)
+    assert newer.last_heartbeat == 7.0 and book.known("l1") is newer
+    # The same heartbeat read back through the wall-clock conversion (a rounding apart) is the stored one's.
+    assert stored_copy_wins(7.0 + SAME_HEARTBEAT_S / 2, 7.0)
+    assert not stored_copy_wins(7.0 + 2 * SAME_HEARTBEAT_S, 7.0)
+    # After a lost compare-and-set the winner's write is taken, whatever this book saw.
+    book.heartbeat("l1", "acme", 10.5)
+    forced = book.take_stored("l1", "acme", 0.0, lease.term_ends_at, 7.0, 0, 11.0, force=True)
+    assert forced.last_heartbeat == 7.0
+
+
+def test_a_stored_lease_unknown_here_is_taken() -> None:
+    book = LeaseBook(POLICY)
+    lease = book.take_stored("l2", "acme", 0.0, 100.0, 0.0, 0, 10.0)
+    assert lease.state is LeaseState.WARN and book.known("l2") is lease  # quiet past warn_after_s (9 s)

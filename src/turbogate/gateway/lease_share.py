@@ -45,14 +45,11 @@ class SharedLeases:
                            lease.last_heartbeat + w, lease.renewals, self.book.forget_at(lease) + w)
 
     def _restore(self, rec: LeaseRecord, now: float, force: bool = False) -> Lease:
-        """Take the stored times unless this process holds newer ones (a heartbeat it took while
-        the store was down) and ``force`` is off."""
+        """The stored record against this process's copy: which wins is the book's rule
+        (``LeaseBook.take_stored``); here only wall time becomes the book's clock."""
         w = self._wall
-        mine = self.book.known(rec.id)
-        if not force and mine is not None and mine.last_heartbeat > rec.last_heartbeat - w + 1e-3:
-            return self.book.advance(mine, now)
-        return self.book.restore(rec.id, rec.tenant, rec.granted_at - w, rec.term_ends_at - w,
-                                 rec.last_heartbeat - w, rec.renewals, now)
+        return self.book.take_stored(rec.id, rec.tenant, rec.granted_at - w, rec.term_ends_at - w,
+                                     rec.last_heartbeat - w, rec.renewals, now, force)
 
     # ---- the API ----------------------------------------------------------------------------
     async def refresh(self, lease_id: str, now: float) -> None:

@@ -19,7 +19,8 @@ A lease's state is a function of its times alone (granted, term end, last heartb
 a heartbeat is only accepted on a live lease and leaves it active, so replaying the timed
 events from the last heartbeat through the same table (``restore``) gives the state the book
 that saw every event has.  That is what lets gateway processes share leases through a store
-that holds only those times (gateway/lease_share.py).
+that holds only those times (gateway/lease_share.py); where a stored copy and this book's
+differ, the later heartbeat wins (``take_stored``).
 """
 
 from __future__ import annotations
@@ -91,6 +92,18 @@ class Lease:
 
     def remaining(self, now: float) -> float:
         return max(0.0, self.term_ends_at - now)
+
+
+#: Two readings of one heartbeat, one converted between clocks (the store keeps wall time, a
+#: book its process's clock), differ by the conversion's rounding: closer than this, the same.
+SAME_HEARTBEAT_S = 1e-3
+
+
+def stored_copy_wins(mine_heartbeat: float, stored_heartbeat: float) -> bool:
+    """Whether a stored copy of a lease replaces this book's: unless this book saw a later
+    heartbeat (one it kept while the store was unreachable: the lease lived).  Both times on the
+    book's clock."""
+    return mine_heartbeat <= stored_heartbeat + SAME_HEARTBEAT_S
 
 
 class LeaseError(TurbogateError):
@@ -211,6 +224,17 @@ class LeaseBook:
     def known(self, lease_id: str) -> Lease | None:
         """This book's copy, as last seen (not advanced)."""
         return self._leases.get(lease_id)
+
+    def take_stored(self, lease_id: str, tenant: str, granted_at: float, term_ends_at: float, last_heartbeat: float,
+                    renewals: int, now: float, force: bool = False) -> Lease:
+        """A stored copy of a lease meets this book's: the one whose last heartbeat is later
+        wins (:func:`stored_copy_wins`), so a heartbeat this book took while the store could not
+        be written is not undone by the older record; ``force`` takes the stored one whatever
+        (after a lost compare-and-set, the winner's write is the truth)."""
+        mine = self._leases.get(lease_id)
+        if not force and mine is not None and not stored_copy_wins(mine.last_heartbeat, last_heartbeat):
+            return self.advance(mine, now)
+        return self.restore(lease_id, tenant, granted_at, term_ends_at, last_heartbeat, renewals, now)
 
     def live_count(self, tenant: str, now: float) -> int:
         """Live leases ``tenant`` holds in this book at ``now``."""
