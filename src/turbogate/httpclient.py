@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from turbogate.errors import UpstreamError
+from turbogate.sched.resend import resend_on_new_connection
 
 _PAUSE_AT = 64  # buffered chunks before we stop reading from the server (back-pressure)
 
@@ -349,9 +350,9 @@ class UpstreamPool:
         send to the complete answer; when it runs out the connection is aborted and the waiting
         call raises :class:`UpstreamError` with ``timed_out``.
 
-        A kept-alive connection that the server closed as we reused it (its idle timeout raced
-        our request) is retried once on a fresh connection: the server never saw that request,
-        and it says nothing about the server's health."""
+        A failure on a kept-alive connection before any byte of the answer is sent once more on
+        a new connection, unseen by the caller: the rule and why are
+        ``turbogate.sched.resend.resend_on_new_connection``'s."""
         conn = self._take_idle() or await self._connect(reuse=False)  # no coroutine for the usual reuse
         while True:
             reused = not conn.fresh
@@ -367,7 +368,7 @@ class UpstreamPool:
                         conn._waiter = None
             except UpstreamError as exc:
                 response.abort()
-                if not reused or not exc.before_response or exc.timed_out:
+                if not resend_on_new_connection(reused, exc.before_response, exc.timed_out):
                     raise
                 conn = await self._connect(reuse=False)
                 continue
