@@ -26,7 +26,7 @@ from turbogate.errors import TurbogateError
 from turbogate.perf import GPU, get_gpu
 
 PROFILE_FORMAT = 1
-STREAM_ROWS = 16  # decode batch whose GEMMs still stream the weights (issue 40: flat up to 16 rows on H200)
+STREAM_ROWS = 16  # decode batch whose GEMMs still stream the weights (measured flat up to 16 rows on H200)
 
 
 class GpuProfileError(TurbogateError, ValueError):

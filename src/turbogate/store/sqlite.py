@@ -32,7 +32,7 @@ class _Busy(TurbogateError):
 # two time indexes, 2.5-4 µs like this; docs/gateway.md, "Tenth pass").  A record's ts and id are
 # fixed before it is first stored, so a replayed record still meets its own key (INSERT OR
 # IGNORE).  A report reads its time window from the key and filters the tenant as it goes.
-# A database made before keeps its old table and indexes: same columns, same statements.
+# A database whose table has other indexes works as it is: same columns, same statements.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS usage (
   id TEXT NOT NULL, ts REAL NOT NULL, tenant TEXT NOT NULL, model TEXT NOT NULL, tier_asked TEXT NOT NULL,
