@@ -22,6 +22,7 @@ from turbogate.results import RequestRecord
 from turbogate.sched.actions import Cancel, Dispatch, Failure, FlowRequest, Probe, Respond
 from turbogate.sched.flow import Flow
 from turbogate.sched.load import ReplicaLoad
+from turbogate.sched.metering import LimitRefusal
 from turbogate.sched.picker import ScrapeFailed
 from turbogate.sched.regions import MeasureRtt
 from turbogate.sched.tiers import Tier
@@ -63,8 +64,12 @@ class Simulation:
                  staleness_s: float = 0.0, outages: Iterable[tuple[float, str, bool]] = (),
                  freezes: Iterable[tuple[float, str]] = (),
                  progress: Callable[[float], None] | None = None, regions: SimRegions | None = None,
-                 warmup: Iterable[SimRequest] = (), warmup_s: float = 0.0) -> None:
+                 warmup: Iterable[SimRequest] = (), warmup_s: float = 0.0,
+                 limits: Callable[[FlowRequest, float], LimitRefusal | None] | None = None) -> None:
         self.flow = flow
+        #: The tenants' global limits' verdict on an arrival (the gateway asks its shared store),
+        #: the Flow's input at ``arrive``; None: no limits.
+        self.limits = limits
         self.regions = regions
         self.replicas = {r.id: r for r in replicas}
         self._scraped = [r for r in replicas if r.scraped]
@@ -186,7 +191,8 @@ class Simulation:
         call.flow = r
         if regions is not None:
             call.leg = regions.leg_s(region, r.pool)
-        self._act(self.flow.arrive(r, now), now)
+        limits = self.limits
+        self._act(self.flow.arrive(r, now, None if limits is None else limits(r, now)), now)
 
     def _respond(self, a: Respond, now: float) -> None:
         if a.req is None:
@@ -225,7 +231,7 @@ class Simulation:
         if attempt != call.attempt or fr is None or fr.done or rep is None:
             return
         if rep.down:
-            self._push(now + rep.delay, self._failed, (call, attempt, Failure.CONNECT))
+            self._push(now + rep.delay, self._failed, (call, attempt, Failure.CONNECT, 0))
             return
         if rep.frozen:  # the kernel takes the connection; nothing answers it
             rep.on[call.rid] = call
@@ -316,15 +322,23 @@ class Simulation:
             self._close(call, now + self.c2g, status, f"HTTP {status}: the replica refused the request's length")
             self._act(actions, now)
 
-    def _failed(self, now: float, arg: tuple[Call, int, Failure]) -> None:
-        call, attempt, kind = arg
+    def _failed(self, now: float, arg: tuple[Call, int, Failure, int]) -> None:
+        """An attempt failed (``kind``) after its client got ``sent`` tokens: what follows (a
+        retry, a 502 and its usage record) is the Flow's."""
+        call, attempt, kind, sent = arg
         fr = call.flow
         if attempt != call.attempt or fr is None or fr.done:
             return
         call.attempt += 1
-        actions = self.flow.failed(fr, now, kind)
-        if kind is Failure.BROKEN:
-            self._close(call, now + self.c2g, 200, "stream broke: the replica went down mid-answer")
+        self._act(self.flow.failed(fr, now, kind, sent_tokens=sent), now)
+
+    def _gone(self, now: float, call: Call) -> None:
+        """The client stopped waiting: what the request held is freed, as the Flow says."""
+        fr = call.flow
+        if fr is None or fr.done:
+            return
+        actions = self.flow.client_gone(fr, now)
+        self._close(call, now + self.c2g, 499, "the client left")
         self._act(actions, now)
 
     def _abort(self, now: float, arg: tuple[Call, SimReplica, int]) -> None:
@@ -333,10 +347,13 @@ class Simulation:
             rep.loop.abort(call.rid, now)
 
     def _down(self, now: float, rep: SimReplica) -> None:
-        broken = rep.crash()
-        for call in broken:
+        engine = rep.loop.engine
+        # A stream's client has the tokens made so far (the engine's count, before it is lost).
+        sent = {call.rid: engine.output_tokens(call.rid) if call.first_at is not None and call.rid in engine else 0
+                for call in rep.on.values()}
+        for call in rep.crash():
             kind = Failure.BROKEN if call.first_at is not None else Failure.RESET
-            self._push(now + rep.delay, self._failed, (call, call.attempt, kind))
+            self._push(now + rep.delay, self._failed, (call, call.attempt, kind, sent[call.rid]))
 
     def _up(self, now: float, rep: SimReplica) -> None:
         rep.down = False
