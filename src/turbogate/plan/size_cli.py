@@ -22,7 +22,9 @@ from rich.table import Table
 from turbogate.config import load_config
 from turbogate.errors import BadInput, ConfigError, TurbogateError
 from turbogate.perf.default_workload import OUTPUT_TOKENS, PROMPT_TOKENS
+from turbogate.perf.profiles import get_profile
 from turbogate.plan.latency import DEFAULT_KNEE_FACTOR
+from turbogate.plan.profile_opts import engine_profile_option, gpu_profile_option
 from turbogate.plan.size import Candidate, Fleet, Measured, SizeInputs, SizeResult, TierSLO, size
 from turbogate.plan.size_sim import (
     DEFAULT_TPS,
@@ -103,6 +105,8 @@ def size_cmd(
                                                help="Engine's token budget per step."),
     knee_factor: float = typer.Option(DEFAULT_KNEE_FACTOR, "--knee-factor",
                                       help="Closed-form knee: mean E2E reaches this × its unloaded value."),
+    engine_profile: str = engine_profile_option(),
+    gpu_profile: Path | None = gpu_profile_option(),
     config: Path = typer.Option(None, "--config", help="Simulate behind this gateway config (its tiers, "
                                 "concurrency, the pool serving --model). Default: the gateway's default tiers."),
     duration: float = typer.Option(None, "--duration", min=1, help="Simulated seconds judged per fleet, after "
@@ -133,8 +137,15 @@ def size_cmd(
         slos = {"turbo": TierSLO(turbo_ttft_p95, turbo_itl_p95), "standard": TierSLO(standard_ttft_p95,
                                                                                      standard_itl_p95)}
         inputs = SizeInputs(peak_rps=peak_rps, turbo_share=turbo_share, slos=slos, top=top)
+        measured = None
+        if gpu_profile is not None:
+            from turbogate.plan.profile_cli import load_gpu_profile  # numpy only when a profile is read
+
+            measured = load_gpu_profile(gpu_profile)
         engine = Engine(model, prompt_tokens, output_tokens, dtype, kv_dtype, gpu_mem_util, max_num_seqs,
-                        max_num_batched_tokens, knee_factor)
+                        max_num_batched_tokens, knee_factor, get_profile(engine_profile).name,
+                        measured.gpu_name if measured else None, measured.bw_efficiency if measured else None,
+                        measured.mfu if measured else None)
         names = _names(gpus, "--gpus") or list(data_centre_gpus())
         cands, left_out = candidates(engine, names, _tps(tp))
         if not cands:

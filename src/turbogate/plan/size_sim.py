@@ -16,13 +16,15 @@ from typing import Any
 from turbogate.bench.options import LoadOptions, build_load
 from turbogate.config import GatewayConfig, hash_key, parse_config
 from turbogate.errors import CatalogError, ConfigError
-from turbogate.perf import GPUS, deployment, get_gpu, resolve_model
+from turbogate.perf import GPUS, get_gpu
+from turbogate.perf.profiles import DEFAULT_PROFILE
 from turbogate.plan.latency import latency_model
 from turbogate.plan.size import TIERS, Candidate, Measured, SizeInputs
 from turbogate.results import RequestRecord
 from turbogate.results.stats import Dist
 from turbogate.sim.build import SimConfig
-from turbogate.sim.fleet import Fleet, parse_fleet
+from turbogate.sim.fleet import Fleet, ReplicaGroup, parse_fleet
+from turbogate.sim.replica import group_deployment
 from turbogate.sim.run import simulate
 
 #: Tensor-parallel sizes tried by default: one GPU up to a whole 8-GPU node.
@@ -58,19 +60,31 @@ class Engine:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     knee_factor: float = 2.0
+    engine_profile: str = DEFAULT_PROFILE
+    measured_gpu: str | None = None  # a GPU profile's GPU (``plan profile``): its measured factors apply there
+    gpu_bw_efficiency: float | None = None
+    gpu_mfu: float | None = None
+
+    def group(self, gpu: str, tp: int, count: int = 1) -> dict[str, Any]:
+        """The fleet file's replica group of ``count`` × (``gpu``, ``tp``) running this engine."""
+        measured = ({"gpu_bw_efficiency": self.gpu_bw_efficiency, "gpu_mfu": self.gpu_mfu}
+                    if self.measured_gpu is not None and get_gpu(gpu).name == self.measured_gpu else {})
+        return {"count": count, "gpu": gpu, "model": self.model, "tp": tp, "max_num_seqs": self.max_num_seqs,
+                "max_num_batched_tokens": self.max_num_batched_tokens, "dtype": self.dtype,
+                "kv_cache_dtype": self.kv_dtype, "gpu_memory_utilization": self.gpu_mem_util,
+                "engine_profile": self.engine_profile, **measured}
 
 
 def candidates(engine: Engine, gpus: Iterable[str], tps: Sequence[int]) -> tuple[list[Candidate], list[str]]:
-    """Every GPU × TP that holds the model, and a line for each that does not."""
-    spec = resolve_model(engine.model)
+    """Every GPU × TP that holds the model, and a line for each that does not.  Each candidate's closed
+    form runs on the deployment the simulator builds from its fleet file's replica group (same profile)."""
     out: list[Candidate] = []
     left_out: list[str] = []
     for name in gpus:
         gpu = get_gpu(name)
         for tp in tps:
             try:
-                dep = deployment(gpu, spec, tp=tp, weight_dtype=engine.dtype, kv_dtype=engine.kv_dtype,
-                                 gpu_mem_util=engine.gpu_mem_util)
+                dep = group_deployment(ReplicaGroup.model_validate(engine.group(gpu.name, tp)))
                 lm = latency_model(dep, engine.prompt_tokens, engine.output_tokens, engine.max_num_seqs,
                                    engine.max_num_batched_tokens)
             except (CatalogError, ValueError) as exc:
@@ -126,11 +140,7 @@ class SimMeasure:
 
     def fleet_data(self, c: Candidate, replicas: int) -> dict[str, Any]:
         """The fleet file of ``replicas`` × ``c`` (docs/sim.md): ``turbogate sim --fleet`` runs the same."""
-        e = self.engine
-        return {"pools": [{"name": self.pool, "replicas": [{
-            "count": replicas, "gpu": c.gpu, "model": e.model, "tp": c.tp, "max_num_seqs": e.max_num_seqs,
-            "max_num_batched_tokens": e.max_num_batched_tokens, "dtype": e.dtype, "kv_cache_dtype": e.kv_dtype,
-            "gpu_memory_utilization": e.gpu_mem_util}]}]}
+        return {"pools": [{"name": self.pool, "replicas": [self.engine.group(c.gpu, c.tp, replicas)]}]}
 
     def fleet(self, c: Candidate, replicas: int) -> Fleet:
         return parse_fleet(self.fleet_data(c, replicas))
