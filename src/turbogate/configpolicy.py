@@ -15,7 +15,7 @@ from turbogate.sched.coalesce import CoalescePolicy
 from turbogate.sched.guard import GuardPolicy, KneeSource
 from turbogate.sched.jobgraph import JobLimits
 from turbogate.sched.leases import LeasePolicy
-from turbogate.sched.metering import MeteringPolicy
+from turbogate.sched.metering import LimitPolicy, MeteringPolicy
 from turbogate.sched.picker import PickerConfig
 from turbogate.sched.policy import FlowPolicy, Mode, PoolSpec, ReplicaSpec, TenantSpec
 from turbogate.sched.regions import RegionPolicy
@@ -157,3 +157,19 @@ def lease_policy(config: LeasesConfig) -> LeasePolicy:
     """Turbo leases' policy from the config's ``leases`` section."""
     return LeasePolicy(config.duration_s, config.renew_below_s, config.renew_by_s, config.warn_after_s,
                        config.expire_after_s, config.ping_interval_s, config.max_per_tenant, config.keep_expired_s)
+
+
+# ---- metering: each tenant's global limits ---------------------------------------------------------
+
+
+def tenant_limits(config: GatewayConfig) -> dict[str, LimitPolicy]:
+    """Each tenant's global limits (in flight, requests and tokens per minute), for the tenants
+    that set any: the store counts them across every gateway (sched/metering.py's rule)."""
+    return {t.name: lim for t in config.tenants
+            if (lim := LimitPolicy(t.max_in_flight, t.requests_per_minute, t.tokens_per_minute)).any}
+
+
+def limit_hold_s(config: GatewayConfig) -> float:
+    """How long a limit place is held at most: the longest a request can live (queue budget and
+    deadline of its tier), so a crashed gateway's places are freed after it."""
+    return max(t.deadline_s + t.queue_budget_s for t in config.tiers.values())

@@ -138,9 +138,8 @@ def test_a_request_without_traceparent_starts_a_trace(traced: tuple[str, Recorde
 
 def test_off_by_default_the_app_is_untouched(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(tracing.ENV, raising=False)
+    assert tracing.from_env() is None
     app = GatewayApp(parse_config(gateway_config([pool("p", [MODEL], ["http://127.0.0.1:9"])])))
-    assert tracing.install(app) is None
-    # The bound methods are the class's own: the request path has no tracing code at all.
-    assert app._proxy.__func__ is GatewayApp._proxy  # type: ignore[attr-defined]
-    assert app._serve.__func__ is GatewayApp._serve  # type: ignore[attr-defined]
-    assert "_proxy" not in vars(app) and "startup" not in vars(app)
+    # The routes call the edge and the edge the request's life directly: no tracing code between.
+    assert app.routes.proxy == app.edge.proxy
+    assert app.edge.serve == app.serving.serve

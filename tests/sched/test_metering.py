@@ -11,6 +11,7 @@ from tests.sched.test_flow import fresh, new, policy
 from turbogate.sched import Dispatch, Flow, FlowPolicy, PoolSpec, ReplicaSpec, Respond, TenantSpec, Tier
 from turbogate.sched.metering import (
     BUDGET_SPENT,
+    BudgetBook,
     LimitPolicy,
     MeteringPolicy,
     cost_units,
@@ -132,6 +133,30 @@ def test_periods_reset_on_schedule() -> None:
     assert period_key(ts, "day") != period_key(ts + 86400, "day")
     with pytest.raises(ValueError, match="fortnight"):
         period_start(ts, "fortnight")
+
+
+def test_a_budget_rolls_to_the_period_the_wall_clock_is_in() -> None:
+    book = BudgetBook()
+    assert book.start_period("acme", 0.0) is None  # no budget: nothing to roll
+    book.set_budget("acme", 100.0, "day")
+    monday = calendar.timegm((2026, 11, 23, 10, 0, 0))
+    key = book.start_period("acme", monday)
+    assert key == period_key(monday, "day")
+    book.observe("acme", key, 60.0)
+    assert book.start_period("acme", monday + 3600) == key and book.budgets["acme"].spent == 60.0  # same day
+    tuesday = book.start_period("acme", monday + 86400)
+    assert tuesday != key and book.budgets["acme"].spent == 0.0  # a new day starts from zero
+
+
+def test_store_totals_count_only_for_the_current_period_of_a_budgets_kind() -> None:
+    book = BudgetBook()
+    book.set_budget("acme", 100.0, "day")
+    now = calendar.timegm((2026, 11, 26, 15, 30, 5))
+    book.start_period("acme", now)
+    yesterday = period_key(now - 86400, "day")
+    book.observe_spent({("acme", period_key(now, "day")): 40.0, ("acme", yesterday): 99.0,
+                        ("acme", period_key(now, "month")): 500.0, ("basic", period_key(now, "day")): 7.0}, now)
+    assert book.budgets["acme"].spent == 40.0 and "basic" not in book.budgets
 
 
 def test_limit_rule() -> None:

@@ -17,20 +17,23 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from turbogate.asgi import Receive, Scope, Send, header, read_body, send_error, send_json
+from turbogate.asgi import Receive, Scope, Send, read_body, send_error, send_json
 from turbogate.gateway.conformance import method_not_allowed
 from turbogate.sched import TIERS, Tier, parse_tier
 from turbogate.sched.guard import GuardState
+from turbogate.sched.switches import tenant_switch, tier_switch
 
 if TYPE_CHECKING:
-    from turbogate.gateway.app import GatewayApp
+    from turbogate.gateway.metering import Metering
+    from turbogate.gateway.parts import Auth
+    from turbogate.sched import Flow
 
 MAX_BODY = 65536  # an admin switch is a few bytes
 
 
-def body_limit(app: GatewayApp) -> int:
-    """The largest body an admin route reads: the gateway's limit, and at most MAX_BODY."""
-    return min(MAX_BODY, app.max_body)
+def body_limit(max_body: int) -> int:
+    """The largest body an admin route reads: the gateway's limit ``max_body``, and at most MAX_BODY."""
+    return min(MAX_BODY, max_body)
 
 
 class TierSwitch(BaseModel):
@@ -48,8 +51,7 @@ class GuardSwitch(BaseModel):
     state: Literal["open", "capped", "closed"] | None  # null hands the guard back to the load
 
 
-def state(app: GatewayApp) -> dict[str, Any]:
-    flow = app.rt.flow
+def state(flow: Flow, meter: Metering) -> dict[str, Any]:
     picker = flow.picker
     now = time.perf_counter()
     return {
@@ -73,13 +75,14 @@ def state(app: GatewayApp) -> dict[str, Any]:
         "replicas": list(picker.describe(now)),
         # The hung-replica rule's view (sched/hung.py): requests each replica holds, its measured pace.
         "hung": {"found": flow.hung.found, "replicas": {r.id: flow.hung.describe(r.id) for r in picker.replicas()}},
-        "store": app.meter.describe(),
+        "store": meter.describe(),
         "regions": flow.regions.snapshot() if flow.l3 else None,  # L3's latency estimates (sched/regions.py)
     }
 
 
-async def _body(app: GatewayApp, receive: Receive, send: Send, model: type[BaseModel]) -> BaseModel | None:
-    raw = await read_body(receive, body_limit(app))  # over it: BodyTooLarge, answered 413 by routes.py
+async def read_model(receive: Receive, send: Send, model: type[BaseModel], limit: int) -> BaseModel | None:
+    """The body as ``model``, or None once a 400 naming the field went out (or the client left)."""
+    raw = await read_body(receive, limit)  # over it: BodyTooLarge, answered 413 by routes.py
     if raw is None:
         return None
     try:
@@ -93,65 +96,77 @@ async def _body(app: GatewayApp, receive: Receive, send: Send, model: type[BaseM
     return None
 
 
-async def handle(app: GatewayApp, scope: Scope, receive: Receive, send: Send) -> None:
-    auth = header(scope, b"authorization") or b""
-    if not (auth[:7].lower() == b"bearer " and app.rt.is_admin(auth[7:].strip())):
-        await send_error(send, 401, "admin API needs Authorization: Bearer <admin token>", code="invalid_admin_token")
-        return
-    path: str = scope["path"]
-    method: str = scope["method"]
-    parts = path.strip("/").split("/")
-    allowed = _allowed(parts)
-    if allowed is None:
-        await send_error(send, 404, f"no admin route {path}", code="not_found")
-        return
-    if method not in allowed:
-        await method_not_allowed(send, path, *allowed)
-        return
-    if parts == ["admin", "state"]:
-        await send_json(send, 200, state(app))
-        return
-    if parts == ["admin", "events"]:
-        guards = app.rt.flow.guards
-        await send_json(send, 200, {"events": sorted(
-            ({"pool": pool, "at": e.at, "from": e.before.value, "to": e.after.value, "load_rps": round(e.load_rps, 3),
-              "knee_rps": e.knee_rps, "why": e.why} for pool, g in guards.items() for e in g.events),
-            key=lambda e: float(e["at"]))})
-        return
-    if len(parts) == 4 and parts[1] == "pools" and parts[3] == "guard":
-        guard = app.rt.flow.guards.get(parts[2])
-        if guard is None:
-            await send_error(send, 404, f"pool {parts[2]!r} has no knee guard (give it knee_rps or knee_from)",
-                             param="pool", code="not_found")
+class AdminApi:
+    """The admin routes: switches and state of ``flow``, shared through ``meter``'s store."""
+
+    def __init__(self, auth: Auth, flow: Flow, meter: Metering, max_body: int) -> None:
+        self.auth = auth
+        self.flow = flow
+        self.meter = meter
+        self.max_body = body_limit(max_body)
+
+    async def _body(self, receive: Receive, send: Send, model: type[BaseModel]) -> BaseModel | None:
+        return await read_model(receive, send, model, self.max_body)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self.auth.admin(scope):
+            await self.auth.not_admin(send)
             return
-        body = await _body(app, receive, send, GuardSwitch)
-        if isinstance(body, GuardSwitch):
-            guard.override(None if body.state is None else GuardState(body.state), time.perf_counter())
-            await send_json(send, 200, {"pool": parts[2], "forced": body.state})
-        return
-    if parts[1] == "tiers":
-        tier = parse_tier(parts[2])
-        if tier is None or tier is Tier.STANDARD:  # the flow refuses it too; say so before reading a body
-            await send_error(send, 400, "only turbo and relax can be switched (standard is the fallback)",
-                             param="tier", code="invalid_value")
+        path: str = scope["path"]
+        method: str = scope["method"]
+        parts = path.strip("/").split("/")
+        allowed = _allowed(parts)
+        if allowed is None:
+            await send_error(send, 404, f"no admin route {path}", code="not_found")
             return
-        body = await _body(app, receive, send, TierSwitch)
-        if isinstance(body, TierSwitch):
-            app.rt.flow.set_tier(tier, body.enabled)
-            await app.meter.share_switch(f"tier:{tier.value}", body.enabled)  # every process sharing the store
-            await send_json(send, 200, {"tier": tier.value, "enabled": body.enabled})
-        return
-    if parts[1] == "tenants":
-        tenant = app.rt.flow.tenants.get(parts[2])
-        if tenant is None:
-            await send_error(send, 404, f"no tenant {parts[2]!r}", param="tenant", code="not_found")
+        if method not in allowed:
+            await method_not_allowed(send, path, *allowed)
             return
-        body = await _body(app, receive, send, TenantSwitch)
-        if isinstance(body, TenantSwitch):
-            app.rt.flow.set_tenant_turbo(tenant.name, body.turbo_enabled)
-            await app.meter.share_switch(f"tenant:{tenant.name}", body.turbo_enabled)
-            await send_json(send, 200, {"tenant": tenant.name, "turbo_enabled": body.turbo_enabled})
-        return
+        if parts == ["admin", "state"]:
+            await send_json(send, 200, state(self.flow, self.meter))
+            return
+        if parts == ["admin", "events"]:
+            guards = self.flow.guards
+            await send_json(send, 200, {"events": sorted(
+                ({"pool": pool, "at": e.at, "from": e.before.value, "to": e.after.value,
+                  "load_rps": round(e.load_rps, 3), "knee_rps": e.knee_rps, "why": e.why}
+                 for pool, g in guards.items() for e in g.events),
+                key=lambda e: float(e["at"]))})
+            return
+        if len(parts) == 4 and parts[1] == "pools" and parts[3] == "guard":
+            guard = self.flow.guards.get(parts[2])
+            if guard is None:
+                await send_error(send, 404, f"pool {parts[2]!r} has no knee guard (give it knee_rps or knee_from)",
+                                 param="pool", code="not_found")
+                return
+            body = await self._body(receive, send, GuardSwitch)
+            if isinstance(body, GuardSwitch):
+                guard.override(None if body.state is None else GuardState(body.state), time.perf_counter())
+                await send_json(send, 200, {"pool": parts[2], "forced": body.state})
+            return
+        if parts[1] == "tiers":
+            tier = parse_tier(parts[2])
+            if tier is None or tier is Tier.STANDARD:  # the flow refuses it too; say so before reading a body
+                await send_error(send, 400, "only turbo and relax can be switched (standard is the fallback)",
+                                 param="tier", code="invalid_value")
+                return
+            body = await self._body(receive, send, TierSwitch)
+            if isinstance(body, TierSwitch):
+                self.flow.set_tier(tier, body.enabled)
+                await self.meter.share_switch(tier_switch(tier), body.enabled)  # every process sharing the store
+                await send_json(send, 200, {"tier": tier.value, "enabled": body.enabled})
+            return
+        if parts[1] == "tenants":
+            tenant = self.flow.tenants.get(parts[2])
+            if tenant is None:
+                await send_error(send, 404, f"no tenant {parts[2]!r}", param="tenant", code="not_found")
+                return
+            body = await self._body(receive, send, TenantSwitch)
+            if isinstance(body, TenantSwitch):
+                self.flow.set_tenant_turbo(tenant.name, body.turbo_enabled)
+                await self.meter.share_switch(tenant_switch(tenant.name), body.turbo_enabled)
+                await send_json(send, 200, {"tenant": tenant.name, "turbo_enabled": body.turbo_enabled})
+            return
 
 
 def _allowed(parts: list[str]) -> tuple[str, ...] | None:

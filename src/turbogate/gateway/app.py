@@ -1,52 +1,54 @@
-"""The gateway as a raw ASGI app (no framework on the hot path; chosen by measured overhead):
-its parts wired together, its routes, and its start and stop.  Every decision about a request —
-its tier, admission, replica, retry, deadline, shedding — is the pure flow's (sched/flow.py);
-the gateway's modules only move bytes: edge.py checks a proxied request, serve.py carries it
-through the flow's steps (driver.py carries out the flow's actions), proxy.py makes the
-upstream calls, scrape.py feeds the flow engine metrics.
+"""The gateway as a raw ASGI app (no framework on the hot path; chosen by measured overhead),
+and its composition root: the one module that knows every part.  It builds each part from the
+config and hands it the narrow parts it uses (gateway/parts.py), chooses tracing's wrappers at
+build time, and starts and stops the whole.
+
+Every decision about a request — its tier, admission, replica, retry, deadline, shedding — is
+the pure flow's (sched/flow.py); the parts only move bytes: routes.py picks the part for a
+path, edge.py checks a proxied request, serve.py carries it through the flow's steps
+(driver.py carries out the flow's actions), proxy.py makes the upstream calls, scrape.py feeds
+the flow engine metrics.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
-import time
 
 import orjson
 
 from turbogate import __version__, build
-from turbogate.asgi import (
-    JSON_CT,
-    AsgiApp,
-    Receive,
-    Scope,
-    Send,
-    header,
-    send_error,
-    send_json,
-)
+from turbogate.asgi import JSON_CT, AsgiApp, Receive, Scope, Send, send_json
 from turbogate.config import GatewayConfig, load_config
+from turbogate.configpolicy import limit_hold_s, tenant_limits
 from turbogate.errors import ConfigError
-from turbogate.gateway import edge, leases, routes, serve
+from turbogate.gateway import proxy, tracing
+from turbogate.gateway.admin import AdminApi
 from turbogate.gateway.busypoll import IdlePoll, describe, idle_poll
 from turbogate.gateway.coalesce import Coalescing
 from turbogate.gateway.driver import FlowDriver
+from turbogate.gateway.edge import Edge
 from turbogate.gateway.jobs import JobsApi
 from turbogate.gateway.learned_share import share_loop, start_learned
 from turbogate.gateway.lease_share import SharedLeases
+from turbogate.gateway.leases import LeasesApi, WsConnections
 from turbogate.gateway.marking import marked_pools, tier_tos
 from turbogate.gateway.metering import Metering
 from turbogate.gateway.metrics import GatewayMetrics
-from turbogate.gateway.metrics_port import MetricsServer
+from turbogate.gateway.metrics_port import MetricsEndpoint, MetricsServer
 from turbogate.gateway.openapi import openapi_document
-from turbogate.gateway.regions import ClientRegions, measure_rtt, pool_headers, warm_up
-from turbogate.gateway.runtime import Runtime, TenantRt, build_runtime
-from turbogate.gateway.scrape import probe_once, scrape_all, scrape_loop, scrape_once
-from turbogate.gateway.tracing import install as install_tracing
-from turbogate.gateway.watch import Watch, sweep
+from turbogate.gateway.parts import Auth, ProxyFn, ServeFn, Shed
+from turbogate.gateway.regions import ClientRegions, pool_headers
+from turbogate.gateway.routes import Routes
+from turbogate.gateway.runtime import build_runtime
+from turbogate.gateway.scrape import ReplicaChecks, scrape_all, scrape_loop
+from turbogate.gateway.serve import Serve
+from turbogate.gateway.usage_api import UsageApi
+from turbogate.gateway.watch import sweep
 from turbogate.httpclient import UpstreamPool
-from turbogate.sched import Health, Replica, Tier
+from turbogate.sched import Tier
 from turbogate.store.base import StoreUnavailable
 from turbogate.store.redis_store import RedisStore
 
@@ -60,42 +62,55 @@ TIER_WORDS = {
 
 
 class GatewayApp(AsgiApp):
+    """The gateway: its parts built from ``config`` and wired together, then started and stopped."""
+
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
-        self.rt: Runtime = build_runtime(config)
-        self.driver = FlowDriver(self.rt.flow, self._probe, measure_rtt=self._measure_rtt, warm_up=self._warm_up)
-        self.client_regions = ClientRegions(config.regions)  # L3's I/O side (gateway/regions.py)
-        self.pool_headers = pool_headers(config)
-        self.metrics = GatewayMetrics(self.rt)
-        self.max_body = config.limits.max_body_bytes
-        self.tier_words = TIER_WORDS[config.service_tier_names]
-        first_pool: dict[str, str] = {}  # a model may be served by several pools (L3): listed once
-        for p in config.pools:
-            for m in p.models:
-                first_pool.setdefault(m, p.name)
-        models = [{"id": m, "object": "model", "created": 0, "owned_by": p} for m, p in first_pool.items()]
-        self.models_body = orjson.dumps({"object": "list", "data": models})
-        self.openapi_body = openapi_document(config)
+        rt = self.rt = build_runtime(config)
+        flow = rt.flow
+        checks = ReplicaChecks(rt)
+        self.driver = checks.driver = FlowDriver(flow, checks.probe, measure_rtt=checks.measure_rtt,
+                                                 warm_up=checks.warm_up)
+        self.metrics = metrics = GatewayMetrics(rt)
+        self.max_body = max_body = config.limits.max_body_bytes
+        self.idle_poll: IdlePoll | None = None  # its poller, made at start-up on that loop (gateway/guard.py reads it)
         self._started = False
-        self.loop: asyncio.AbstractEventLoop | None = None  # the event loop it started on
-        self.idle_poll: IdlePoll | None = None  # its poller, made at start-up on that loop
-        self.watches: set[Watch] = set()
-        self.metrics_token = config.metrics.token_sha256
-        self.metrics_port = config.metrics.port
-        self._metrics_server: MetricsServer | None = None
-        self.meter = Metering(self)  # usage records, budgets, shared switches and limits (docs/metering.md)
-        self.lease_share = SharedLeases(self.rt.flow.leases, self.meter.store)  # Turbo leases via the store
-        self.ws_connections = leases.WsConnections(config.limits)  # lease WebSockets against their caps
+        self._tracing = tracing.from_env()  # OpenTelemetry, off unless TURBOGATE_OTEL is on
+        auth = Auth(rt.tenant_for_auth, rt.is_admin)
+        shed = Shed(metrics.shed)
+        # Usage records, budgets, shared switches and limits (docs/metering.md); leases via the store.
+        self.meter = meter = Metering(config, flow, tenant_limits(config), limit_hold_s(config))
+        self.lease_share = lease_share = SharedLeases(flow.leases, meter.store)
+        self.serving = Serve(flow, self.driver, meter, metrics, shed, pool_headers(config),
+                             TIER_WORDS[config.service_tier_names], functools.partial(proxy.attempt, self))
+        serve: ServeFn = self.serving.serve
+        if self._tracing is not None:
+            serve = self._tracing.wrap_serve(serve)
         # Identical deterministic requests share one upstream call on the routes config names (gateway/coalesce.py).
-        self.coalescing = Coalescing(config.coalesce, self.metrics.registry) if config.coalesce.routes else None
-        self.jobs = JobsApi(self)  # L4 job graphs (gateway/jobs.py)
-        install_tracing(self)  # OpenTelemetry hook (issue 13): returns at once unless TURBOGATE_OTEL is on
+        self.coalescing = (Coalescing(config.coalesce, metrics.registry, flow, meter, metrics, serve)
+                           if config.coalesce.routes else None)
+        self.edge = Edge(flow, auth, metrics, meter, ClientRegions(config.regions), lease_share, self.coalescing,
+                         serve, max_body)
+        entry: ProxyFn = self.edge.proxy
+        if self._tracing is not None:
+            entry = self._tracing.wrap_proxy(entry)
+        self.jobs = JobsApi(config.jobs, auth, flow, meter, shed, max_body)  # L4 job graphs (gateway/jobs.py)
+        self.leases = LeasesApi(auth, flow, lease_share, WsConnections(config.limits), shed, max_body)
+        self.metrics_endpoint = MetricsEndpoint(metrics.render, config.metrics.token_sha256)
+        self._metrics_server: MetricsServer | None = None
+        self.routes = Routes(entry, auth, flow, meter.store, self.jobs, self.leases,
+                             UsageApi(auth, flow, meter, shed, max_body), AdminApi(auth, flow, meter, max_body),
+                             None if config.metrics.port is not None else self.metrics_endpoint,
+                             _models_body(config), openapi_document(config), max_body)
+        self.jobs.run_steps_through(self.routes.handle_http)  # a job's steps are requests like any other
+        # The routes answer HTTP directly: the servers await this bound method, with no call between.
+        self.handle_http = self.routes.handle_http  # type: ignore[method-assign]
 
-    # ---- ASGI entry (AsgiApp): the routes (gateway/routes.py; WebSockets are lease heartbeats) ---
-    handle_http = routes.handle_http
+    async def handle_http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.routes.handle_http(scope, receive, send)  # shadowed per instance in __init__
 
     async def handle_websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await leases.handle_ws(self, scope, receive, send)  # the only WebSocket route: lease heartbeats
+        await self.leases.handle_ws(scope, receive, send)  # the only WebSocket route: lease heartbeats
 
     async def startup(self) -> None:
         if self._started:
@@ -121,6 +136,8 @@ class GatewayApp(AsgiApp):
                 for client in r.clients():
                     client.on_data = poll.kick
             self.metrics.watch_idle_poll(poll)
+        if self._tracing is not None:  # the clients exist now: their attempts get upstream spans
+            self._tracing.trace_replicas(self.rt.replicas.values())
         log.info("turbogate %s, request path %s, %s", __version__, build(), describe(poll))
         for p in cfg.pools:
             log.info("pool %s: models %s, %d replicas (%s)", p.name, ", ".join(p.models), len(p.replicas),
@@ -135,8 +152,9 @@ class GatewayApp(AsgiApp):
         for pool in self.rt.flow.picker.pools():
             if self.rt.flow.picker.healthy(pool) == 0:
                 log.warning("pool %s has no healthy replica at start", pool)
-        if self.metrics_port is not None:
-            self._metrics_server = MetricsServer(self, cfg.metrics.host or cfg.listen.host, self.metrics_port)
+        if cfg.metrics.port is not None:
+            self._metrics_server = MetricsServer(self.metrics_endpoint, cfg, cfg.metrics.host or cfg.listen.host,
+                                                 cfg.metrics.port)
             await self._metrics_server.start()
         await self.meter.start()
         await start_learned(self.rt.flow.picker, self.meter.store)  # a restart is not a cold start
@@ -146,25 +164,11 @@ class GatewayApp(AsgiApp):
                 why = await primary.durability()
                 if why is not None:
                     log.warning("Redis store %s %s", primary.url, why)
-        loop = self.loop = asyncio.get_running_loop()
-        self.rt.tasks = [loop.create_task(scrape_loop(self.rt, self.driver)), loop.create_task(sweep(self)),
+        loop = self.serving.loop = asyncio.get_running_loop()
+        self.rt.tasks = [loop.create_task(scrape_loop(self.rt, self.driver)),
+                         loop.create_task(sweep(self.serving.watches, self.driver)),
                          loop.create_task(share_loop(self.rt.flow.picker, self.meter.store))]
         self.driver.run(())  # arm the flow's timer now: warm-ups and round-trip probes are due at start
-
-    async def _probe(self, replica: Replica) -> bool:
-        io = self.rt.replicas[replica.id]
-        ok = await probe_once(self.rt, io)
-        if ok and replica.health is Health.EJECTED and replica.scraped:
-            # Fresh metrics with the comeback, so L2 need not treat it as stale for a second.
-            result = await scrape_once(self.rt, io)
-            self.driver.run(self.rt.flow.scraped(replica.id, result, time.perf_counter()))
-        return ok
-
-    async def _measure_rtt(self, replica: Replica) -> float | None:
-        return await measure_rtt(self.rt, self.rt.replicas[replica.id])
-
-    async def _warm_up(self, replica: Replica, model: str) -> bool:
-        return await warm_up(self.rt, self.rt.replicas[replica.id], model)
 
     async def shutdown(self) -> None:
         if self._metrics_server is not None:
@@ -179,18 +183,16 @@ class GatewayApp(AsgiApp):
             for client in r.clients():
                 client.close()
 
-    # ---- edge ------------------------------------------------------------------------------
-    def _tenant(self, scope: Scope) -> TenantRt | None:
-        return self.rt.tenant_for_auth(header(scope, b"authorization"))
 
-    async def _unauthorized(self, send: Send) -> None:
-        await send_error(send, 401, "Incorrect or missing API key (send Authorization: Bearer <key>)",
-                         code="invalid_api_key")
 
-    # The proxy routes: the edge's checks (gateway/edge.py), then the request's life as the flow
-    # directs it (gateway/serve.py).  Attributes, so tracing (gateway/tracing.py) can wrap them.
-    _proxy = edge.proxy
-    _serve = serve.serve
+def _models_body(config: GatewayConfig) -> bytes:
+    """``GET /v1/models``: each model once (a model may be served by several pools: L3)."""
+    first_pool: dict[str, str] = {}
+    for p in config.pools:
+        for m in p.models:
+            first_pool.setdefault(m, p.name)
+    models = [{"id": m, "object": "model", "created": 0, "owned_by": p} for m, p in first_pool.items()]
+    return orjson.dumps({"object": "list", "data": models})
 
 
 def create_app(config: GatewayConfig) -> GatewayApp:

@@ -3,7 +3,7 @@
 Who shares a call, for how long, and when the call is given up are the pure rule's
 (sched/coalesce.py); this module only moves bytes:
 
-* the **shared call** runs as its own task — the gateway's usual request life (``_serve``: L1,
+* the **shared call** runs as its own task — the gateway's usual request life (``serve``: L1,
   L2, retry, deadline) for the leader's request — writing the ASGI messages it would send into a
   :class:`SharedAnswer` instead of a client;
 * every **member** (the leader's client too) replays those messages to its own client, from the
@@ -34,8 +34,11 @@ from turbogate.sched import FlowRequest
 from turbogate.sched.coalesce import Coalescer, Follow, Group, Lead, request_key
 
 if TYPE_CHECKING:
-    from turbogate.gateway.app import GatewayApp
+    from turbogate.gateway.metering import Metering
+    from turbogate.gateway.metrics import GatewayMetrics
+    from turbogate.gateway.parts import ServeFn
     from turbogate.gateway.runtime import TenantRt
+    from turbogate.sched import Flow
 
 log = logging.getLogger("turbogate.gateway")
 
@@ -124,9 +127,15 @@ class SharedAnswer:
 
 class Coalescing:
     """The gateway's side of coalescing: the pure :class:`Coalescer`, the routes it is on for,
-    the shared calls in flight and the metrics."""
+    the shared calls in flight and the metrics.  A group's call is ``serve`` (the request's
+    life, gateway/serve.py); each member's end is told to ``flow``, ``meter`` and ``metrics``."""
 
-    def __init__(self, config: CoalesceConfig, registry: CollectorRegistry) -> None:
+    def __init__(self, config: CoalesceConfig, registry: CollectorRegistry, flow: Flow, meter: Metering,
+                 metrics: GatewayMetrics, serve: ServeFn) -> None:
+        self.flow = flow
+        self.meter = meter
+        self.metrics = metrics
+        self.serve_call = serve
         self.routes = frozenset(config.routes)
         self.core = Coalescer(coalesce_policy(config))
         self.ignored = frozenset(config.ignore_fields)
@@ -147,14 +156,14 @@ class Coalescing:
             return None
         return self.core.join(key, req.arrival)
 
-    async def serve(self, app: GatewayApp, decision: Lead | Follow, send: Send, receive: Receive, tenant: TenantRt,
+    async def serve(self, decision: Lead | Follow, send: Send, receive: Receive, tenant: TenantRt,
                     req: FlowRequest, body: bytes, route: str) -> None:
         group = decision.group
         if isinstance(decision, Lead):
             shared = SharedAnswer(req)
             group.handle = shared
             self.calls.labels(route).inc()
-            task = asyncio.get_running_loop().create_task(self._call(app, group, shared, tenant, req, body, route))
+            task = asyncio.get_running_loop().create_task(self._call(group, shared, tenant, req, body, route))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             extra: list[tuple[bytes, bytes]] = []
@@ -164,19 +173,19 @@ class Coalescing:
             shared = leaders
             self.merged.labels(route, tenant.label).inc()
             if shared.leader is not None:  # metered as a request of its own (gateway/metering.py)
-                send = app.meter.follower_send(send, req, shared.leader)
+                send = self.meter.follower_send(send, req, shared.leader)
             extra = [_FOLLOWER_HEADER]
         status: int | None = None
         try:
             status = await shared.relay(send, receive, extra)
         finally:  # whatever happened, this member is done (else the call could outlive everyone)
-            self._done(app, group, shared, tenant, req, status)
+            self._done(group, shared, tenant, req, status)
 
-    async def _call(self, app: GatewayApp, group: Group, shared: SharedAnswer, tenant: TenantRt, req: FlowRequest,
+    async def _call(self, group: Group, shared: SharedAnswer, tenant: TenantRt, req: FlowRequest,
                     body: bytes, route: str) -> None:
         """The group's one upstream call: the usual request life, writing into ``shared``."""
         try:
-            await app._serve(shared.receive, shared.record, tenant, req, body, route, count=False)
+            await self.serve_call(shared.receive, shared.record, tenant, req, body, route, count=False)
         except asyncio.CancelledError:  # shutdown
             raise
         except Exception:  # a bug, not bad input: every member gets a 500, the server stays up
@@ -195,16 +204,16 @@ class Coalescing:
     def _expire(self) -> None:
         self.core.expire(time.perf_counter())
 
-    def _done(self, app: GatewayApp, group: Group, shared: SharedAnswer, tenant: TenantRt, req: FlowRequest,
+    def _done(self, group: Group, shared: SharedAnswer, tenant: TenantRt, req: FlowRequest,
               status: int | None) -> None:
         """A member is done.  Metering seam: this is where each member's own usage record goes
         (the answer's usage is the group's; every member received all of it)."""
         if self.core.left(group, whole=status is not None):
             shared.all_gone()  # the last client left early: the shared call's watcher cancels it
         if req is not shared.leader:  # a follower: its record (the leader's is the shared call's own)
-            app.rt.flow.settle(req, 499 if status is None else status, time.perf_counter(), shared.leader)
-            app.meter.done(req)
-        app.metrics.count(tenant.label, req.asked.value, req.served.value, 499 if status is None else status)
+            self.flow.settle(req, 499 if status is None else status, time.perf_counter(), shared.leader)
+            self.meter.done(req)
+        self.metrics.count(tenant.label, req.asked.value, req.served.value, 499 if status is None else status)
 
     def close(self) -> None:
         for task in list(self._tasks):

@@ -2,7 +2,7 @@
 
 The checks and the job's progress are the pure core's (sched/jobgraph.py, sched/jobrun.py); this
 module only moves bytes.  Each ready step runs as an ordinary chat completion through the
-gateway's own entry (``GatewayApp.handle_http`` with the job's headers): the same auth, tier
+gateway's own entry (its routes, with the job's headers): the same auth, tier
 resolution, L1 admission, replica choice, retry and deadline as any request — nothing is
 duplicated, and independent steps run at the same time as separate requests.
 
@@ -32,7 +32,10 @@ from turbogate.sched.jobrun import JobRun, StartStep
 from turbogate.store.base import JobRecord, StoreUnavailable
 
 if TYPE_CHECKING:
-    from turbogate.gateway.app import GatewayApp
+    from turbogate.config import JobsConfig
+    from turbogate.gateway.metering import Metering
+    from turbogate.gateway.parts import AsgiHandler, Auth, Shed
+    from turbogate.sched import Flow
 
 log = logging.getLogger("turbogate.gateway")
 
@@ -79,20 +82,32 @@ def problems_body(problems: list[Problem] | tuple[Problem, ...]) -> bytes:
 
 
 class JobsApi:
-    def __init__(self, app: GatewayApp) -> None:
-        self.app = app
-        self.limits = job_limits(app.config.jobs)
-        self.keep_s = app.config.jobs.keep_s
-        self.max_jobs = app.config.jobs.max_jobs
+    """The job routes.  Steps run through ``entry`` (the gateway's routes), given once they exist
+    (:meth:`run_steps_through`): the routes answer ``/v1/jobs`` with this object."""
+
+    def __init__(self, config: JobsConfig, auth: Auth, flow: Flow, meter: Metering, shed: Shed,
+                 max_body: int) -> None:
+        self.auth = auth
+        self.flow = flow
+        self.meter = meter
+        self.shed = shed
+        self.max_body = max_body
+        self.limits = job_limits(config)
+        self.keep_s = config.keep_s
+        self.max_jobs = config.max_jobs
         self.jobs: dict[str, Job] = {}
-        app.meter.sync_hooks.append(self.sync)  # cancels asked on other workers; views the store missed
+        self.entry: AsgiHandler | None = None
+        meter.sync_hooks.append(self.sync)  # cancels asked on other workers; views the store missed
+
+    def run_steps_through(self, entry: AsgiHandler) -> None:
+        self.entry = entry
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"].rstrip("/")
         method: str = scope["method"]
-        tenant = self.app._tenant(scope)
+        tenant = self.auth.tenant(scope)
         if tenant is None:
-            await self.app._unauthorized(send)
+            await self.auth.unauthorized(send)
             return
         if path == PREFIX:
             if method != "POST":
@@ -123,7 +138,7 @@ class JobsApi:
 
     async def _elsewhere(self, send: Send, job_id: str, tenant: str, method: str) -> None:
         """GET / DELETE of a job this worker does not run, through the store."""
-        store = self.app.meter.store
+        store = self.meter.store
         try:
             rec = await store.job(job_id)
             if rec is None or rec.tenant != tenant:
@@ -132,22 +147,22 @@ class JobsApi:
             if method == "DELETE":
                 rec = await self._cancel_elsewhere(rec)
         except StoreUnavailable:
-            await send_error(send, 503, f"job {job_id!r} is not run by this worker and the store that shares jobs "
-                             "is unreachable; retry, or ask the gateway that accepted it",
-                             code="store_unavailable", headers=[(b"retry-after", b"1")])
+            await self.shed.refuse(send, 503, f"job {job_id!r} is not run by this worker and the store that shares "
+                                   "jobs is unreachable; retry, or ask the gateway that accepted it",
+                                   "store_unavailable", 1)
             return
         await send_bytes(send, 200, rec.view)
 
     async def _cancel_elsewhere(self, rec: JobRecord) -> JobRecord:
         """Ask the running worker to cancel the job; its view once it has (a few syncs at most)."""
-        store = self.app.meter.store
+        store = self.meter.store
         await store.request_job_cancel(rec.id)
-        deadline = time.monotonic() + max(2.0, 4 * self.app.meter.sync_interval_s)
+        deadline = time.monotonic() + max(2.0, 4 * self.meter.sync_interval_s)
         while True:
             view = orjson.loads(rec.view)
             if view.get("cancel_requested") or view.get("status") != "running" or time.monotonic() >= deadline:
                 break
-            await asyncio.sleep(min(0.05, self.app.meter.sync_interval_s / 4))
+            await asyncio.sleep(min(0.05, self.meter.sync_interval_s / 4))
             rec = await store.job(rec.id) or rec
         view["cancel_requested"] = True  # asked, and kept in the store: the worker applies it at its next sync
         return JobRecord(rec.id, rec.tenant, rec.owner, orjson.dumps(view), True)
@@ -161,7 +176,7 @@ class JobsApi:
         return job.publisher
 
     async def _publisher(self, job: Job) -> None:
-        meter = self.app.meter
+        meter = self.meter
         try:
             while job.dirty:
                 job.dirty = False
@@ -185,7 +200,7 @@ class JobsApi:
     async def sync(self) -> None:
         """Apply cancels asked on other workers; write the views the store missed while down."""
         running = [j.id for j in self.jobs.values() if not j.run.done]
-        for job_id in await self.app.meter.store.job_cancels(running):
+        for job_id in await self.meter.store.job_cancels(running):
             job = self.jobs.get(job_id)
             if job is not None and not job.run.cancelled:
                 self._cancel(job)
@@ -194,7 +209,7 @@ class JobsApi:
                 self._publish(job)
 
     async def _create(self, scope: Scope, receive: Receive, send: Send, tenant: str) -> None:
-        body = await read_body(receive, self.app.max_body)  # BodyTooLarge → 413 by the caller
+        body = await read_body(receive, self.max_body)  # BodyTooLarge → 413 by the caller
         if body is None:
             return
         try:
@@ -209,8 +224,8 @@ class JobsApi:
             return
         now = time.perf_counter()
         if not self._make_room(now):
-            await send_error(send, 429, f"this worker already holds {self.max_jobs} unfinished jobs (jobs.max_jobs)",
-                             code="too_many_jobs", headers=[(b"retry-after", b"5")])
+            await self.shed.refuse(send, 429, f"this worker already holds {self.max_jobs} unfinished jobs "
+                                   "(jobs.max_jobs)", "too_many_jobs", 5)
             return
         job = Job("job_" + secrets.token_hex(12), tenant, JobRun(graph, now),
                   [(k, v) for k, v in scope["headers"] if k not in _NOT_COPIED], scope.get("client"), time.time())
@@ -220,7 +235,7 @@ class JobsApi:
         await send_json(send, 202, self.view(job))
 
     def _unknown_models(self, graph: JobGraph) -> list[Problem]:
-        known = self.app.rt.flow.pool_of_model
+        known = self.flow.pool_of_model
         return [Problem("unknown_model", s.id, f"steps[{i}].request.model", f"the model {s.request['model']!r} is "
                         "not served here") for i, s in enumerate(graph.steps) if s.request.get("model") not in known]
 
@@ -289,7 +304,8 @@ class JobsApi:
                         "root_path": "", "client": job.client, "server": None,
                         "headers": [(b"content-type", b"application/json"),
                                     (b"content-length", str(len(body)).encode()), *job.headers]}
-        await self.app.handle_http(scope, receive, send)
+        assert self.entry is not None, "JobsApi.run_steps_through was not called"
+        await self.entry(scope, receive, send)
         now = time.perf_counter()
         tier = headers.get(b"x-turbogate-tier")
         downgrade = headers.get(b"x-turbogate-downgrade")

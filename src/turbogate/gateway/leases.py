@@ -26,12 +26,14 @@ import orjson
 
 from turbogate.asgi import Message, Receive, Scope, Send, read_body, send_error, send_json
 from turbogate.gateway.conformance import method_not_allowed
-from turbogate.sched.leases import Lease, LeaseExpired, LeaseState, TooManyLeases, UnknownLease
+from turbogate.sched.leases import Lease, LeaseExpired, LeasePolicy, LeaseState, TooManyLeases, UnknownLease
 from turbogate.sched.tiers import Tier
 
 if TYPE_CHECKING:
     from turbogate.config import Limits
-    from turbogate.gateway.app import GatewayApp
+    from turbogate.gateway.lease_share import SharedLeases
+    from turbogate.gateway.parts import Auth, Shed
+    from turbogate.sched import Flow
 
 PREFIX = "/v1/turbo/leases"
 WS_EXPIRED = 4001  # close code sent when the lease expires (4000-4999: the application's own)
@@ -73,8 +75,8 @@ class WsConnections:
             del self.by_tenant[tenant]
 
 
-def view(app: GatewayApp, lease: Lease, now: float, renewed: bool | None = None) -> dict[str, Any]:
-    p = app.rt.flow.leases.policy
+def view(lease: Lease, policy: LeasePolicy, now: float, renewed: bool | None = None) -> dict[str, Any]:
+    p = policy
     # An expired lease has no time left; its expires_at is when it expired.
     remaining = 0.0 if lease.expired_at is not None else lease.remaining(now)
     ends = now + remaining if lease.expired_at is None else lease.expired_at
@@ -91,136 +93,151 @@ def view(app: GatewayApp, lease: Lease, now: float, renewed: bool | None = None)
     return out
 
 
-async def handle(app: GatewayApp, scope: Scope, receive: Receive, send: Send) -> None:
-    tenant = app._tenant(scope)
-    if tenant is None:
-        await app._unauthorized(send)
-        return
-    shared = app.lease_share
-    method: str = scope["method"]
-    if method == "POST" and await read_body(receive, app.max_body) is None:  # unused, but held to the one limit
-        return  # the client left
-    parts = scope["path"][len(PREFIX):].strip("/").split("/")
-    now = time.perf_counter()
-    if parts == [""]:
-        if method != "POST":
-            await method_not_allowed(send, PREFIX, "POST")
+class LeasesApi:
+    """The lease routes (HTTP and WebSocket) over ``shared``, the leases every process shares."""
+
+    def __init__(self, auth: Auth, flow: Flow, shared: SharedLeases, ws_connections: WsConnections, shed: Shed,
+                 max_body: int) -> None:
+        self.auth = auth
+        self.flow = flow
+        self.shared = shared
+        self.ws_connections = ws_connections
+        self.shed = shed
+        self.max_body = max_body
+
+    def view(self, lease: Lease, now: float, renewed: bool | None = None) -> dict[str, Any]:
+        return view(lease, self.flow.leases.policy, now, renewed)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        tenant = self.auth.tenant(scope)
+        if tenant is None:
+            await self.auth.unauthorized(send)
             return
-        if Tier.TURBO not in app.rt.flow.tenants[tenant.name].allowed:
-            await send_error(send, 403, f"tenant {tenant.name!r} is not entitled to Turbo, so it cannot hold a "
-                             "Turbo lease", code="not_entitled")
+        shared = self.shared
+        method: str = scope["method"]
+        if method == "POST" and await read_body(receive, self.max_body) is None:  # unused, but held to the one limit
+            return  # the client left
+        parts = scope["path"][len(PREFIX):].strip("/").split("/")
+        now = time.perf_counter()
+        if parts == [""]:
+            if method != "POST":
+                await method_not_allowed(send, PREFIX, "POST")
+                return
+            if Tier.TURBO not in self.flow.tenants[tenant.name].allowed:
+                await send_error(send, 403, f"tenant {tenant.name!r} is not entitled to Turbo, so it cannot hold a "
+                                 "Turbo lease", code="not_entitled")
+                return
+            try:
+                lease = await shared.grant("lease_" + secrets.token_urlsafe(16), tenant.name, now)
+            except TooManyLeases as exc:
+                await self.shed.refuse(send, 429, str(exc), "too_many_leases", 60)
+                return
+            await send_json(send, 201, self.view(lease, now))
             return
         try:
-            lease = await shared.grant("lease_" + secrets.token_urlsafe(16), tenant.name, now)
-        except TooManyLeases as exc:
-            await send_error(send, 429, str(exc), code="too_many_leases", headers=[(b"retry-after", b"60")])
+            allowed = ({1: "GET", 2: {"heartbeat": "POST", "ws": "GET"}.get(parts[-1])}.get(len(parts))
+                       if parts[0] else None)
+            if allowed is None:
+                await send_error(send, 404, f"no route {scope['path']}: use GET {PREFIX}/{{id}}, POST "
+                                 f"{PREFIX}/{{id}}/heartbeat or a WebSocket on {PREFIX}/{{id}}/ws", code="not_found")
+            elif method != allowed:
+                await method_not_allowed(send, scope["path"], allowed)
+            elif len(parts) == 1:
+                await send_json(send, 200, self.view(await shared.get(parts[0], tenant.name, now), now))
+            elif parts[1] == "heartbeat":
+                lease, renewed = await shared.heartbeat(parts[0], tenant.name, now)
+                await send_json(send, 200, self.view(lease, now, renewed))
+            else:  # a plain GET on the WebSocket route
+                await send_error(send, 426, f"{scope['path']} is a WebSocket: send Upgrade: websocket",
+                                 code="upgrade_required", headers=[(b"upgrade", b"websocket")])
+        except UnknownLease as exc:
+            await send_error(send, 404, str(exc), param="id", code="lease_not_found")
+        except LeaseExpired as exc:
+            await send_error(send, 410, str(exc), param="id", code="lease_expired")
+
+    async def handle_ws(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``/v1/turbo/leases/{id}/ws``: heartbeats by WebSocket (see the module docstring)."""
+        first = await receive()  # websocket.connect
+        if first["type"] != "websocket.connect":
             return
-        await send_json(send, 201, view(app, lease, now))
-        return
-    try:
-        allowed = {1: "GET", 2: {"heartbeat": "POST", "ws": "GET"}.get(parts[-1])}.get(len(parts)) if parts[0] else None
-        if allowed is None:
-            await send_error(send, 404, f"no route {scope['path']}: use GET {PREFIX}/{{id}}, POST "
-                             f"{PREFIX}/{{id}}/heartbeat or a WebSocket on {PREFIX}/{{id}}/ws", code="not_found")
-        elif method != allowed:
-            await method_not_allowed(send, scope["path"], allowed)
-        elif len(parts) == 1:
-            await send_json(send, 200, view(app, await shared.get(parts[0], tenant.name, now), now))
-        elif parts[1] == "heartbeat":
-            lease, renewed = await shared.heartbeat(parts[0], tenant.name, now)
-            await send_json(send, 200, view(app, lease, now, renewed))
-        else:  # a plain GET on the WebSocket route
-            await send_error(send, 426, f"{scope['path']} is a WebSocket: send Upgrade: websocket",
-                             code="upgrade_required", headers=[(b"upgrade", b"websocket")])
-    except UnknownLease as exc:
-        await send_error(send, 404, str(exc), param="id", code="lease_not_found")
-    except LeaseExpired as exc:
-        await send_error(send, 410, str(exc), param="id", code="lease_expired")
+        parts = scope["path"][len(PREFIX):].strip("/").split("/")
+        tenant = self.auth.tenant(scope)
+        if not scope["path"].startswith(PREFIX + "/") or len(parts) != 2 or parts[1] != "ws" or tenant is None:
+            await send({"type": "websocket.close", "code": 1008})  # before accept: the handshake gets 403
+            return
+        try:
+            lease = await self.shared.get(parts[0], tenant.name, time.perf_counter())
+        except UnknownLease:
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        conns: WsConnections = self.ws_connections
+        await send({"type": "websocket.accept"})
+        refusal = conns.refusal(tenant.name)
+        if refusal is not None:  # accepted only to say why: a refused handshake carries no reason
+            await send({"type": "websocket.close", "code": WS_TRY_LATER, "reason": refusal[:120]})
+            return
+        conns.opened(tenant.name)
+        inbox: asyncio.Queue[Message] = asyncio.Queue()
 
+        async def read() -> None:
+            while True:
+                message = await receive()
+                await inbox.put(message)
+                if message["type"] == "websocket.disconnect":
+                    return
 
-async def handle_ws(app: GatewayApp, scope: Scope, receive: Receive, send: Send) -> None:
-    """``/v1/turbo/leases/{id}/ws``: heartbeats by WebSocket (see the module docstring)."""
-    first = await receive()  # websocket.connect
-    if first["type"] != "websocket.connect":
-        return
-    parts = scope["path"][len(PREFIX):].strip("/").split("/")
-    tenant = app._tenant(scope)
-    if not scope["path"].startswith(PREFIX + "/") or len(parts) != 2 or parts[1] != "ws" or tenant is None:
-        await send({"type": "websocket.close", "code": 1008})  # before accept: the handshake gets 403
-        return
-    try:
-        lease = await app.lease_share.get(parts[0], tenant.name, time.perf_counter())
-    except UnknownLease:
-        await send({"type": "websocket.close", "code": 1008})
-        return
-    conns: WsConnections = app.ws_connections
-    await send({"type": "websocket.accept"})
-    refusal = conns.refusal(tenant.name)
-    if refusal is not None:  # accepted only to say why: a refused handshake carries no reason
-        await send({"type": "websocket.close", "code": WS_TRY_LATER, "reason": refusal[:120]})
-        return
-    conns.opened(tenant.name)
-    inbox: asyncio.Queue[Message] = asyncio.Queue()
+        reader = asyncio.get_running_loop().create_task(read())
+        try:
+            await self._serve_ws(lease, tenant.name, inbox, send)
+        except OSError:  # the client vanished while we were telling it the state: nothing left to do
+            pass
+        finally:
+            conns.closed(tenant.name)
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
 
-    async def read() -> None:
+    async def _serve_ws(self, lease: Lease, tenant: str, inbox: asyncio.Queue[Message], send: Send) -> None:
+        shared = self.shared
+        book = shared.book
+
+        async def tell(renewed: bool | None = None) -> None:
+            await send({"type": "websocket.send", "text": orjson.dumps(
+                {"type": "lease", **self.view(lease, time.perf_counter(), renewed)}).decode()})
+
+        await tell()
+        state = lease.state
         while True:
-            message = await receive()
-            await inbox.put(message)
+            now = time.perf_counter()
+            # Heartbeats may reach other processes: the store's times decide (the copy may be new).
+            with contextlib.suppress(UnknownLease):
+                lease = await shared.get(lease.id, tenant, now)
+            book.advance(lease, now)
+            if lease.state is not state:
+                state = lease.state
+                await tell()
+            if state is LeaseState.EXPIRED:
+                await send({"type": "websocket.close", "code": WS_EXPIRED, "reason": f"lease expired: {lease.reason}"})
+                return
+            wait = book.next_change_at(lease) - now
+            try:
+                message = await asyncio.wait_for(inbox.get(), timeout=None if math.isinf(wait) else max(wait, 0.0))
+            except TimeoutError:
+                continue
             if message["type"] == "websocket.disconnect":
                 return
-
-    reader = asyncio.get_running_loop().create_task(read())
-    try:
-        await _serve_ws(app, lease, tenant.name, inbox, send)
-    except OSError:  # the client vanished while we were telling it the state: nothing left to do
-        pass
-    finally:
-        conns.closed(tenant.name)
-        reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await reader
-
-
-async def _serve_ws(app: GatewayApp, lease: Lease, tenant: str, inbox: asyncio.Queue[Message], send: Send) -> None:
-    shared = app.lease_share
-    book = shared.book
-
-    async def tell(renewed: bool | None = None) -> None:
-        await send({"type": "websocket.send", "text": orjson.dumps(
-            {"type": "lease", **view(app, lease, time.perf_counter(), renewed)}).decode()})
-
-    await tell()
-    state = lease.state
-    while True:
-        now = time.perf_counter()
-        # Heartbeats may reach other processes: the store's times decide (the copy may be new).
-        with contextlib.suppress(UnknownLease):
-            lease = await shared.get(lease.id, tenant, now)
-        book.advance(lease, now)
-        if lease.state is not state:
+            size = len(message.get("text") or message.get("bytes") or b"")
+            # Under ``turbogate serve`` the server's ws_max_size stops it sooner.
+            if size > self.ws_connections.max_message:
+                await send({"type": "websocket.close", "code": WS_TOO_BIG,
+                            "reason": f"a message is at most {self.ws_connections.max_message} bytes (a heartbeat)"})
+                return
+            try:  # any message is a heartbeat (the client pings every ping_interval_s)
+                lease, renewed = await shared.heartbeat(lease.id, tenant, time.perf_counter())
+            except (LeaseExpired, UnknownLease):
+                continue  # the loop sees the expiry and closes
             state = lease.state
-            await tell()
-        if state is LeaseState.EXPIRED:
-            await send({"type": "websocket.close", "code": WS_EXPIRED, "reason": f"lease expired: {lease.reason}"})
-            return
-        wait = book.next_change_at(lease) - now
-        try:
-            message = await asyncio.wait_for(inbox.get(), timeout=None if math.isinf(wait) else max(wait, 0.0))
-        except TimeoutError:
-            continue
-        if message["type"] == "websocket.disconnect":
-            return
-        size = len(message.get("text") or message.get("bytes") or b"")
-        if size > app.ws_connections.max_message:  # the server's ws_max_size stops it sooner under turbogate serve
-            await send({"type": "websocket.close", "code": WS_TOO_BIG,
-                        "reason": f"a message is at most {app.ws_connections.max_message} bytes (a heartbeat)"})
-            return
-        try:  # any message is a heartbeat (the client pings every ping_interval_s)
-            lease, renewed = await shared.heartbeat(lease.id, tenant, time.perf_counter())
-        except (LeaseExpired, UnknownLease):
-            continue  # the loop sees the expiry and closes
-        state = lease.state
-        await tell(renewed)
+            await tell(renewed)
 
 
 LEASE_HEADER = b"x-turbogate-lease"

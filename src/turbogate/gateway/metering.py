@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 
 from turbogate.asgi import Message, Send
 from turbogate.errors import ConfigError
-from turbogate.sched import FlowRequest, Tier, parse_tier
-from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord, period_key
+from turbogate.sched import FlowRequest
+from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord
+from turbogate.sched.switches import SetTier, switch_changes
 from turbogate.store.base import Spent, Store, StoreUnavailable
 from turbogate.store.journal import UsageJournal
 from turbogate.store.memory import MemoryStore
@@ -29,7 +30,7 @@ from turbogate.store.writer import UsageWriter
 
 if TYPE_CHECKING:
     from turbogate.config import GatewayConfig
-    from turbogate.gateway.app import GatewayApp
+    from turbogate.sched import Flow
 
 log = logging.getLogger("turbogate.gateway")
 
@@ -69,9 +70,11 @@ def make_store(config: GatewayConfig) -> tuple[Store, Path, str]:
 
 
 class Metering:
-    def __init__(self, app: GatewayApp) -> None:
-        cfg = app.config
-        self.flow = app.rt.flow
+    """The store's side of ``flow``'s usage, limits, switches and budgets.  ``limits``: each
+    tenant's global limits; ``hold_s``: the longest a limit place is held (configpolicy.py)."""
+
+    def __init__(self, cfg: GatewayConfig, flow: Flow, limits: dict[str, LimitPolicy], hold_s: float) -> None:
+        self.flow = flow
         primary, buffer_dir, name = make_store(cfg)
         sc = cfg.store
         self.sync_interval_s = sc.sync_interval_s if sc is not None else 0.5
@@ -83,10 +86,9 @@ class Metering:
         journal = None if isinstance(primary, MemoryStore) else UsageJournal(buffer_dir)
         self.writer = UsageWriter(self.store, self._on_spent, journal)
         self.instance = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
-        self.limits = {t.name: lim for t in cfg.tenants
-                       if (lim := LimitPolicy(t.max_in_flight, t.requests_per_minute, t.tokens_per_minute)).any}
+        self.limits = limits
         #: the longest a request can live: a crashed gateway's limit place is freed after it
-        self.lease_s = max(t.deadline_s + t.queue_budget_s for t in cfg.tiers.values())
+        self.lease_s = hold_s
         self.strip: set[int] = set()  # streams whose usage chunk the gateway asked for (the client did not)
         self._leases: dict[int, tuple[str, str]] = {}
         self._written: set[int] = set()
@@ -193,7 +195,8 @@ class Metering:
         return {**body, "_turbogate_strip_usage": True} if req.id in self.strip else body
 
     async def share_switch(self, name: str, on: bool) -> None:
-        """Write an admin switch to the store, where every gateway process reads it."""
+        """Write an admin switch (its name: sched/switches.py) to the store, where every gateway
+        process reads it."""
         with contextlib.suppress(StoreUnavailable):  # down: this process has it; the others keep theirs
             await self.store.set_switch(name, on)
 
@@ -210,33 +213,25 @@ class Metering:
 
     # ---- switches and budgets shared through the store ---------------------------------------
     def _on_spent(self, spent: Spent) -> None:
-        book = self.flow.budgets
-        now = time.time()
-        for (tenant, key), units in spent.items():
-            b = book.budgets.get(tenant)
-            if b is not None and key == period_key(now, b.period):  # the current period only
-                book.observe(tenant, key, units)
+        self.flow.budgets.observe_spent(spent, time.time())
 
     async def sync(self) -> None:
         """Read switches, budgets and spend back from the store (other processes' changes)."""
         store, flow = self.store, self.flow
-        for name, on in (await store.switches()).items():
-            kind, _, what = name.partition(":")
-            tier = parse_tier(what) if kind == "tier" else None
-            if tier is not None and tier is not Tier.STANDARD:
-                if (tier in flow.enabled) != on:
-                    flow.set_tier(tier, on)
-            elif kind == "tenant" and what in flow.tenants:
-                flow.set_tenant_turbo(what, on)
+        for change in switch_changes(await store.switches(), flow.enabled, flow.tenants):
+            if isinstance(change, SetTier):
+                flow.set_tier(change.tier, change.on)
+            else:
+                flow.set_tenant_turbo(change.tenant, change.on)
         book = flow.budgets
         for tenant, (units, period) in (await store.budgets()).items():
             if tenant in flow.tenants:
                 book.set_budget(tenant, units, period)
         now = time.time()
-        for tenant, b in book.budgets.items():
-            key = period_key(now, b.period)
-            book.roll(tenant, key)  # a new period starts from zero
-            book.observe(tenant, key, await store.spent(tenant, key))
+        for tenant in list(book.budgets):
+            key = book.start_period(tenant, now)
+            if key is not None:
+                book.observe(tenant, key, await store.spent(tenant, key))
         for hook in self.sync_hooks:
             await hook()
 

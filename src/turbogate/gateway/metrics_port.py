@@ -16,29 +16,37 @@ from turbogate.asgi import Receive, Scope, Send, header, send_error
 from turbogate.gateway.guard import GuardedHttpToolsProtocol
 
 if TYPE_CHECKING:
-    from turbogate.gateway.app import GatewayApp
+    from collections.abc import Callable
+
+    from turbogate.config import GatewayConfig
 
 
-async def serve_metrics(app: GatewayApp, scope: Scope, send: Send) -> None:
-    """``GET /metrics``, behind the metrics token when one is configured."""
-    if app.metrics_token is not None:
-        auth = header(scope, b"authorization") or b""
-        token = auth[7:].strip() if auth[:7].lower() == b"bearer " else b""
-        if not hmac.compare_digest(hashlib.sha256(token).hexdigest(), app.metrics_token):
-            await send_error(send, 401, "/metrics needs Authorization: Bearer <metrics token>",
-                             code="invalid_metrics_token")
-            return
-    body = app.metrics.render()
-    await send({"type": "http.response.start", "status": 200, "headers": [
-        (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
-        (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+class MetricsEndpoint:
+    """``GET /metrics``: ``render``'s text, behind the metrics token (its sha256) when one is set."""
+
+    def __init__(self, render: Callable[[], bytes], token_sha256: str | None) -> None:
+        self.render = render
+        self.token_sha256 = token_sha256
+
+    async def serve(self, scope: Scope, send: Send) -> None:
+        if self.token_sha256 is not None:
+            auth = header(scope, b"authorization") or b""
+            token = auth[7:].strip() if auth[:7].lower() == b"bearer " else b""
+            if not hmac.compare_digest(hashlib.sha256(token).hexdigest(), self.token_sha256):
+                await send_error(send, 401, "/metrics needs Authorization: Bearer <metrics token>",
+                                 code="invalid_metrics_token")
+                return
+        body = self.render()
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
+            (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
 
 
 class _MetricsApp:
-    def __init__(self, gateway: GatewayApp) -> None:
-        self.gateway = gateway
-        self.config = gateway.config  # the guard reads its limits here
+    def __init__(self, endpoint: MetricsEndpoint, config: GatewayConfig) -> None:
+        self.endpoint = endpoint
+        self.config = config  # the guard reads its limits here
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -49,14 +57,14 @@ class _MetricsApp:
             await send_error(send, 405, "/metrics takes GET", code="method_not_allowed",
                              headers=[(b"allow", b"GET, HEAD")])
         else:
-            await serve_metrics(self.gateway, scope, send)
+            await self.endpoint.serve(scope, send)
 
 
 class MetricsServer:
-    def __init__(self, gateway: GatewayApp, host: str, port: int) -> None:
+    def __init__(self, endpoint: MetricsEndpoint, config: GatewayConfig, host: str, port: int) -> None:
         self.host = host
         self.port = port
-        self.config = uvicorn.Config(_MetricsApp(gateway), host=host, port=port, lifespan="off",
+        self.config = uvicorn.Config(_MetricsApp(endpoint, config), host=host, port=port, lifespan="off",
                                      http=GuardedHttpToolsProtocol, proxy_headers=False, access_log=False,
                                      log_level="warning", server_header=False, date_header=False)
         self._server: asyncio.AbstractServer | None = None

@@ -61,7 +61,7 @@ class Runtime:
     replicas: dict[str, ReplicaIO]
     admin_hash: str | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    #: keys already matched to a tenant: a sha256 per request was ~2 % of the gateway's CPU.  Only
+    #: keys already matched to a tenant, so the usual request costs a lookup, not a sha256.  Only
     #: keys that matched are kept (the tenants are fixed for the process's life), so unknown keys
     #: cannot grow it; it holds what every request's buffer held anyway, and is never logged.
     _known_keys: dict[bytes, TenantRt] = field(default_factory=dict, repr=False)

@@ -1,6 +1,7 @@
 """Background I/O: scrape each replica's ``/metrics`` and hand the result to the flow, and
-health-check replicas when the flow asks (``Probe``).  What a result *means* (ejection,
-staleness, the adaptive limit) is decided in the core (``Picker.on_scrape``/``on_probe``)."""
+health-check, time or warm up replicas when the flow asks (``Probe``, ``MeasureRtt``,
+``WarmUp``).  What a result *means* (ejection, staleness, the adaptive limit) is decided in the
+core (``Picker.on_scrape``/``on_probe``)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from turbogate.errors import UpstreamError
 from turbogate.gateway.driver import FlowDriver
+from turbogate.gateway.regions import measure_rtt, warm_up
 from turbogate.gateway.runtime import ReplicaIO, Runtime
-from turbogate.sched import Health, ReplicaLoad, ScrapeFailed, load_from_samples
+from turbogate.sched import Health, Replica, ReplicaLoad, ScrapeFailed, load_from_samples
 from turbogate.sched.load import FRACTION_NAMES, METRIC_NAMES, sample_key
 
 log = logging.getLogger("turbogate.gateway")
@@ -114,3 +116,29 @@ async def scrape_loop(rt: Runtime, driver: FlowDriver) -> None:
         await asyncio.sleep(rt.config.scrape.interval_s)
         with contextlib.suppress(Exception):
             await scrape_all(rt, driver, notes)
+
+
+class ReplicaChecks:
+    """What the flow asks of a replica besides requests (the driver's callbacks): a health check
+    (``Probe``), a round trip (``MeasureRtt``) and a warm-up (``WarmUp``).  A replica coming back
+    from ejection is scraped at once, its metrics told to the flow through ``driver``, so L2 need
+    not treat it as stale for a second; ``driver`` is given once it exists (it calls these)."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.driver: FlowDriver | None = None
+
+    async def probe(self, replica: Replica) -> bool:
+        rt = self.rt
+        io = rt.replicas[replica.id]
+        ok = await probe_once(rt, io)
+        if ok and replica.health is Health.EJECTED and replica.scraped and self.driver is not None:
+            result = await scrape_once(rt, io)
+            self.driver.run(rt.flow.scraped(replica.id, result, time.perf_counter()))
+        return ok
+
+    async def measure_rtt(self, replica: Replica) -> float | None:
+        return await measure_rtt(self.rt, self.rt.replicas[replica.id])
+
+    async def warm_up(self, replica: Replica, model: str) -> bool:
+        return await warm_up(self.rt, self.rt.replicas[replica.id], model)

@@ -1,5 +1,6 @@
 """One timer per event loop that checks every guarded connection's deadlines (gateway/guard.py),
-so a request costs no timer of its own: a timer armed and cancelled per request was measurable."""
+so a request costs no timer of its own: its deadlines almost never fire, and a timer armed and
+cancelled per request would be work on every request for them."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """OpenTelemetry traces of the gateway's requests (the ``otel`` extra; off by default).
 
-``TURBOGATE_OTEL=1`` turns it on.  :func:`install` is then called once per app and wraps three
-of its methods on that instance only; when tracing is off it returns at once and the request
-path is exactly the untraced one, so tracing costs nothing unless it is on.
+``TURBOGATE_OTEL=1`` turns it on.  :func:`from_env` then gives a :class:`Tracing`, and the
+gateway is built with its wrappers around the proxy entry and the request's life, and its
+replicas' clients traced once they exist; when tracing is off it gives None and the gateway is
+built from the untraced parts alone, so tracing costs nothing unless it is on.
 
 One request gives this span tree (times from the flow's own clock readings)::
 
@@ -23,17 +24,20 @@ import contextvars
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from turbogate.asgi import Message, Receive, Scope, Send
 from turbogate.errors import ConfigError
 from turbogate.httpclient import UpstreamPool, format_headers
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
-    from turbogate.gateway.app import GatewayApp
+    from turbogate.gateway.parts import ProxyFn, ServeFn
+    from turbogate.gateway.runtime import ReplicaIO, TenantRt
     from turbogate.sched import FlowRequest
+    from turbogate.sched.metering import LimitRefusal
 
 log = logging.getLogger("turbogate.gateway.tracing")
 
@@ -72,9 +76,9 @@ class Tracing:
     def ns(self, perf_s: float) -> int:
         return int(perf_s * 1e9) + self._offset_ns
 
-    # ---- the wrapped methods ---------------------------------------------------------------
-    def wrap_proxy(self, proxy: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
-        async def traced(scope: dict[str, Any], receive: Any, send: Any, kind: str, upstream_path: str) -> None:
+    # ---- the wrappers ----------------------------------------------------------------------
+    def wrap_proxy(self, proxy: ProxyFn) -> ProxyFn:
+        async def traced(scope: Scope, receive: Receive, send: Send, kind: str, upstream_path: str) -> None:
             carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", ())}
             parent = self._propagate.extract(carrier)
             root = self.tracer.start_span("turbogate.request", context=parent, kind=self._trace_api.SpanKind.SERVER,
@@ -83,7 +87,7 @@ class Tracing:
             tr = _Trace(root)
             token = _current.set(tr)
 
-            async def send_status(message: dict[str, Any]) -> None:
+            async def send_status(message: Message) -> None:
                 if message["type"] == "http.response.start":
                     tr.status = message["status"]
                 await send(message)
@@ -99,24 +103,21 @@ class Tracing:
 
         return traced
 
-    def wrap_serve(self, serve: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
-        async def traced(receive: Any, send: Any, tenant: Any, req: FlowRequest, body: bytes, path: str,
-                         **options: Any) -> None:
+    def wrap_serve(self, serve: ServeFn) -> ServeFn:
+        async def traced(receive: Receive, send: Send, tenant: TenantRt, req: FlowRequest, body: bytes,
+                         upstream_path: str, count: bool = True, limit: LimitRefusal | None = None) -> None:
             tr = _current.get()
             if tr is not None:
                 tr.req = req
-            await serve(receive, send, tenant, req, body, path, **options)
+            await serve(receive, send, tenant, req, body, upstream_path, count, limit)
 
         return traced
 
-    def wrap_startup(self, app: GatewayApp, startup: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
-        async def traced() -> None:
-            await startup()  # makes the replicas' clients
-            for io in app.rt.replicas.values():
-                for client in io.clients():  # the plain pool and any DSCP-marked ones
-                    self._wrap_client(client, io.state.id)
-
-        return traced
+    def trace_replicas(self, replicas: Iterable[ReplicaIO]) -> None:
+        """Trace the upstream attempts through ``replicas``' clients (once they are made, at start-up)."""
+        for io in replicas:
+            for client in io.clients():  # the plain pool and any DSCP-marked ones
+                self._wrap_client(client, io.state.id)
 
     def _wrap_client(self, client: UpstreamPool, replica: str) -> None:
         request = client.request
@@ -207,17 +208,13 @@ def _tracer() -> Tracer:
     return trace.get_tracer("turbogate.gateway")
 
 
-def install(app: GatewayApp) -> Tracing | None:
-    """Trace ``app``'s requests when ``TURBOGATE_OTEL`` is on; otherwise do nothing (no cost)."""
+def from_env() -> Tracing | None:
+    """Tracing when ``TURBOGATE_OTEL`` is on; otherwise None (the gateway is built untraced)."""
     if not enabled():
         return None
     try:
         tracer = _tracer()
     except ImportError:
         raise ConfigError(f"{ENV} is on but OpenTelemetry is not installed (pip install 'turbogate[otel]')") from None
-    tracing = Tracing(tracer)
-    app._proxy = tracing.wrap_proxy(app._proxy)  # type: ignore[method-assign, assignment]
-    app._serve = tracing.wrap_serve(app._serve)  # type: ignore[method-assign, assignment]
-    app.startup = tracing.wrap_startup(app, app.startup)  # type: ignore[method-assign, assignment]
     log.info("OpenTelemetry tracing on")
-    return tracing
+    return Tracing(tracer)

@@ -24,12 +24,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from turbogate.asgi import Receive, Scope, Send, header, send_bytes, send_error, send_json
 from turbogate.errors import TurbogateError
+from turbogate.gateway.admin import body_limit, read_model
 from turbogate.gateway.conformance import method_not_allowed
 from turbogate.sched.metering import period_key
 from turbogate.store.base import COLUMNS, SUMMARY_COLUMNS, StoreUnavailable, summarize
 
 if TYPE_CHECKING:
-    from turbogate.gateway.app import GatewayApp
+    from turbogate.gateway.metering import Metering
+    from turbogate.gateway.parts import Auth, Shed
+    from turbogate.sched import Flow
 
 ROUTES = frozenset({"/v1/usage", "/admin/usage", "/admin/budgets"})
 _GROUPS = ("day", "tier", "tenant", "records")
@@ -68,99 +71,106 @@ def _query(scope: Scope) -> dict[str, str]:
     return {k: v[-1] for k, v in parse_qs(raw.decode("latin-1")).items()}
 
 
-async def _report(app: GatewayApp, scope: Scope, send: Send, tenant: str | None) -> None:
-    q = _query(scope)
-    try:
-        now = time.time()
-        end = _when(q["end"], "end") if "end" in q else now + 1
-        start = _when(q["start"], "start") if "start" in q else end - 30 * 86400
-        if end <= start:
-            raise BadParam("end", "end must be after start")
-        default = "day,tier" if tenant is not None else "tenant,day,tier"
-        groups = [g for g in q.get("group_by", default).split(",") if g]
-        bad = [g for g in groups if g not in _GROUPS]
-        if bad:
-            raise BadParam("group_by", f"group_by takes {', '.join(_GROUPS)}; got {', '.join(bad)}")
-        fmt = q.get("format") or ("csv" if b"text/csv" in (header(scope, b"accept") or b"") else "json")
-        if fmt not in ("json", "csv"):
-            raise BadParam("format", f"format is json or csv, got {fmt!r}")
-    except BadParam as exc:
-        await send_error(send, 400, str(exc), param=exc.param, code="invalid_value")
-        return
-    if tenant is None and q.get("tenant"):
-        tenant = q["tenant"]
-    try:
-        await app.meter.writer.flush()  # this process's records still on their way (store/writer.py)
-        records = await app.meter.store.usage(tenant, start, end)
-    except StoreUnavailable as exc:
-        await send_error(send, 503, f"the usage store is unreachable: {exc}", code="store_unavailable",
-                         headers=[(b"retry-after", b"5")])
-        return
-    rows: list[dict[str, Any]]
-    if "records" in groups:
-        columns: tuple[str, ...] = COLUMNS
-        rows = [{c: getattr(r, c) for c in COLUMNS} for r in records]
-    else:
-        columns = SUMMARY_COLUMNS
-        rows = summarize(records, by_day="day" in groups, by_tier="tier" in groups,
-                         by_tenant=tenant is not None or "tenant" in groups)
-    if fmt == "csv":
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
-        await send_bytes(send, 200, buf.getvalue().encode(), content_type=_CSV)
-        return
-    await send_json(send, 200, {"object": "usage", "start": start, "end": end, "group_by": groups, "data": rows})
+class UsageApi:
+    """``/v1/usage``, ``/admin/usage`` and ``/admin/budgets``: records and budgets in ``meter``'s
+    store, budgets applied to ``flow``."""
 
+    def __init__(self, auth: Auth, flow: Flow, meter: Metering, shed: Shed, max_body: int) -> None:
+        self.auth = auth
+        self.flow = flow
+        self.meter = meter
+        self.shed = shed
+        self.admin_max_body = body_limit(max_body)
 
-async def handle(app: GatewayApp, scope: Scope, receive: Receive, send: Send) -> None:
-    path: str = scope["path"]
-    method: str = scope["method"]
-    if path == "/v1/usage":
-        tenant = app._tenant(scope)
-        if tenant is None:
-            await app._unauthorized(send)
-        elif method not in ("GET", "HEAD"):
-            await method_not_allowed(send, path, "GET", "HEAD")
+    async def _report(self, scope: Scope, send: Send, tenant: str | None) -> None:
+        q = _query(scope)
+        try:
+            now = time.time()
+            end = _when(q["end"], "end") if "end" in q else now + 1
+            start = _when(q["start"], "start") if "start" in q else end - 30 * 86400
+            if end <= start:
+                raise BadParam("end", "end must be after start")
+            default = "day,tier" if tenant is not None else "tenant,day,tier"
+            groups = [g for g in q.get("group_by", default).split(",") if g]
+            bad = [g for g in groups if g not in _GROUPS]
+            if bad:
+                raise BadParam("group_by", f"group_by takes {', '.join(_GROUPS)}; got {', '.join(bad)}")
+            fmt = q.get("format") or ("csv" if b"text/csv" in (header(scope, b"accept") or b"") else "json")
+            if fmt not in ("json", "csv"):
+                raise BadParam("format", f"format is json or csv, got {fmt!r}")
+        except BadParam as exc:
+            await send_error(send, 400, str(exc), param=exc.param, code="invalid_value")
+            return
+        if tenant is None and q.get("tenant"):
+            tenant = q["tenant"]
+        try:
+            await self.meter.writer.flush()  # this process's records still on their way (store/writer.py)
+            records = await self.meter.store.usage(tenant, start, end)
+        except StoreUnavailable as exc:
+            await self.shed.refuse(send, 503, f"the usage store is unreachable: {exc}", "store_unavailable", 5)
+            return
+        rows: list[dict[str, Any]]
+        if "records" in groups:
+            columns: tuple[str, ...] = COLUMNS
+            rows = [{c: getattr(r, c) for c in COLUMNS} for r in records]
         else:
-            await _report(app, scope, send, tenant.name)
-        return
-    auth = header(scope, b"authorization") or b""
-    if not (auth[:7].lower() == b"bearer " and app.rt.is_admin(auth[7:].strip())):
-        await send_error(send, 401, "admin API needs Authorization: Bearer <admin token>", code="invalid_admin_token")
-        return
-    allowed = ("GET", "HEAD") if path in ROUTES else ("POST", "PUT")
-    if method not in allowed:
-        await method_not_allowed(send, path, *allowed)
-    elif path == "/admin/usage":
-        await _report(app, scope, send, None)
-    elif path == "/admin/budgets":
-        flow = app.rt.flow
-        await send_json(send, 200, {"budgets": {name: flow.budgets.describe(name) for name in flow.tenants}})
-    else:
-        await _set_budget(app, path.removeprefix("/admin/budgets/"), receive, send)
+            columns = SUMMARY_COLUMNS
+            rows = summarize(records, by_day="day" in groups, by_tier="tier" in groups,
+                             by_tenant=tenant is not None or "tenant" in groups)
+        if fmt == "csv":
+            buf = io.StringIO()
+            w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+            w.writeheader()
+            w.writerows(rows)
+            await send_bytes(send, 200, buf.getvalue().encode(), content_type=_CSV)
+            return
+        await send_json(send, 200, {"object": "usage", "start": start, "end": end, "group_by": groups, "data": rows})
 
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        method: str = scope["method"]
+        if path == "/v1/usage":
+            tenant = self.auth.tenant(scope)
+            if tenant is None:
+                await self.auth.unauthorized(send)
+            elif method not in ("GET", "HEAD"):
+                await method_not_allowed(send, path, "GET", "HEAD")
+            else:
+                await self._report(scope, send, tenant.name)
+            return
+        if not self.auth.admin(scope):
+            await self.auth.not_admin(send)
+            return
+        allowed = ("GET", "HEAD") if path in ROUTES else ("POST", "PUT")
+        if method not in allowed:
+            await method_not_allowed(send, path, *allowed)
+        elif path == "/admin/usage":
+            await self._report(scope, send, None)
+        elif path == "/admin/budgets":
+            flow = self.flow
+            await send_json(send, 200, {"budgets": {name: flow.budgets.describe(name) for name in flow.tenants}})
+        else:
+            await self._set_budget(path.removeprefix("/admin/budgets/"), receive, send)
 
-async def _set_budget(app: GatewayApp, name: str, receive: Receive, send: Send) -> None:
-    from turbogate.gateway.admin import _body
-
-    flow = app.rt.flow
-    if name not in flow.tenants:
-        await send_error(send, 404, f"no tenant {name!r}", param="tenant", code="not_found")
-        return
-    body = await _body(app, receive, send, BudgetSet)
-    if not isinstance(body, BudgetSet):
-        return
-    try:
-        await app.meter.store.set_budget(name, body.turbo_budget_units, body.period)
-        spent = await app.meter.store.spent(name, period_key(time.time(), body.period))
-    except StoreUnavailable as exc:
-        await send_error(send, 503, f"the store is unreachable; the budget was not changed: {exc}",
-                         code="store_unavailable", headers=[(b"retry-after", b"5")])
-        return
-    flow.budgets.set_budget(name, body.turbo_budget_units, body.period)
-    key = period_key(time.time(), body.period)
-    flow.budgets.roll(name, key)
-    flow.budgets.observe(name, key, spent)
-    await send_json(send, 200, {"tenant": name, **flow.budgets.describe(name)})
+    async def _set_budget(self, name: str, receive: Receive, send: Send) -> None:
+        flow = self.flow
+        if name not in flow.tenants:
+            await send_error(send, 404, f"no tenant {name!r}", param="tenant", code="not_found")
+            return
+        body = await read_model(receive, send, BudgetSet, self.admin_max_body)
+        if not isinstance(body, BudgetSet):
+            return
+        now = time.time()
+        try:
+            await self.meter.store.set_budget(name, body.turbo_budget_units, body.period)
+            spent = await self.meter.store.spent(name, period_key(now, body.period))
+        except StoreUnavailable as exc:
+            await self.shed.refuse(send, 503, f"the store is unreachable; the budget was not changed: {exc}",
+                                   "store_unavailable", 5)
+            return
+        book = flow.budgets
+        book.set_budget(name, body.turbo_budget_units, body.period)
+        key = book.start_period(name, now)
+        assert key is not None  # the budget was just set
+        book.observe(name, key, spent)
+        await send_json(send, 200, {"tenant": name, **flow.budgets.describe(name)})

@@ -1,16 +1,16 @@
 """One request's object in the gateway's shell (``Watch``): the driver's handle on it, the
 ``send`` that stores its usage record before the answer's last byte, and the watch for its client
-leaving — one object a request, where three were (a ``Handle``, a watch and a closure).
+leaving — one object a request, so a request costs one allocation and its end frees it at once.
 
 Noticing a client that leaves is what ends a request's life from the client's side.
 
 Queued requests are watched at once; running ones only after ``WATCH_AFTER_S`` (by the sweeper):
-a watcher task per request was a large share of the gateway's CPU per request, and a quick
-request is over before it matters.  Under uvicorn a watched request needs no task either: the
-sweeper reads the connection's ``disconnected`` flag (set when it is lost) every ``SWEEP_S``;
-when a busy machine held the loop back, the sweeper found many requests past the age and their
-watcher tasks cost more CPU than the rest of their path.  Other servers (and a coalesced group's
-shared call) get a task waiting on ``receive()``.  What the leaving means — its place freed, its
+a task per request would cost more than a quick request's whole path, and a quick request is
+over before its client's leaving matters.  Under uvicorn a watched request needs no task either:
+the sweeper reads the connection's ``disconnected`` flag (set when it is lost) every
+``SWEEP_S``, so a loop held back by a busy machine, which finds many requests past the age at
+once, starts no tasks for them.  Other servers (and a coalesced group's shared call) get a task
+waiting on ``receive()``.  What the leaving means — its place freed, its
 upstream call cancelled — is the flow's decision (``Flow.client_gone``).
 """
 
@@ -26,7 +26,7 @@ from turbogate.gateway.driver import Handle
 from turbogate.sched import FlowRequest
 
 if TYPE_CHECKING:
-    from turbogate.gateway.app import GatewayApp
+    from turbogate.gateway.driver import FlowDriver
     from turbogate.gateway.metering import Metering
 
 WATCH_AFTER_S = 0.05
@@ -81,47 +81,48 @@ class Watch(Handle):
                           "headers": [*headers, (b"content-length", str(len(body)).encode())]})
         await self._send({"type": "http.response.body", "body": body})
 
-    def start(self, app: GatewayApp) -> None:
+    def start(self, driver: FlowDriver) -> None:
+        """Watch for the client leaving; the flow hears of it through ``driver``."""
         if self.watcher is not None or self.cycle is not None:
             return
         cycle = getattr(self.receive, "__self__", None)
         if cycle is not None and hasattr(cycle, "disconnected"):
             self.cycle = cycle
-            self.poll(app)
+            self.poll(driver)
         else:
-            self.watcher = asyncio.get_running_loop().create_task(self._watch(app))
+            self.watcher = asyncio.get_running_loop().create_task(self._watch(driver))
 
-    def poll(self, app: GatewayApp) -> None:
+    def poll(self, driver: FlowDriver) -> None:
         if getattr(self.cycle, "disconnected", False):
-            self._left(app)
+            self._left(driver)
 
-    async def _watch(self, app: GatewayApp) -> None:
+    async def _watch(self, driver: FlowDriver) -> None:
         message = await self.receive()
         if message["type"] == "http.disconnect":
-            self._left(app)
+            self._left(driver)
 
-    def _left(self, app: GatewayApp) -> None:
+    def _left(self, driver: FlowDriver) -> None:
         if self.finished or self.gone:
             return
         self.gone = True
-        app.driver.run(app.rt.flow.client_gone(self.req, time.perf_counter()))
+        driver.run(driver.flow.client_gone(self.req, time.perf_counter()))
         if not self.cancelled:
             self.task.cancel()
 
 
-async def sweep(app: GatewayApp) -> None:
-    """Watch ``app``'s requests still running after ``WATCH_AFTER_S``; poll the connections of
-    those already watched by their flag.  Runs for the app's life."""
+async def sweep(watches: set[Watch], driver: FlowDriver) -> None:
+    """Watch the requests in ``watches`` still running after ``WATCH_AFTER_S``; poll the
+    connections of those already watched by their flag.  Runs for the gateway's life."""
     while True:
         await asyncio.sleep(SWEEP_S)
-        _sweep_once(app, time.perf_counter() - WATCH_AFTER_S)
+        _sweep_once(watches, driver, time.perf_counter() - WATCH_AFTER_S)
 
 
-def _sweep_once(app: GatewayApp, watch_before: float) -> None:
+def _sweep_once(watches: set[Watch], driver: FlowDriver, watch_before: float) -> None:
     # A function of its own: a loop variable in sweep() would keep the last watch it saw (and
     # its request) alive while it sleeps.
-    for w in list(app.watches):
+    for w in list(watches):
         if w.cycle is not None:
-            w.poll(app)
+            w.poll(driver)
         elif w.watcher is None and w.born < watch_before:
-            w.start(app)
+            w.start(driver)

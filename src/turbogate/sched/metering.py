@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import calendar
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -141,6 +142,25 @@ class BudgetBook:
         b = self.budgets.get(tenant)
         if b is not None and b.key != key:
             b.key, b.spent = key, 0.0
+
+    def start_period(self, tenant: str, now: float) -> str | None:
+        """Move ``tenant``'s budget to the period holding wall time ``now`` (a new period starts
+        from zero spent); that period's key, whose spend the store holds (None: no budget)."""
+        b = self.budgets.get(tenant)
+        if b is None:
+            return None
+        key = period_key(now, b.period)
+        self.roll(tenant, key)
+        return key
+
+    def observe_spent(self, spent: Mapping[tuple[str, str], float], now: float) -> None:
+        """Totals from the store, by (tenant, period key): each counts only for a tenant with a
+        budget and only for the period holding wall time ``now`` in that budget's kind (a total
+        of a past period, or of another period kind, changes nothing)."""
+        for (tenant, key), units in spent.items():
+            b = self.budgets.get(tenant)
+            if b is not None and key == period_key(now, b.period):
+                self.observe(tenant, key, units)
 
     def observe(self, tenant: str, key: str, spent: float) -> None:
         b = self.budgets.get(tenant)
