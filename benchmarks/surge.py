@@ -23,7 +23,13 @@ Per fleet, the JSON reports:
   started again on the same port with the same store: the largest window p95 ratio from the
   third scrape interval after it answers again (target ≤ 1.5); requests sent while it was down
   fail (``turbo_errors_at_2x``);
-- the bench's dispatch lag (p99), so a run that measured the machine says so.
+- the bench's dispatch lag (p99), so a run that measured the machine says so;
+- ``engine_floor``: the same step in the simulator (virtual time: the emulator's engine model
+  behind the gateway's own core, four seeds), once as measured here and once with Turbo *alone*
+  at the rate it asks at 2× — no lower tier at all, so nothing for a gateway to reorder or hold
+  back.  Its largest window p95 over the mixed 0.2× reference is what the engines give Turbo's own
+  load: where it is above 1.5, no scheduling of the other tiers brings the real ratio under it
+  (a 512-token prefill on the A100 fleet costs 4.4 decode steps: Turbo's prefills meet each other).
 
 ``--scheduling-policy priority`` runs every emulator with vLLM's ``--scheduling-policy priority``
 and sets the pool's ``scheduling_policy: priority`` (the gateway passes each tier as the request's
@@ -31,7 +37,7 @@ and sets the pool's ``scheduling_policy: priority`` (the gateway passes each tie
 gateway must hold on by itself (docs/engines.md, "Priority inside the engine").
 
     python benchmarks/surge.py [--fleets l4,a100,h100] [--hold 25] [--no-restart] [--keep DIR]
-                               [--scheduling-policy fcfs|priority]
+                               [--scheduling-policy fcfs|priority] [--floor-only]
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,13 +58,17 @@ from typing import Any
 
 import yaml
 
-from turbogate.config import _default_tiers, hash_key
+from turbogate.bench.options import build_load
+from turbogate.config import _default_tiers, hash_key, parse_config
 from turbogate.engine import EngineConfig
 from turbogate.engine.capacity import saturated_rate
 from turbogate.perf import deployment, get_gpu, resolve_model
 from turbogate.procs import Service, start_emulator, start_gateway
 from turbogate.results.io import read_jsonl
 from turbogate.results.percentile import percentile
+from turbogate.sim.build import SimConfig
+from turbogate.sim.fleet import parse_fleet
+from turbogate.sim.run import simulate
 
 KEY = "sk-surge"
 MODEL = "llama-3.1-8b"
@@ -193,6 +204,57 @@ def analyse(records: list[dict[str, Any]], fleet: Fleet, hold_s: float, from_s: 
     return out
 
 
+def simulated(fleet: Fleet, hold_s: float, seed: int, turbo_alone: bool) -> list[dict[str, Any]]:
+    """The stepped run in the simulator, its records as the bench writes them in wall seconds:
+    the mixed load, or Turbo alone at its share of it."""
+    scale = fleet.scale
+    share = float(dict(kv.split("=") for kv in fleet.mix.split(","))["turbo"])
+    cap = fleet.capacity_rps() * scale  # engine seconds
+    lo, hi = (0.2 * share, 2.0 * share) if turbo_alone else (0.2, 2.0)
+    gateway = parse_config({
+        "tenants": [{"name": "t", "key_sha256": hash_key(KEY), "tiers": ["turbo", "standard", "relax"]}],
+        "scrape": {"interval_s": SCRAPE_S / scale},
+        "pools": [{"name": "p", "models": [MODEL],
+                   "replicas": [{"url": f"http://r{i}", "max_num_seqs": fleet.seqs} for i in range(fleet.replicas)]}],
+    })
+    sim_fleet = parse_fleet({"pools": [{"name": "p", "replicas": [
+        {"count": fleet.replicas, "gpu": fleet.gpu, "model": MODEL, "max_num_seqs": fleet.seqs}]}]})
+    load = build_load(shape="steps", qps=None, qps_start=lo * cap, qps_end=hi * cap, steps=2,
+                      duration=2 * hold_s / scale, arrivals="poisson", burstiness=1.0,
+                      prompt_tokens=str(fleet.prompt), output_tokens=str(fleet.output), dataset=None, no_seed=False,
+                      tiers="turbo=1" if turbo_alone else fleet.mix, n_api_keys=1, random_seed=seed, slo=None,
+                      knee_method="throughput", knee_k=2.0, knee_metric="e2e", fleet_cost=1.0, tier_cost=None)
+    out = []
+    for r in simulate(SimConfig(gateway=gateway, fleet=sim_fleet, load=load, api_keys=(KEY,))).records:
+        d = r.to_dict()
+        for key in ("scheduled_s", "ttft_s", "e2e_s", "end_s"):
+            if d.get(key) is not None:
+                d[key] = float(d[key]) * scale
+        out.append(d)
+    return out
+
+
+def engine_floor(fleet: Fleet, hold_s: float, seeds: Sequence[int] = (1, 2, 3, 4)) -> dict[str, Any]:
+    """Per seed, the simulated run's largest window p95 ratio, and Turbo alone's (see the module
+    docstring), both over the simulated mixed run's Turbo p95 at 0.2×."""
+    mixed, alone = [], []
+    for seed in seeds:
+        m = analyse(simulated(fleet, hold_s, seed, turbo_alone=False), fleet, hold_s)
+        base = m["turbo_unloaded_ttft_s"]["p95"]
+        a = analyse(simulated(fleet, hold_s, seed, turbo_alone=True), fleet, hold_s)
+        worst = max((w["p95_ratio"] * a["turbo_unloaded_ttft_s"]["p95"] for w in a["turbo_windows"]
+                     if w["p95_ratio"] is not None), default=None)
+        mixed.append(m["max_window_p95_ratio"])
+        alone.append(ratio(worst, base))
+    return {"seeds": list(seeds), "simulated_max_window_p95_ratio": mixed, "turbo_alone_max_window_p95_ratio": alone,
+            "turbo_alone_median": _median(alone), "simulated_median": _median(mixed)}
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return None if not known else round(statistics.median(known), 3)
+
+
 def run_fleet(fleet: Fleet, hold_s: float, folder: Path, restart: bool, policy: str) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     emulators = [start_emulator("--gpu", fleet.gpu, "--model", MODEL, "--max-num-seqs", str(fleet.seqs),
@@ -245,6 +307,7 @@ def run_fleet(fleet: Fleet, hold_s: float, folder: Path, restart: bool, policy: 
                                  "turbo_shed_after_wait": r["turbo_shed_after_wait"],
                                  "turbo_errors_at_2x": r["turbo_errors_at_2x"]}
         result["loadavg"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
+        result["engine_floor"] = engine_floor(fleet, hold_s)
         return result
     finally:
         for e in emulators:
@@ -257,6 +320,8 @@ def main() -> None:
     ap.add_argument("--hold", type=float, default=25.0, help="seconds at 0.2× and then at 2× (each)")
     ap.add_argument("--no-restart", action="store_true", help="skip the restarted-gateway run")
     ap.add_argument("--keep", type=Path, default=None, help="keep the run folders and logs here")
+    ap.add_argument("--floor-only", action="store_true",
+                    help="only the simulated engine_floor per fleet (seconds, no real processes)")
     ap.add_argument("--scheduling-policy", choices=("fcfs", "priority"), default="fcfs",
                     help="the engines' scheduling policy (and the pool's): priority as vLLM's")
     args = ap.parse_args()
@@ -266,6 +331,10 @@ def main() -> None:
         ap.error(f"--fleets: unknown {', '.join(unknown)} (known: {', '.join(FLEETS)})")
     out: dict[str, Any] = {"hold_s": args.hold, "window_s": WINDOW_S, "ttft_slo_s": SLO_S,
                            "scheduling_policy": args.scheduling_policy, "fleets": {}}
+    if args.floor_only:
+        print(json.dumps({"hold_s": args.hold, "window_s": WINDOW_S,
+                          "fleets": {n: {"engine_floor": engine_floor(FLEETS[n], args.hold)} for n in names}}))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep or Path(tmp)
         for name in names:
