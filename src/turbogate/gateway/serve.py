@@ -30,7 +30,7 @@ _DOWNGRADE = b"x-turbogate-downgrade"
 _REQUEST_ID = b"x-turbogate-request-id"  # the id of the request's usage record (docs/metering.md)
 
 #: One upstream attempt (gateway/proxy.py): the status sent, or None when the flow has a next step.
-Attempt = Callable[[FlowRequest, Replica, Watch, bytes, str, str, Headers], Awaitable["int | None"]]
+Attempt = Callable[[FlowRequest, Replica, Watch, bytes, str, str, Headers], Awaitable[int | None]]
 
 #: Each event loop's running task, read directly where CPython keeps it in a table
 #: (``asyncio.current_task`` is then a Python function around the same lookup); else None.
