@@ -32,9 +32,12 @@ _NEW, _DONE = Phase.NEW, Phase.DONE  # a module name: a member read through its 
 
 
 class Failure(Enum):
-    CONNECT = "connect"  # connection refused: nothing reached the replica
+    """How an upstream attempt failed, as the replica saw it.  Whether it is retried is not the
+    kind's but what its client already has (``Flow.failed``)."""
+
+    CONNECT = "connect"  # connection refused: nothing reached the replica (it is ejected at once)
     RESET = "reset"  # the connection broke before any byte of the answer
-    BROKEN = "broken"  # the answer broke off midway (no retry: bytes had come)
+    BROKEN = "broken"  # the answer broke off midway
 
 
 @dataclass(slots=True, eq=False)
