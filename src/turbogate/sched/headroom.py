@@ -124,12 +124,16 @@ class Headroom:
 
     def slots(self, now: float, top_rate: float, slots: int, service_s: float | None) -> int:
         """The slots of ``slots`` to keep free for a top tier arriving at ``top_rate``."""
-        return headroom_slots(top_rate, self._replenish_rate(now, slots, service_s), self.risk, slots, self.staffing)
+        return headroom_slots(top_rate, self._replenish_rate(slots, service_s), self.risk, slots, self.staffing)
 
-    def _replenish_rate(self, now: float, slots: int, service_s: float | None) -> float:
+    @staticmethod
+    def _replenish_rate(slots: int, service_s: float | None) -> float:
         """How fast kept-free slots come back: the completions a full pool of ``slots`` makes
         (slots ÷ service time), not the completions seen — those fall as the holdback grows, and
-        a reserve sized on them would grow further, a spiral."""
+        a reserve sized on them would grow further, a spiral.  Zero (no evidence: the static
+        line alone) until the service time is measured: a cold pool's first seconds see a
+        handful of completions whatever its size, and a reserve sized on them was the whole
+        pool — a cold gateway at a fifth of capacity held the lower tiers back for seconds."""
         if service_s is not None and service_s > 0:
             return slots / service_s
-        return self.completions.read(now)
+        return 0.0
