@@ -14,9 +14,11 @@ from turbogate.bench.collectors import parse_metrics_option
 from turbogate.bench.failures import BenchFailed
 from turbogate.bench.run import BenchConfig, BenchResult, knee_line, run_bench
 from turbogate.bench.runner import TIER_VIA, Target
+from turbogate.bench.trace_opts import REPLAY, TRACE_OPTIONS, TraceArgs
 from turbogate.clierrors import OneLineErrors
 from turbogate.config import Listen
 from turbogate.errors import BadInput, TurbogateError
+from turbogate.optgroup import expand
 from turbogate.results import Summary, compare, load_run
 from turbogate.results.fmt import fmt_cost, fmt_count, fmt_ms, fmt_num, fmt_pct, fmt_range, fmt_rate, fmt_signed_pct
 from turbogate.results.knee import method_cell
@@ -77,6 +79,7 @@ def print_roi(summary: Summary, console: Console) -> None:
 
 
 @app.callback(invoke_without_command=True)
+@expand(replay=TRACE_OPTIONS)
 def bench(
     ctx: typer.Context,
     host: str = typer.Option(DEFAULT_HOST, "--host", help="Target base URL (engine or gateway); the default is where "
@@ -139,12 +142,7 @@ def bench(
     ray_address: str | None = typer.Option(None, "--ray", help="Run the --workers as Ray actors spread over the "
                                            "cluster at ADDRESS ('auto', 'ray://host:10001', or 'local'); the hosts' "
                                            "clocks must agree (NTP). Needs pip install 'turbogate[ray]'."),
-    trace: Path | None = opt.TRACE,
-    trace_format: str = opt.TRACE_FORMAT,
-    speedup: float = opt.SPEEDUP,
-    window: str | None = opt.WINDOW,
-    tier_by_tenant: str | None = opt.TIER_BY_TENANT,
-    reassign_tiers: bool = opt.REASSIGN_TIERS,
+    replay: TraceArgs = REPLAY,
 ) -> None:
     """Run a benchmark (or `turbogate bench compare RUN_A RUN_B`)."""
     if ctx.invoked_subcommand is not None:
@@ -160,8 +158,7 @@ def bench(
             metrics=metrics, slo=slo, knee_method=knee_method, knee_k=knee_k, knee_metric=knee_metric,
             fleet_cost=fleet_cost, tier_cost=tier_cost, out=out, grace=grace, drain=drain, live=live, report=report,
             label=label, max_error_rate=max_error_rate, max_lag_ms=max_lag_ms, knee_min_requests=knee_min_requests,
-            workers=workers, ray_address=ray_address, trace=trace, trace_format=trace_format, speedup=speedup,
-            window=window, tier_by_tenant=tier_by_tenant, reassign_tiers=reassign_tiers)
+            workers=workers, ray_address=ray_address, replay=replay)
     except ValueError as exc:
         raise _bad(str(exc)) from None
     console = Console(stderr=False, width=None if Console().is_terminal else 150)
@@ -207,8 +204,7 @@ def build_config(*, host: str, route: str, model: str | None, shape: str | None,
                  fleet_cost: float, tier_cost: str | None, out: Path | None, grace: float, live: bool, report: bool,
                  label: str, drain: float | None = None, max_error_rate: float = 0.5, max_lag_ms: float = 10.0,
                  knee_min_requests: int = 20, workers: int = 1, ray_address: str | None = None,
-                 trace: Path | None = None, trace_format: str = "auto", speedup: float = 1.0, window: str | None = None,
-                 tier_by_tenant: str | None = None, reassign_tiers: bool = False) -> BenchConfig:
+                 replay: TraceArgs = REPLAY) -> BenchConfig:
     """Validate the CLI options into a :class:`BenchConfig`; ValueError names the bad option."""
     if not host.startswith(("http://", "https://")):
         raise ValueError(f"--host must be a URL like http://127.0.0.1:8000, got {host!r}")
@@ -234,11 +230,9 @@ def build_config(*, host: str, route: str, model: str | None, shape: str | None,
         knee_method=knee_method, knee_k=knee_k, knee_metric=knee_metric, fleet_cost=fleet_cost,
         tier_cost=tier_cost, knee_min_requests=knee_min_requests, max_error_rate=max_error_rate, find_knee=find_knee)
     check_rates_and_shares(qps=qps, qps_start=qps_start, qps_end=qps_end, tiers=tiers)
-    if trace is not None:
-        if find_knee:
-            raise ValueError("--trace replays the recorded arrivals; --find-knee chooses its own rates (drop one)")
-        load = opt.with_trace(load, trace, fmt=trace_format, speedup=speedup, window=window,
-                              tier_by_tenant=tier_by_tenant, reassign_tiers=reassign_tiers)
+    if replay.trace is not None and find_knee:
+        raise ValueError("--trace replays the recorded arrivals; --find-knee chooses its own rates (drop one)")
+    load = replay.apply(load)
     target = Target(base_url=host, route=route, model=model or "", api_keys=tuple(api_key), stream=stream,
                     ignore_eos=ignore_eos, min_tokens=min_tokens, tier_via=tier_via, timeout_s=timeout,
                     max_concurrency=max_concurrency)

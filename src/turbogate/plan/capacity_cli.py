@@ -9,32 +9,10 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from turbogate.optgroup import expand
 from turbogate.perf import GiB
+from turbogate.plan import cli_common as common
 from turbogate.plan.capacity import DEFAULT_BATCH_SIZES, CapacityReport, capacity
-from turbogate.plan.cli_common import (
-    BATCHED_OPT,
-    DTYPE_OPT,
-    GPU_OPT,
-    JSON_OPT,
-    KNEE_OPT,
-    KV_DTYPE_OPT,
-    MEM_OPT,
-    MODEL_OPT,
-    OUTPUT_OPT,
-    PROMPT_OPT,
-    RUN_OPT,
-    SEQS_OPT,
-    TP_OPT,
-    calibration_summary,
-    calibration_table,
-    console,
-    deployment_of,
-    floats,
-    ints,
-    load_calibration,
-    print_json,
-    run,
-)
 from turbogate.plan.latency import latency_model
 from turbogate.plan.profile_opts import engine_profile_option, gpu_profile_option, profiled
 from turbogate.plan.views import ms
@@ -87,49 +65,45 @@ def _capacity_tables(r: CapacityReport) -> list[Table]:
     return [mem, dec, load]
 
 
+@expand(hw=common.DEPLOYMENT_OPTIONS)
 def capacity_cmd(
-    gpu: str = GPU_OPT,
-    model: str = MODEL_OPT,
-    tp: int = TP_OPT,
-    dtype: str = DTYPE_OPT,
-    kv_dtype: str = KV_DTYPE_OPT,
-    gpu_mem_util: float = MEM_OPT,
-    prompt_tokens: int = PROMPT_OPT,
-    output_tokens: int = OUTPUT_OPT,
-    max_num_seqs: int = SEQS_OPT,
-    max_num_batched_tokens: int = BATCHED_OPT,
+    hw: common.DeploymentArgs = common.HW,
+    prompt_tokens: int = common.PROMPT_OPT,
+    output_tokens: int = common.OUTPUT_OPT,
+    max_num_seqs: int = common.SEQS_OPT,
+    max_num_batched_tokens: int = common.BATCHED_OPT,
     rates: str = typer.Option(None, "--rates", help="Request rates (req/s, one replica), e.g. 1,5,10,17. "
                               "Default: 10 %–110 % of saturation."),
     batch_sizes: str = typer.Option(None, "--batch-sizes", help="Decode batch sizes to time, e.g. 1,16,64,256."),
-    knee_factor: float = KNEE_OPT,
+    knee_factor: float = common.KNEE_OPT,
     replicas: int = typer.Option(1, "--replicas", min=1, help="Replicas behind the run given with --from-run."),
-    from_run: Path = RUN_OPT,
-    as_json: bool = JSON_OPT,
+    from_run: Path = common.RUN_OPT,
+    as_json: bool = common.JSON_OPT,
     engine_profile: str = engine_profile_option(),
     gpu_profile: Path | None = gpu_profile_option(),
 ) -> None:
     """Weights, KV capacity, step times, saturation and predicted TTFT/TPOT against request rate."""
 
     def go() -> None:
-        dep = profiled(deployment_of(gpu, model, tp, dtype, kv_dtype, gpu_mem_util), engine_profile, gpu_profile)
+        dep = profiled(hw.deployment(), engine_profile, gpu_profile)
         report = capacity(dep, prompt_tokens, output_tokens, max_num_seqs, max_num_batched_tokens,
-                          rates=floats(rates, "--rates"),
-                          batch_sizes=ints(batch_sizes, "--batch-sizes") or DEFAULT_BATCH_SIZES,
+                          rates=common.floats(rates, "--rates"),
+                          batch_sizes=common.ints(batch_sizes, "--batch-sizes") or DEFAULT_BATCH_SIZES,
                           knee_factor=knee_factor)
         cal = None
         if from_run is not None:
             lm = latency_model(dep, prompt_tokens, output_tokens, max_num_seqs, max_num_batched_tokens)
-            cal = load_calibration(from_run, lm, replicas, knee_factor)
+            cal = common.load_calibration(from_run, lm, replicas, knee_factor)
         if as_json:
             out = report.to_dict()
             if cal is not None:
                 out["calibration"] = cal.to_dict()
-            print_json(out)
+            common.print_json(out)
             return
         for t in _capacity_tables(report):
-            console.print(t)
+            common.console.print(t)
         if cal is not None:
-            console.print(calibration_summary(cal))
-            console.print(calibration_table(cal))
+            common.console.print(common.calibration_summary(cal))
+            common.console.print(common.calibration_table(cal))
 
-    run(go)
+    common.run(go)

@@ -8,6 +8,7 @@ import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from turbogate.errors import BadInput, TurbogateError
+from turbogate.optgroup import OptionGroup
 from turbogate.perf import Deployment, deployment, get_gpu, resolve_model
 from turbogate.perf.default_workload import OUTPUT_TOKENS, PROMPT_TOKENS
 from turbogate.plan.calibrate import Calibration, calibrate, rel_error
@@ -25,13 +27,6 @@ from turbogate.plan.views import ms
 # Piped or captured output gets a wide console so the tables are not truncated to 80 columns.
 console = Console() if sys.stdout.isatty() else Console(width=200)
 
-GPU_OPT = typer.Option("H100-SXM", "--gpu", help="GPU name (see `turbogate plan gpus`); case and punctuation free.")
-MODEL_OPT = typer.Option("llama-3.1-8b", "--model",
-                         help="Catalog model (see `turbogate plan models`) or a path to a Hugging Face config.json.")
-TP_OPT = typer.Option(1, "--tp", min=1, help="Tensor-parallel GPUs per replica.")
-DTYPE_OPT = typer.Option("bf16", "--dtype", help="Weight dtype: bf16, fp16, fp8, int8, int4, awq, gptq, fp32.")
-KV_DTYPE_OPT = typer.Option("auto", "--kv-dtype", help="KV-cache dtype (auto = as the weights, bf16 under 16 bits).")
-MEM_OPT = typer.Option(0.9, "--gpu-mem-util", help="Share of GPU memory the engine may use (vLLM's setting).")
 PROMPT_OPT = typer.Option(PROMPT_TOKENS, "--prompt-tokens", min=1, help="Prompt tokens per request.")
 OUTPUT_OPT = typer.Option(OUTPUT_TOKENS, "--output-tokens", min=1, help="Output tokens per request.")
 SEQS_OPT = typer.Option(256, "--max-num-seqs", min=1, help="Engine's max concurrent sequences (batch size).")
@@ -50,9 +45,38 @@ def clean_errors() -> Iterator[None]:
         raise BadInput(str(exc), getattr(exc, "hint", None)) from exc  # one line, exit 2 (clierrors.py)
 
 
-def deployment_of(gpu: str, model: str, tp: int, dtype: str, kv_dtype: str, gpu_mem_util: float) -> Deployment:
-    return deployment(get_gpu(gpu), resolve_model(model), tp=tp, weight_dtype=dtype, kv_dtype=kv_dtype,
-                      gpu_mem_util=gpu_mem_util)
+@dataclass(frozen=True, slots=True)
+class DeploymentArgs:
+    """The hardware and model options ``plan capacity``, ``roi`` and ``matrix`` share."""
+
+    gpu: str = "H100-SXM"
+    model: str = "llama-3.1-8b"
+    tp: int = 1
+    dtype: str = "bf16"
+    kv_dtype: str = "auto"
+    gpu_mem_util: float = 0.9
+
+    def deployment(self) -> Deployment:
+        return deployment(get_gpu(self.gpu), resolve_model(self.model), tp=self.tp, weight_dtype=self.dtype,
+                          kv_dtype=self.kv_dtype, gpu_mem_util=self.gpu_mem_util)
+
+
+_HW = DeploymentArgs()
+#: A command's ``hw: DeploymentArgs = HW`` under ``@expand(hw=DEPLOYMENT_OPTIONS)`` (optgroup.py).
+DEPLOYMENT_OPTIONS = OptionGroup(DeploymentArgs, {
+    "gpu": (str, typer.Option(_HW.gpu, "--gpu", help="GPU name (see `turbogate plan gpus`); case and punctuation "
+                              "free.")),
+    "model": (str, typer.Option(_HW.model, "--model", help="Catalog model (see `turbogate plan models`) or a path "
+                                "to a Hugging Face config.json.")),
+    "tp": (int, typer.Option(_HW.tp, "--tp", min=1, help="Tensor-parallel GPUs per replica.")),
+    "dtype": (str, typer.Option(_HW.dtype, "--dtype", help="Weight dtype: bf16, fp16, fp8, int8, int4, awq, gptq, "
+                                "fp32.")),
+    "kv_dtype": (str, typer.Option(_HW.kv_dtype, "--kv-dtype", help="KV-cache dtype (auto = as the weights, bf16 "
+                                   "under 16 bits).")),
+    "gpu_mem_util": (float, typer.Option(_HW.gpu_mem_util, "--gpu-mem-util", help="Share of GPU memory the engine "
+                                         "may use (vLLM's setting).")),
+})
+HW = DEPLOYMENT_OPTIONS.marker
 
 
 def floats(spec: str | None, name: str) -> list[float] | None:

@@ -7,44 +7,20 @@ from pathlib import Path
 
 import typer
 
-from turbogate.plan.cli_common import (
-    BATCHED_OPT,
-    DTYPE_OPT,
-    GPU_OPT,
-    JSON_OPT,
-    KNEE_OPT,
-    KV_DTYPE_OPT,
-    MEM_OPT,
-    MODEL_OPT,
-    OUTPUT_OPT,
-    PROMPT_OPT,
-    RUN_OPT,
-    SEQS_OPT,
-    TP_OPT,
-    calibration_summary,
-    console,
-    deployment_of,
-    floats,
-    load_calibration,
-    print_json,
-    run,
-)
+from turbogate.optgroup import expand
+from turbogate.plan import cli_common as common
 from turbogate.plan.profile_opts import engine_profile_option, gpu_profile_option, profiled
 from turbogate.plan.roi import RoiInputs, reuse_model, roi
 from turbogate.plan.views import roi_table
 
 
+@expand(hw=common.DEPLOYMENT_OPTIONS)
 def roi_cmd(
-    gpu: str = GPU_OPT,
-    model: str = MODEL_OPT,
-    tp: int = TP_OPT,
-    dtype: str = DTYPE_OPT,
-    kv_dtype: str = KV_DTYPE_OPT,
-    gpu_mem_util: float = MEM_OPT,
-    prompt_tokens: int = PROMPT_OPT,
-    output_tokens: int = OUTPUT_OPT,
-    max_num_seqs: int = SEQS_OPT,
-    max_num_batched_tokens: int = BATCHED_OPT,
+    hw: common.DeploymentArgs = common.HW,
+    prompt_tokens: int = common.PROMPT_OPT,
+    output_tokens: int = common.OUTPUT_OPT,
+    max_num_seqs: int = common.SEQS_OPT,
+    max_num_batched_tokens: int = common.BATCHED_OPT,
     price_per_hour: float = typer.Option(None, "--price-per-hour", help="USD per GPU-hour (default: the catalog's)."),
     replicas: int = typer.Option(1, "--replicas", min=1, help="Replicas in the fleet."),
     turbo_multiplier: float = typer.Option(2.0, "--turbo-multiplier", help="Turbo price ÷ Standard price."),
@@ -62,19 +38,19 @@ def roi_cmd(
     retry_decay: float = typer.Option(0.5, "--retry-decay", help="Probability a failed attempt is retried."),
     max_retries: int = typer.Option(3, "--max-retries", min=0, help="Retries per request at most."),
     loads: str = typer.Option(None, "--loads", help="Fleet loads (req/s), e.g. 10,20,40. Default: one per band."),
-    knee_factor: float = KNEE_OPT,
-    from_run: Path = RUN_OPT,
-    as_json: bool = JSON_OPT,
+    knee_factor: float = common.KNEE_OPT,
+    from_run: Path = common.RUN_OPT,
+    as_json: bool = common.JSON_OPT,
     engine_profile: str = engine_profile_option(),
     gpu_profile: Path | None = gpu_profile_option(),
 ) -> None:
     """Cost per 1M tokens and per 1,000 requests per tier, and the ROI of Turbo per load band."""
 
     def go() -> None:
-        dep = profiled(deployment_of(gpu, model, tp, dtype, kv_dtype, gpu_mem_util), engine_profile, gpu_profile)
+        dep = profiled(hw.deployment(), engine_profile, gpu_profile)
         inputs = RoiInputs(
             price_per_gpu_hour=dep.gpu.price_per_hour if price_per_hour is None else price_per_hour,
-            gpus_per_replica=tp, replicas=replicas, turbo_multiplier=turbo_multiplier,
+            gpus_per_replica=hw.tp, replicas=replicas, turbo_multiplier=turbo_multiplier,
             turbo_reservation=turbo_reservation, turbo_share=turbo_share, price_per_mtok=price_per_mtok,
             turbo_slo_ttft_s=turbo_slo_ttft, standard_slo_ttft_s=standard_slo_ttft, memory_reuse=memory_reuse,
             cold_start_s=cold_start_s, cold_starts_per_hour=cold_starts_per_hour, retry_decay=retry_decay,
@@ -83,19 +59,19 @@ def roi_cmd(
         lm = reuse_model(dep, prompt_tokens, output_tokens, memory_reuse, max_num_seqs, max_num_batched_tokens)
         cal = None
         if from_run is not None:
-            cal = load_calibration(from_run, lm, replicas, knee_factor)
+            cal = common.load_calibration(from_run, lm, replicas, knee_factor)
         knee = None if cal is None else cal.knee_per_replica
-        report = roi(lm, inputs, loads=floats(loads, "--loads"),
+        report = roi(lm, inputs, loads=common.floats(loads, "--loads"),
                      tier_latency=None if cal is None else cal.tier_latency, knee_rps=knee,
                      knee_source="predicted" if knee is None else f"measured ({cal.kind if cal else ''})")
         if as_json:
             out = report.to_dict()
             if cal is not None:
                 out["calibration"] = cal.to_dict()
-            print_json(out)
+            common.print_json(out)
             return
-        console.print(roi_table(report, measured=cal is not None))
+        common.console.print(roi_table(report, measured=cal is not None))
         if cal is not None:
-            console.print(calibration_summary(cal))
+            common.console.print(common.calibration_summary(cal))
 
-    run(go)
+    common.run(go)

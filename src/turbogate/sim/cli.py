@@ -12,8 +12,10 @@ from rich.console import Console
 from turbogate.bench import options as opt
 from turbogate.bench.cli import print_summary
 from turbogate.bench.run import knee_line
+from turbogate.bench.trace_opts import REPLAY, TRACE_OPTIONS, TraceArgs
 from turbogate.config import load_config
 from turbogate.errors import BadInput, ConfigError
+from turbogate.optgroup import expand
 from turbogate.plan.profile_opts import gpu_profile_option
 from turbogate.results import Summary, summarize, write_run
 from turbogate.results.io import REQUESTS, REQUESTS_GZ
@@ -31,6 +33,7 @@ from turbogate.trace.whatif import print_what_if, run_what_if
 SWEEP_WARMUP_S = 30.0
 
 
+@expand(replay=TRACE_OPTIONS)
 def sim(
     config: Path = typer.Option(..., "--config", help="The gateway's own config file (tiers, tenants, pools)."),
     fleet: list[Path] = typer.Option(..., "--fleet", help="Fleet file: replicas per pool, network, failures "
@@ -84,12 +87,7 @@ def sim(
                                       "sweep point's own records too. Default: requests.jsonl.gz in the run folder, "
                                       "a sweep point's folder its summary only (its records are in the combined run)."),
     label: str = typer.Option("", "--label", help="Free text stored in summary.json."),
-    trace: Path | None = opt.TRACE,
-    trace_format: str = opt.TRACE_FORMAT,
-    speedup: float = opt.SPEEDUP,
-    window: str | None = opt.WINDOW,
-    tier_by_tenant: str | None = opt.TIER_BY_TENANT,
-    reassign_tiers: bool = opt.REASSIGN_TIERS,
+    replay: TraceArgs = REPLAY,
     engine_profile: str | None = typer.Option(None, "--engine-profile", help="Engine profile for every replica "
                                               "group (default: each group's engine_profile, vllm-v1 unless set)."),
     gpu_profile: Path | None = gpu_profile_option(),
@@ -104,11 +102,9 @@ def sim(
             dataset=dataset, no_seed=no_seed, tiers=tiers, n_api_keys=len(api_key), random_seed=random_seed,
             slo=slo, knee_method=knee_method, knee_k=knee_k, knee_metric=knee_metric, fleet_cost=fleet_cost,
             tier_cost=tier_cost, knee_min_requests=knee_min_requests)
-        if trace is not None:
-            if sweep or warmup:
-                raise ValueError("--trace replays recorded arrivals: drop --sweep and --warmup")
-            load = opt.with_trace(load, trace, fmt=trace_format, speedup=speedup, window=window,
-                                  tier_by_tenant=tier_by_tenant, reassign_tiers=reassign_tiers)
+        if replay.trace is not None and (sweep or warmup):
+            raise ValueError("--trace replays recorded arrivals: drop --sweep and --warmup")
+        load = replay.apply(load)
         if len(fleet) > 1 and (sweep or compare_policies):
             raise ValueError("several --fleet files compare fleets: drop --sweep and --compare-policies")
         if policy not in POLICIES:
