@@ -46,21 +46,19 @@ class ServeFn(Protocol):
 
 
 class Auth:
-    """Who a request is from: a tenant by its bearer key, the admin by its token."""
+    """Who a request is from: a tenant by its bearer key, the admin by its token.
+    ``tenant_of``: the tenant of an ``Authorization`` value (None: absent, not a bearer key,
+    unknown), called as given (the proxy route asks it on every request)."""
 
-    __slots__ = ("_is_admin", "_tenant_for_auth")
+    __slots__ = ("_is_admin", "tenant_of")
 
-    def __init__(self, tenant_for_auth: Callable[[bytes | None], TenantRt | None],
+    def __init__(self, tenant_of: Callable[[bytes | None], TenantRt | None],
                  is_admin: Callable[[bytes], bool]) -> None:
-        self._tenant_for_auth = tenant_for_auth
+        self.tenant_of = tenant_of
         self._is_admin = is_admin
 
-    def tenant_of(self, authorization: bytes | None) -> TenantRt | None:
-        """The tenant of an ``Authorization`` value (None: absent, not a bearer key, unknown)."""
-        return self._tenant_for_auth(authorization)
-
     def tenant(self, scope: Scope) -> TenantRt | None:
-        return self._tenant_for_auth(header(scope, b"authorization"))
+        return self.tenant_of(header(scope, b"authorization"))
 
     def admin(self, scope: Scope) -> bool:
         auth = header(scope, b"authorization") or b""
