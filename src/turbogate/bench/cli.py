@@ -41,14 +41,16 @@ def _bad(message: str) -> BadInput:
 
 
 def print_summary(summary: Summary, console: Console) -> None:
+    # Goodput per tier: each tier's answers per second that met the run's --slo (a column only with one).
+    slo = summary.slo.is_set()
     t = Table(title="Overall per tier")
-    for col in ("tier", "requests", "ok", "errors", "unfinished", "req/s", "out tok/s", "TTFT p50", "TTFT p95",
-                "TPOT p50", "E2E p95", "lag p99"):
+    for col in ("tier", "requests", "ok", "errors", "unfinished", "req/s", *(("goodput/s",) if slo else ()),
+                "out tok/s", "TTFT p50", "TTFT p95", "TPOT p50", "E2E p95", "lag p99"):
         t.add_column(col)
     for tier, g in summary.overall.items():
         t.add_row(tier, fmt_count(g.requests), fmt_count(g.ok), f"{fmt_count(g.errors)} ({fmt_pct(g.error_rate)})",
-                  fmt_count(g.unfinished),
-                  fmt_num(g.achieved_rps), fmt_num(g.output_tokens_per_s), fmt_ms(g.pct("ttft", "p50")),
+                  fmt_count(g.unfinished), fmt_num(g.achieved_rps), *((fmt_num(g.goodput_rps),) if slo else ()),
+                  fmt_num(g.output_tokens_per_s), fmt_ms(g.pct("ttft", "p50")),
                   fmt_ms(g.pct("ttft", "p95")), fmt_ms(g.pct("tpot", "p50")), fmt_ms(g.pct("e2e", "p95")),
                   fmt_ms(g.pct("lag", "p99")))
     console.print(t)
