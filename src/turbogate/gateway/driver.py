@@ -8,6 +8,11 @@ clock and carries out the actions, and decides nothing itself.
 * ``MeasureRtt`` / ``WarmUp`` start a round-trip probe / a warm-up request (gateway/regions.py)
   whose result goes back as ``flow.rtt_measured`` / ``flow.warmed``.
 
+An upstream attempt's news comes in through ``first_byte``, ``finished`` and ``failed``
+(gateway/proxy.py), stamped with the driver's clock; ``failure_kind`` is the one mapping from the
+transport's errors to the flow's failure kinds.  What follows a failure (a retry, a 502 and its
+usage record) is the flow's decision, as in the simulator (tests/test_two_drivers.py).
+
 One timer per process: after every event the driver arms the loop at ``flow.wake_at()`` — asked
 only when the flow's ``timers_epoch`` says a due time may have come nearer since it last asked.
 """
@@ -20,7 +25,19 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
-from turbogate.sched import Cancel, Dispatch, Flow, HealthChange, MetricsDoubt, Probe, Replica, Respond
+from turbogate.errors import UpstreamError
+from turbogate.sched import (
+    Cancel,
+    Dispatch,
+    Failure,
+    Flow,
+    FlowRequest,
+    HealthChange,
+    MetricsDoubt,
+    Probe,
+    Replica,
+    Respond,
+)
 from turbogate.sched.regions import MeasureRtt
 from turbogate.sched.warmup import WarmUp
 
@@ -61,12 +78,25 @@ class Handle:
             self.waiter = None
 
 
+def failure_kind(exc: BaseException) -> Failure:
+    """How an upstream attempt failed, as the flow's kind: no connection at all, broken before
+    any byte of the answer, or broken after."""
+    if isinstance(exc, UpstreamError):
+        if exc.connect_failed:
+            return Failure.CONNECT
+        if exc.before_response:
+            return Failure.RESET
+    return Failure.BROKEN
+
+
 class FlowDriver:
     def __init__(self, flow: Flow, probe: Callable[[Replica], Awaitable[bool]],
                  on_health: Callable[[HealthChange], None] | None = None, *,
                  measure_rtt: Callable[[Replica], Awaitable[float | None]] | None = None,
-                 warm_up: Callable[[Replica, str], Awaitable[bool]] | None = None) -> None:
+                 warm_up: Callable[[Replica, str], Awaitable[bool]] | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.flow = flow
+        self.clock = clock  # the flow's ``now`` (a test's fake clock drives it without sockets)
         self._probe = probe
         self._measure_rtt = measure_rtt
         self._warm_up = warm_up
@@ -79,9 +109,28 @@ class FlowDriver:
         # in the log (its engine may still be loading), not "ejected".
         self.answered: set[str] = set()
 
-    @staticmethod
-    def now() -> float:
-        return time.perf_counter()
+    def now(self) -> float:
+        return self.clock()
+
+    # ---- one upstream attempt's news (gateway/proxy.py) -------------------------------------------
+    def first_byte(self, req: FlowRequest, headers_at: float | None = None) -> float:
+        """The answer's first byte came (``headers_at``: a stream's headers before it); the time."""
+        now = self.clock()
+        self.run(self.flow.first_byte(req, now, headers_at))
+        return now
+
+    def finished(self, req: FlowRequest, status: int) -> float:
+        """The replica's answer is complete, with ``status``; the time."""
+        now = self.clock()
+        self.run(self.flow.finished(req, now, status))
+        return now
+
+    def failed(self, req: FlowRequest, exc: BaseException, sent_bytes: int = 0, sent_tokens: int = 0) -> Respond | None:
+        """The attempt failed with ``exc`` after its client got ``sent_bytes`` (``sent_tokens``
+        of the answer); the flow's answer to the request, None when it sent it elsewhere."""
+        self.run(self.flow.failed(req, self.clock(), failure_kind(exc), sent_bytes, sent_tokens))
+        handle = req.handle
+        return handle.answer() if isinstance(handle, Handle) else None
 
     def run(self, actions: Iterable[object]) -> None:
         """Carry out ``actions``, then re-arm the timer."""
@@ -139,29 +188,29 @@ class FlowDriver:
         if math.isinf(wake):
             self._timer = None
             return
-        delay = max(0.0, wake - time.perf_counter())
+        delay = max(0.0, wake - self.clock())
         self._timer = asyncio.get_running_loop().call_later(delay, self._fire)
 
     def _fire(self) -> None:
         self._timer = None
         self._armed_at = math.inf
         self._looked_at = -1  # nothing is armed now: look again after the tick
-        self.run(self.flow.tick(time.perf_counter()))
+        self.run(self.flow.tick(self.clock()))
 
     async def _run_probe(self, replica: Replica) -> None:
         ok = await self._probe(replica)
-        self.run(self.flow.probed(replica.id, ok, time.perf_counter()))
+        self.run(self.flow.probed(replica.id, ok, self.clock()))
         if ok:
             self.answered.add(replica.id)
 
     async def _run_rtt(self, replica: Replica, measure: Callable[[Replica], Awaitable[float | None]]) -> None:
         rtt = await measure(replica)
-        self.run(self.flow.rtt_measured(replica.id, rtt, time.perf_counter()))
+        self.run(self.flow.rtt_measured(replica.id, rtt, self.clock()))
 
     async def _run_warm_up(self, replica: Replica, model: str,
                            warm: Callable[[Replica, str], Awaitable[bool]]) -> None:
         ok = await warm(replica, model)
-        self.run(self.flow.warmed(replica.id, ok, time.perf_counter()))
+        self.run(self.flow.warmed(replica.id, ok, self.clock()))
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)

@@ -1,7 +1,9 @@
 """One upstream attempt: send the request to the replica the flow chose, pass the answer through
 (JSON tagged with the tier, or SSE rewritten chunk by chunk) and report what happened to the
-flow (``first_byte``, ``finished``, ``failed``).  Whether to retry, what a failure means for
-the replica and what the client then gets are the flow's decisions, not this module's.
+flow through its driver (``first_byte``, ``finished``, ``failed`` with the error and what the
+client already has).  Whether to retry, what a failure means for the replica, the status the
+client then gets and the usage record are the flow's decisions, not this module's: it writes
+the flow's answer, as a whole error or, once a stream began, as its last event.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from turbogate.errors import UpstreamError
 from turbogate.gateway.conformance import engine_error
 from turbogate.gateway.sse import SSERewriter, tag_json_body
 from turbogate.gateway.usage_scan import hold_done, take_json_usage, take_stream_usage
-from turbogate.sched import Failure, FlowRequest, Replica
+from turbogate.sched import FlowRequest, Replica, Respond
 from turbogate.sched.tiers import TIER_NAME
 
 if TYPE_CHECKING:
+    from turbogate.asgi import Send
     from turbogate.gateway.app import GatewayApp
+    from turbogate.gateway.sse import SSERewriter
     from turbogate.gateway.watch import Watch
 
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
@@ -38,10 +42,16 @@ def _l3_s(app: GatewayApp, req: FlowRequest) -> float | None:
     return flow.regions.latency_s(req.client_region, req.pool) if flow.l3 else None  # client_region: L3's key
 
 
-def _failure(exc: UpstreamError) -> Failure:
-    if exc.connect_failed:
-        return Failure.CONNECT
-    return Failure.RESET if exc.before_response else Failure.BROKEN
+def _head_bytes(headers: list[tuple[bytes, bytes]]) -> int:
+    """About the bytes of a response's head (status line and headers) on the wire."""
+    return 17 + sum(len(k) + len(v) + 4 for k, v in headers)
+
+
+async def _end_stream(send: Send, rewriter: SSERewriter, answer: Respond) -> int:
+    """End a stream already begun with the flow's ``answer`` as its last event; its status."""
+    err = error_body(answer.status, answer.message, code=answer.code)
+    await send({"type": "http.response.body", "body": rewriter.flush() + b"data: " + err + b"\n\n"})
+    return answer.status
 
 
 async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, watch: Watch, body: bytes, path: str,
@@ -54,7 +64,7 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, watch: Wa
     io = app.rt.replicas[replica.id]
     client = io.client_for(req.served)  # the tier's DSCP-marked pool, if it has one
     assert client is not None
-    flow, driver = app.rt.flow, app.driver
+    driver = app.driver
     start = time.perf_counter()
     l1 = (req.dispatched_at or start) - req.arrival
     l2 = start - (req.dispatched_at or start)
@@ -62,20 +72,19 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, watch: Wa
     try:
         resp = await client.request(b"POST", path, body)
     except UpstreamError as exc:
-        driver.run(flow.failed(req, time.perf_counter(), _failure(exc)))
+        driver.failed(req, exc)
         return None
     try:
         if not req.stream or resp.status != 200:
             try:
                 data = resp.take_body() or await resp.read()  # (an empty body is read again: b"")
-            except UpstreamError as exc:
-                driver.run(flow.failed(req, time.perf_counter(), _failure(exc)))
+            except UpstreamError as exc:  # nothing reached the client
+                driver.failed(req, exc)
                 return None
-            end = time.perf_counter()
             status = resp.status
             if status == 200:
                 take_json_usage(req, data)
-            driver.run(flow.finished(req, end, status))
+            end = driver.finished(req, status)
             app.metrics.observe_upstream(replica.pool, TIER_NAME[req.served], end - start)
             ctype = resp.content_type
             if status == 200 and ctype.startswith(b"application/json"):
@@ -88,22 +97,22 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, watch: Wa
         headers_at = time.perf_counter()  # engines answer a stream's headers before prefill: an L3 round trip
         try:
             first = await resp.next_chunk()
-        except UpstreamError as exc:  # nothing reached the client yet: as if it failed before any byte
-            driver.run(flow.failed(req, time.perf_counter(), Failure.CONNECT if exc.connect_failed else Failure.RESET))
+        except UpstreamError as exc:  # nothing reached the client yet
+            driver.failed(req, exc)
             return None
-        now = time.perf_counter()
-        driver.run(flow.first_byte(req, now, headers_at))
+        now = driver.first_byte(req, headers_at)
         ttft = now - start
         app.metrics.observe_ttft(replica.pool, TIER_NAME[req.served], ttft)
         app.metrics.observe_first_token(TIER_NAME[req.served], now - req.arrival)
         # Headers wait for the first chunk, so Server-Timing can carry ttft; total upstream
         # time of a stream is not known at header time (see docs/gateway.md).
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [*_SSE_HEADERS, *tier_headers, _timing(l1, l3, l2, ttft, b"ttft")]})
+        head = [*_SSE_HEADERS, *tier_headers, _timing(l1, l3, l2, ttft, b"ttft")]
+        await send({"type": "http.response.start", "status": 200, "headers": head})
         rewriter = SSERewriter(tier_name)
         strip = req.id in app.meter.strip  # the usage chunk was the gateway's request, not the client's
         done = b""  # "data: [DONE]", sent only with the final byte, after the usage record is stored
         chunk = first
+        sent = events = 0  # what the client has of the answer: body bytes, SSE events (about one token each)
         try:
             while chunk:
                 replica.chunks += 1  # its progress, for the hung-replica rule (sched/hung.py)
@@ -113,23 +122,22 @@ async def attempt(app: GatewayApp, req: FlowRequest, replica: Replica, watch: Wa
                     done += held
                     if out:
                         await send({"type": "http.response.body", "body": out, "more_body": True})
+                        sent += len(out)
+                        events += out.count(b"\n\n")
                 chunk = await resp.next_chunk()
         except UpstreamError as exc:
-            driver.run(flow.failed(req, time.perf_counter(), Failure.BROKEN))
-            err = error_body(502, f"the engine stream broke: {exc}", code="upstream_error")
-            await send({"type": "http.response.body", "body": rewriter.flush() + b"data: " + err + b"\n\n"})
-            return 502
+            broke = driver.failed(req, exc, _head_bytes(head) + sent, events)
+            if broke is None:  # the flow had closed it already, with no answer to give: its client left
+                return 499
+            return await _end_stream(send, rewriter, broke)
         except asyncio.CancelledError:  # the flow cut the stream off (its replica hung): say so as its end
-            answer = watch.respond
+            answer = watch.answer()
             if not watch.cancelled or watch.gone or answer is None:
                 raise
             watch.task.uncancel()
-            err = error_body(answer.status, answer.message, code=answer.code)
-            await send({"type": "http.response.body", "body": rewriter.flush() + b"data: " + err + b"\n\n"})
-            return answer.status
-        end = time.perf_counter()
+            return await _end_stream(send, rewriter, answer)
         tail = done + take_stream_usage(req, rewriter.flush(), strip)
-        driver.run(flow.finished(req, end, 200))
+        end = driver.finished(req, 200)
         app.metrics.observe_upstream(replica.pool, TIER_NAME[req.served], end - start)
         await send({"type": "http.response.body", "body": tail})
         return 200
