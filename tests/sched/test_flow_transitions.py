@@ -5,6 +5,7 @@ flow makes is one of the table's."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -140,3 +141,17 @@ def test_a_broken_answer_nothing_of_which_reached_the_client_is_retried() -> Non
     retry = [a for a in out if isinstance(a, Dispatch)]
     assert len(retry) == 1 and retry[0].retry and retry[0].replica is not first.replica
     assert req.phase is Phase.UPSTREAM
+
+
+def test_the_architecture_doc_lists_the_table_as_the_code_has_it() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text()
+    section = doc.split("## The flow's phases: one transition table", 1)[1].split("\n## ", 1)[0]
+    listed: dict[tuple[Phase, FlowEvent], tuple[Phase, ...]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or cells[0] not in {p.name.lower() for p in Phase}:
+            continue
+        nexts = () if cells[2] == "(no-op)" else tuple(Phase[n.strip().upper()] for n in cells[2].split(","))
+        for event in cells[1].split(","):
+            listed[(Phase[cells[0].upper()], FlowEvent[event.strip().upper()])] = nexts
+    assert listed == TRANSITIONS
