@@ -1,8 +1,8 @@
 """Options several commands share, defined once (the CLI shell).
 
 A group is a frozen dataclass whose fields hold the options' values, with each field's type and
-``typer.Option``.  A command takes the whole group as one parameter whose default is the group's
-``marker``; :func:`expand` shows typer the group's options in that parameter's place (so
+``typer.Option`` (whose default is the field's).  A command takes the whole group as one parameter
+whose default is the group's ``marker``; :func:`expand` shows typer the group's options in that parameter's place (so
 ``--help`` lists them where it stands) and hands the command one instance of the dataclass.
 """
 
@@ -20,7 +20,7 @@ R = TypeVar("R")
 
 @dataclass(frozen=True, slots=True)
 class OptionGroup(Generic[G]):
-    """``cls``, a dataclass with a default for every field, and each field's (type, typer option)."""
+    """``cls``, a dataclass, and each of its fields' (type, typer option)."""
 
     cls: type[G]
     options: Mapping[str, tuple[Any, Any]]
@@ -31,8 +31,8 @@ class OptionGroup(Generic[G]):
 
     @property
     def marker(self) -> G:
-        """The default of a command's parameter that stands for the group."""
-        return self.cls()
+        """The group with every option's default: the default of a command's parameter that stands for it."""
+        return self.cls(**{name: option.default for name, (_, option) in self.options.items()})
 
 
 def expand(**groups: OptionGroup[Any]) -> Callable[[Callable[..., R]], Callable[..., R]]:

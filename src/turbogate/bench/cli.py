@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import asdict
 from pathlib import Path
 
 import typer
@@ -12,9 +13,22 @@ from rich.table import Table
 from turbogate.bench import options as opt
 from turbogate.bench.collectors import parse_metrics_option
 from turbogate.bench.failures import BenchFailed
+from turbogate.bench.option_groups import (
+    MIX,
+    MIX_OPTIONS,
+    RATE,
+    RATE_OPTIONS,
+    REPLAY,
+    REQUEST,
+    REQUEST_OPTIONS,
+    TRACE_OPTIONS,
+    MixArgs,
+    RateArgs,
+    RequestArgs,
+    TraceArgs,
+)
 from turbogate.bench.run import BenchConfig, BenchResult, knee_line, run_bench
 from turbogate.bench.runner import TIER_VIA, Target
-from turbogate.bench.trace_opts import REPLAY, TRACE_OPTIONS, TraceArgs
 from turbogate.clierrors import OneLineErrors
 from turbogate.config import Listen
 from turbogate.errors import BadInput, TurbogateError
@@ -81,36 +95,21 @@ def print_roi(summary: Summary, console: Console) -> None:
 
 
 @app.callback(invoke_without_command=True)
-@expand(replay=TRACE_OPTIONS)
+@expand(rate=RATE_OPTIONS, mix=MIX_OPTIONS, request=REQUEST_OPTIONS, replay=TRACE_OPTIONS)
 def bench(
     ctx: typer.Context,
     host: str = typer.Option(DEFAULT_HOST, "--host", help="Target base URL (engine or gateway); the default is where "
                              "`turbogate serve` listens by default."),
     route: str = opt.ROUTE,
     model: str | None = typer.Option(None, "--model", help="Model name; default: the first of GET /v1/models."),
-    shape: str | None = opt.SHAPE,
-    qps: float | None = opt.QPS,
-    qps_start: float | None = opt.QPS_START,
-    qps_end: float | None = opt.QPS_END,
-    steps: int = opt.STEPS,
-    duration: float = opt.DURATION,
+    rate: RateArgs = RATE,
     find_knee: bool = typer.Option(False, "--find-knee", help="Step the rate up until saturation, then bisect."),
     step_duration: float = typer.Option(10.0, "--step-duration", help="Seconds per --find-knee probe."),
     knee_growth: float = typer.Option(1.5, "--knee-growth", help="Rate multiplier between --find-knee probes."),
     bisections: int = typer.Option(3, "--bisections", min=0, help="Bisection probes after the first saturation."),
-    arrivals: str = opt.ARRIVALS_OPT,
-    burstiness: float = opt.BURSTINESS,
-    prompt_tokens: str = opt.PROMPT_TOKENS,
-    output_tokens: str = opt.OUTPUT_TOKENS,
-    dataset: Path | None = opt.DATASET,
-    no_seed: bool = opt.NO_SEED,
-    tiers: str | None = opt.TIERS,
+    mix: MixArgs = MIX,
     tier_via: str = typer.Option("both", "--tier-via", help="Ask the tier by body service_tier, header, or both."),
-    api_key: list[str] = opt.API_KEY,
-    ignore_eos: bool = opt.IGNORE_EOS,
-    min_tokens: bool = opt.MIN_TOKENS,
-    stream: bool = opt.STREAM,
-    random_seed: int = opt.RANDOM_SEED,
+    request: RequestArgs = REQUEST,
     max_concurrency: int | None = typer.Option(None, "--max-concurrency", min=1,
                                                help="Cap on requests in flight; waits are recorded as queue time."),
     timeout: float = typer.Option(600.0, "--timeout", help="Per-request timeout (s)."),
@@ -151,12 +150,9 @@ def bench(
         return
     try:
         cfg = build_config(
-            host=host, route=route, model=model, shape=shape, qps=qps, qps_start=qps_start, qps_end=qps_end,
-            steps=steps, duration=duration, find_knee=find_knee, step_duration=step_duration,
-            knee_growth=knee_growth, bisections=bisections, arrivals=arrivals, burstiness=burstiness,
-            prompt_tokens=prompt_tokens, output_tokens=output_tokens, dataset=dataset, no_seed=no_seed, tiers=tiers,
-            tier_via=tier_via, api_key=api_key, ignore_eos=ignore_eos, min_tokens=min_tokens, stream=stream,
-            random_seed=random_seed, max_concurrency=max_concurrency, timeout=timeout, scrape=scrape,
+            host=host, route=route, model=model, **asdict(rate), find_knee=find_knee, step_duration=step_duration,
+            knee_growth=knee_growth, bisections=bisections, **asdict(mix), tier_via=tier_via, **asdict(request),
+            max_concurrency=max_concurrency, timeout=timeout, scrape=scrape,
             metrics=metrics, slo=slo, knee_method=knee_method, knee_k=knee_k, knee_metric=knee_metric,
             fleet_cost=fleet_cost, tier_cost=tier_cost, out=out, grace=grace, drain=drain, live=live, report=report,
             label=label, max_error_rate=max_error_rate, max_lag_ms=max_lag_ms, knee_min_requests=knee_min_requests,

@@ -49,31 +49,30 @@ def clean_errors() -> Iterator[None]:
 class DeploymentArgs:
     """The hardware and model options ``plan capacity``, ``roi`` and ``matrix`` share."""
 
-    gpu: str = "H100-SXM"
-    model: str = "llama-3.1-8b"
-    tp: int = 1
-    dtype: str = "bf16"
-    kv_dtype: str = "auto"
-    gpu_mem_util: float = 0.9
+    gpu: str
+    model: str
+    tp: int
+    dtype: str
+    kv_dtype: str
+    gpu_mem_util: float
 
     def deployment(self) -> Deployment:
         return deployment(get_gpu(self.gpu), resolve_model(self.model), tp=self.tp, weight_dtype=self.dtype,
                           kv_dtype=self.kv_dtype, gpu_mem_util=self.gpu_mem_util)
 
 
-_HW = DeploymentArgs()
 #: A command's ``hw: DeploymentArgs = HW`` under ``@expand(hw=DEPLOYMENT_OPTIONS)`` (optgroup.py).
 DEPLOYMENT_OPTIONS = OptionGroup(DeploymentArgs, {
-    "gpu": (str, typer.Option(_HW.gpu, "--gpu", help="GPU name (see `turbogate plan gpus`); case and punctuation "
+    "gpu": (str, typer.Option("H100-SXM", "--gpu", help="GPU name (see `turbogate plan gpus`); case and punctuation "
                               "free.")),
-    "model": (str, typer.Option(_HW.model, "--model", help="Catalog model (see `turbogate plan models`) or a path "
+    "model": (str, typer.Option("llama-3.1-8b", "--model", help="Catalog model (see `turbogate plan models`) or a path "
                                 "to a Hugging Face config.json.")),
-    "tp": (int, typer.Option(_HW.tp, "--tp", min=1, help="Tensor-parallel GPUs per replica.")),
-    "dtype": (str, typer.Option(_HW.dtype, "--dtype", help="Weight dtype: bf16, fp16, fp8, int8, int4, awq, gptq, "
+    "tp": (int, typer.Option(1, "--tp", min=1, help="Tensor-parallel GPUs per replica.")),
+    "dtype": (str, typer.Option("bf16", "--dtype", help="Weight dtype: bf16, fp16, fp8, int8, int4, awq, gptq, "
                                 "fp32.")),
-    "kv_dtype": (str, typer.Option(_HW.kv_dtype, "--kv-dtype", help="KV-cache dtype (auto = as the weights, bf16 "
+    "kv_dtype": (str, typer.Option("auto", "--kv-dtype", help="KV-cache dtype (auto = as the weights, bf16 "
                                    "under 16 bits).")),
-    "gpu_mem_util": (float, typer.Option(_HW.gpu_mem_util, "--gpu-mem-util", help="Share of GPU memory the engine "
+    "gpu_mem_util": (float, typer.Option(0.9, "--gpu-mem-util", help="Share of GPU memory the engine "
                                          "may use (vLLM's setting).")),
 })
 HW = DEPLOYMENT_OPTIONS.marker

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -11,8 +11,21 @@ from rich.console import Console
 
 from turbogate.bench import options as opt
 from turbogate.bench.cli import print_summary
+from turbogate.bench.option_groups import (
+    MIX,
+    MIX_OPTIONS,
+    RATE,
+    RATE_OPTIONS,
+    REPLAY,
+    REQUEST,
+    REQUEST_OPTIONS,
+    TRACE_OPTIONS,
+    MixArgs,
+    RateArgs,
+    RequestArgs,
+    TraceArgs,
+)
 from turbogate.bench.run import knee_line
-from turbogate.bench.trace_opts import REPLAY, TRACE_OPTIONS, TraceArgs
 from turbogate.config import load_config
 from turbogate.errors import BadInput, ConfigError
 from turbogate.optgroup import expand
@@ -33,7 +46,7 @@ from turbogate.trace.whatif import print_what_if, run_what_if
 SWEEP_WARMUP_S = 30.0
 
 
-@expand(replay=TRACE_OPTIONS)
+@expand(rate=RATE_OPTIONS, mix=MIX_OPTIONS, request=REQUEST_OPTIONS, replay=TRACE_OPTIONS)
 def sim(
     config: Path = typer.Option(..., "--config", help="The gateway's own config file (tiers, tenants, pools)."),
     fleet: list[Path] = typer.Option(..., "--fleet", help="Fleet file: replicas per pool, network, failures "
@@ -41,24 +54,9 @@ def sim(
                                      "them in one table (what if)."),
     model: str | None = typer.Option(None, "--model", help="Model asked for; default: the first fleet pool's."),
     route: str = opt.ROUTE,
-    shape: str | None = opt.SHAPE,
-    qps: float | None = opt.QPS,
-    qps_start: float | None = opt.QPS_START,
-    qps_end: float | None = opt.QPS_END,
-    steps: int = opt.STEPS,
-    duration: float = opt.DURATION,
-    arrivals: str = opt.ARRIVALS_OPT,
-    burstiness: float = opt.BURSTINESS,
-    prompt_tokens: str = opt.PROMPT_TOKENS,
-    output_tokens: str = opt.OUTPUT_TOKENS,
-    dataset: Path | None = opt.DATASET,
-    no_seed: bool = opt.NO_SEED,
-    tiers: str | None = opt.TIERS,
-    api_key: list[str] = opt.API_KEY,
-    ignore_eos: bool = opt.IGNORE_EOS,
-    min_tokens: bool = opt.MIN_TOKENS,
-    stream: bool = opt.STREAM,
-    random_seed: int = opt.RANDOM_SEED,
+    rate: RateArgs = RATE,
+    mix: MixArgs = MIX,
+    request: RequestArgs = REQUEST,
     slo: str | None = opt.SLO_OPT,
     knee_method: str = opt.KNEE_METHOD,
     knee_k: float = opt.KNEE_K,
@@ -97,9 +95,7 @@ def sim(
         if route not in ("/v1/chat/completions", "/v1/completions"):
             raise ValueError("--route must be /v1/chat/completions or /v1/completions")
         load = opt.build_load(
-            shape=shape, qps=qps, qps_start=qps_start, qps_end=qps_end, steps=steps, duration=duration,
-            arrivals=arrivals, burstiness=burstiness, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
-            dataset=dataset, no_seed=no_seed, tiers=tiers, n_api_keys=len(api_key), random_seed=random_seed,
+            **asdict(rate), **asdict(mix), n_api_keys=len(request.api_key), random_seed=request.random_seed,
             slo=slo, knee_method=knee_method, knee_k=knee_k, knee_metric=knee_metric, fleet_cost=fleet_cost,
             tier_cost=tier_cost, knee_min_requests=knee_min_requests)
         if replay.trace is not None and (sweep or warmup):
@@ -112,8 +108,9 @@ def sim(
         points = parse_sweep(sweep) if sweep else None
         fleets = [(p.stem, profiled_fleet(load_fleet(p), engine_profile, gpu_profile)) for p in fleet]
         base = SimConfig(gateway=load_config(config), fleet=fleets[0][1], load=load, model=model,
-                         policy=policy, chat=route.endswith("chat/completions"), stream=stream,
-                         ignore_eos=ignore_eos, min_tokens=min_tokens, api_keys=tuple(api_key), label=label,
+                         policy=policy, chat=route.endswith("chat/completions"), stream=request.stream,
+                         ignore_eos=request.ignore_eos, min_tokens=request.min_tokens, api_keys=tuple(request.api_key),
+                         label=label,
                          warmup_s=warmup if warmup is not None else SWEEP_WARMUP_S if points else 0.0)
         if load.trace is not None:  # the report then draws the trace's arrivals and each tier's TTFT over time
             base = replace(base, extra={**base.extra, "trace": load.trace.describe()})
