@@ -23,7 +23,6 @@ from turbogate.sched.tiers import TIER_NAME
 if TYPE_CHECKING:
     from turbogate.asgi import Send
     from turbogate.gateway.app import GatewayApp
-    from turbogate.gateway.sse import SSERewriter
     from turbogate.gateway.watch import Watch
 
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
