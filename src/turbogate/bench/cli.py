@@ -10,23 +10,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from turbogate.bench import option_groups as og
 from turbogate.bench import options as opt
 from turbogate.bench.collectors import parse_metrics_option
 from turbogate.bench.failures import BenchFailed
-from turbogate.bench.option_groups import (
-    MIX,
-    MIX_OPTIONS,
-    RATE,
-    RATE_OPTIONS,
-    REPLAY,
-    REQUEST,
-    REQUEST_OPTIONS,
-    TRACE_OPTIONS,
-    MixArgs,
-    RateArgs,
-    RequestArgs,
-    TraceArgs,
-)
 from turbogate.bench.run import BenchConfig, BenchResult, knee_line, run_bench
 from turbogate.bench.runner import TIER_VIA, Target
 from turbogate.clierrors import OneLineErrors
@@ -95,21 +82,21 @@ def print_roi(summary: Summary, console: Console) -> None:
 
 
 @app.callback(invoke_without_command=True)
-@expand(rate=RATE_OPTIONS, mix=MIX_OPTIONS, request=REQUEST_OPTIONS, replay=TRACE_OPTIONS)
+@expand(rate=og.RATE_OPTIONS, mix=og.MIX_OPTIONS, request=og.REQUEST_OPTIONS, replay=og.TRACE_OPTIONS)
 def bench(
     ctx: typer.Context,
     host: str = typer.Option(DEFAULT_HOST, "--host", help="Target base URL (engine or gateway); the default is where "
                              "`turbogate serve` listens by default."),
     route: str = opt.ROUTE,
     model: str | None = typer.Option(None, "--model", help="Model name; default: the first of GET /v1/models."),
-    rate: RateArgs = RATE,
+    rate: og.RateArgs = og.RATE,
     find_knee: bool = typer.Option(False, "--find-knee", help="Step the rate up until saturation, then bisect."),
     step_duration: float = typer.Option(10.0, "--step-duration", help="Seconds per --find-knee probe."),
     knee_growth: float = typer.Option(1.5, "--knee-growth", help="Rate multiplier between --find-knee probes."),
     bisections: int = typer.Option(3, "--bisections", min=0, help="Bisection probes after the first saturation."),
-    mix: MixArgs = MIX,
+    mix: og.MixArgs = og.MIX,
     tier_via: str = typer.Option("both", "--tier-via", help="Ask the tier by body service_tier, header, or both."),
-    request: RequestArgs = REQUEST,
+    request: og.RequestArgs = og.REQUEST,
     max_concurrency: int | None = typer.Option(None, "--max-concurrency", min=1,
                                                help="Cap on requests in flight; waits are recorded as queue time."),
     timeout: float = typer.Option(600.0, "--timeout", help="Per-request timeout (s)."),
@@ -143,7 +130,7 @@ def bench(
     ray_address: str | None = typer.Option(None, "--ray", help="Run the --workers as Ray actors spread over the "
                                            "cluster at ADDRESS ('auto', 'ray://host:10001', or 'local'); the hosts' "
                                            "clocks must agree (NTP). Needs pip install 'turbogate[ray]'."),
-    replay: TraceArgs = REPLAY,
+    replay: og.TraceArgs = og.REPLAY,
 ) -> None:
     """Run a benchmark (or `turbogate bench compare RUN_A RUN_B`)."""
     if ctx.invoked_subcommand is not None:
@@ -202,7 +189,7 @@ def build_config(*, host: str, route: str, model: str | None, shape: str | None,
                  fleet_cost: float, tier_cost: str | None, out: Path | None, grace: float, live: bool, report: bool,
                  label: str, drain: float | None = None, max_error_rate: float = 0.5, max_lag_ms: float = 10.0,
                  knee_min_requests: int = 20, workers: int = 1, ray_address: str | None = None,
-                 replay: TraceArgs = REPLAY) -> BenchConfig:
+                 replay: og.TraceArgs = og.REPLAY) -> BenchConfig:
     """Validate the CLI options into a :class:`BenchConfig`; ValueError names the bad option."""
     if not host.startswith(("http://", "https://")):
         raise ValueError(f"--host must be a URL like http://127.0.0.1:8000, got {host!r}")

@@ -9,22 +9,9 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from turbogate.bench import option_groups as og
 from turbogate.bench import options as opt
 from turbogate.bench.cli import print_summary
-from turbogate.bench.option_groups import (
-    MIX,
-    MIX_OPTIONS,
-    RATE,
-    RATE_OPTIONS,
-    REPLAY,
-    REQUEST,
-    REQUEST_OPTIONS,
-    TRACE_OPTIONS,
-    MixArgs,
-    RateArgs,
-    RequestArgs,
-    TraceArgs,
-)
 from turbogate.bench.run import knee_line
 from turbogate.config import load_config
 from turbogate.errors import BadInput, ConfigError
@@ -46,7 +33,7 @@ from turbogate.trace.whatif import print_what_if, run_what_if
 SWEEP_WARMUP_S = 30.0
 
 
-@expand(rate=RATE_OPTIONS, mix=MIX_OPTIONS, request=REQUEST_OPTIONS, replay=TRACE_OPTIONS)
+@expand(rate=og.RATE_OPTIONS, mix=og.MIX_OPTIONS, request=og.REQUEST_OPTIONS, replay=og.TRACE_OPTIONS)
 def sim(
     config: Path = typer.Option(..., "--config", help="The gateway's own config file (tiers, tenants, pools)."),
     fleet: list[Path] = typer.Option(..., "--fleet", help="Fleet file: replicas per pool, network, failures "
@@ -54,9 +41,9 @@ def sim(
                                      "them in one table (what if)."),
     model: str | None = typer.Option(None, "--model", help="Model asked for; default: the first fleet pool's."),
     route: str = opt.ROUTE,
-    rate: RateArgs = RATE,
-    mix: MixArgs = MIX,
-    request: RequestArgs = REQUEST,
+    rate: og.RateArgs = og.RATE,
+    mix: og.MixArgs = og.MIX,
+    request: og.RequestArgs = og.REQUEST,
     slo: str | None = opt.SLO_OPT,
     knee_method: str = opt.KNEE_METHOD,
     knee_k: float = opt.KNEE_K,
@@ -85,7 +72,7 @@ def sim(
                                       "sweep point's own records too. Default: requests.jsonl.gz in the run folder, "
                                       "a sweep point's folder its summary only (its records are in the combined run)."),
     label: str = typer.Option("", "--label", help="Free text stored in summary.json."),
-    replay: TraceArgs = REPLAY,
+    replay: og.TraceArgs = og.REPLAY,
     engine_profile: str | None = typer.Option(None, "--engine-profile", help="Engine profile for every replica "
                                               "group (default: each group's engine_profile, vllm-v1 unless set)."),
     gpu_profile: Path | None = gpu_profile_option(),
