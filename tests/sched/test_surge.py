@@ -106,3 +106,29 @@ def test_a_cold_gateway_at_low_load_does_not_hold_the_lower_tiers_back() -> None
     light = [r for r in records if r.arrival < hold]
     p95 = {tier: pct([r.ttft for r in light if r.served is tier and r.ttft is not None], 0.95) for tier in Tier}
     assert all(p95[t] <= 1.5 * p95[Tier.TURBO] for t in Tier), p95
+
+
+def test_the_turbo_rate_the_headroom_is_sized_for_falls_with_turbo_after_a_burst() -> None:
+    """Turbo at 10/s for 30 s, then at 2/s: sixteen arrivals into the slower rate, the rate the
+    headroom is sized for has followed it down (its own last arrivals, with a margin), where the
+    10-s average alone still read more than twice the new rate; and it rises again at once."""
+    from turbogate.sched.headroom import Headroom
+
+    headroom = Headroom(0.01, True)
+    now = 0.0
+    while now < 30.0:
+        headroom.arrived(True, now)
+        headroom.arrived(False, now + 0.01)  # the lower tiers too, at the same pace
+        now += 0.1
+    for _ in range(16):
+        now += 0.5
+        headroom.arrived(True, now)
+        headroom.arrived(False, now + 0.01)
+    averaged = headroom.arrivals.read(now)
+    assert averaged > 2 * 2.0, averaged  # what the average alone would still size the headroom for
+    assert headroom.top_rate(now, 32, None) <= 1.5 * 2.0 * 1.2
+    for _ in range(16):  # a new burst: followed within sixteen arrivals
+        now += 0.05
+        headroom.arrived(True, now)
+        headroom.arrived(False, now + 0.001)
+    assert headroom.top_rate(now, 32, None) >= 10.0

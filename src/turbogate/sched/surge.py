@@ -4,12 +4,15 @@ A load step from a fifth of capacity to twice it is the moment Turbo exists for,
 gateway learnt in the quiet minute before it is what meets it.  Two of those lessons go wrong:
 
 * **Headroom sized on a quiet minute.**  The holdback keeps slots free for Turbo in proportion
-  to Turbo's arrival rate, an average over ``RATE_TAU_S`` (sched/admission.py).  At the step the
+  to Turbo's arrival rate, an average over ``RATE_TAU_S`` (sched/headroom.py).  At the step the
   lower tiers arrive ten times as fast and fill every free slot within about half a service
   time, long before that average has risen: Turbo then waits for completions.  ``ArrivalPace``
   reads the rate of *all* arrivals over the last few of them (a count, not a time window, so it
   reacts within a handful of arrivals at any load and time scale) and scales it by Turbo's
-  long-run share of arrivals: the headroom follows a surge as fast as the surge comes.
+  long-run share of arrivals: the headroom follows a surge as fast as the surge comes.  And as
+  fast when it goes: once Turbo's own last arrivals say its rate fell below that average, the
+  headroom is sized on them (after a burst the average kept a third of the pool idle for ten to
+  twenty seconds while Standard's backlog waited).
 * **A flood of prefills.**  The lower tiers' first dispatches after the step go out together,
   and an engine runs their prompts' prefills before a Turbo request's (its own queue is FIFO):
   Turbo's time to first token grows by several prefill steps although a slot was free for it.
@@ -27,20 +30,28 @@ from collections import deque
 PACE_WINDOW = 16
 #: Weight of one arrival in Turbo's long-run share of arrivals (about the last 500).
 SHARE_ALPHA = 0.002
+#: The top tier's rate over its last ``PACE_WINDOW`` arrivals is within about ±1/√16 of the
+#: truth; the bound it gives the headroom is half again as much, so a lull in a steady rate
+#: (a long gap among sixteen Poisson arrivals) seldom reads as a fall.
+RECENT_MARGIN = 1.5
 
 
 class ArrivalPace:
-    """The recent rate of all arrivals and the top tier's long-run share of them."""
+    """The recent rate of all arrivals, the top tier's long-run share of them, and the top tier's
+    own last ``PACE_WINDOW`` arrivals (to follow its rate down as fast as up)."""
 
-    __slots__ = ("_count", "_times", "share")
+    __slots__ = ("_count", "_times", "_top_times", "share")
 
     def __init__(self) -> None:
         self._times: deque[float] = deque(maxlen=PACE_WINDOW)
+        self._top_times: deque[float] = deque(maxlen=PACE_WINDOW)
         self.share = 0.0
         self._count = 0
 
     def arrived(self, top: bool, now: float) -> None:
         self._times.append(now)
+        if top:
+            self._top_times.append(now)
         # A plain mean over the first arrivals, then an exponential one: a quiet minute's few
         # arrivals already give the share a surge is scaled by.
         self._count += 1
@@ -55,9 +66,24 @@ class ArrivalPace:
         span = now - times[0]
         return (len(times) - 1) / span if span > 0 else 0.0
 
+    def top_bound(self, now: float) -> float | None:
+        """An upper bound on the top tier's rate from its own last ``PACE_WINDOW`` arrivals (their
+        rate × ``RECENT_MARGIN``), or None before there are that many."""
+        times = self._top_times
+        if len(times) < PACE_WINDOW:
+            return None
+        span = now - times[0]
+        return RECENT_MARGIN * (len(times) - 1) / span if span > 0 else None
+
     def top_rate(self, now: float, averaged: float) -> float:
         """The top tier's rate for the holdback: its ``averaged`` rate, or more while all arrivals
-        come faster than that average accounts for (a surge)."""
+        come faster than that average accounts for (a surge); less once the top tier's own last
+        arrivals say it fell below that average (after a burst of Turbo: an average over
+        ``RATE_TAU_S`` kept the headroom sized for the burst for another ten to twenty seconds,
+        a third of the pool idle while Standard's backlog waited)."""
+        bound = self.top_bound(now)
+        if bound is not None and bound < averaged:
+            averaged = bound
         if self.share <= 0.0:
             return averaged
         fast = self.share * self.total_rate(now)
