@@ -95,10 +95,7 @@ def capacity_cmd(
             lm = latency_model(dep, prompt_tokens, output_tokens, max_num_seqs, max_num_batched_tokens)
             cal = common.load_calibration(from_run, lm, replicas, knee_factor)
         if as_json:
-            out = report.to_dict()
-            if cal is not None:
-                out["calibration"] = cal.to_dict()
-            common.print_json(out)
+            common.print_report_json(report.to_dict(), cal)
             return
         for t in _capacity_tables(report):
             common.console.print(t)

@@ -118,11 +118,20 @@ def pct(x: float | None) -> str:
     return "—" if x is None or math.isinf(x) else f"{round(x, 3) or 0.0:+.1%}"  # never "-0.0%"
 
 
-def load_calibration(run_dir: Path, model: LatencyModel, replicas: int, knee_factor: float) -> Calibration:
+def load_calibration(run_dir: Path | None, model: LatencyModel, replicas: int,
+                     knee_factor: float) -> Calibration | None:
+    """``model`` set beside the run at ``run_dir`` (``--from-run``); None without one."""
+    if run_dir is None:
+        return None
     from turbogate.results import load_run
 
     run = load_run(run_dir, with_requests=False, with_samples=False)
     return calibrate(run.summary, model, replicas=replicas, knee_factor=knee_factor)
+
+
+def print_report_json(report: dict[str, Any], cal: Calibration | None, **extra: Any) -> None:
+    """A command's report as JSON, with the calibration a ``--from-run`` added and ``extra`` keys."""
+    print_json({**report, **({"calibration": cal.to_dict()} if cal is not None else {}), **extra})
 
 
 def calibration_table(cal: Calibration) -> Table:

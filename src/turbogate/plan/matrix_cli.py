@@ -46,9 +46,7 @@ def matrix_cmd(
     def go() -> None:
         dep = profiled(hw.deployment(), engine_profile, gpu_profile)
         lm = latency_model(dep, prompt_tokens, max_tokens, batch_size, max_num_batched_tokens)
-        cal = None
-        if from_run is not None:
-            cal = common.load_calibration(from_run, lm, replicas, knee_factor)
+        cal = common.load_calibration(from_run, lm, replicas, knee_factor)
         measured: dict[str, Any] = {}
         if cal is not None and cal.knee_per_replica is not None:
             measured = {"knee_rps": cal.knee_per_replica,
@@ -60,7 +58,7 @@ def matrix_cmd(
             th = thresholds(lm, replicas=replicas, kv_threshold=kv_threshold, lora_hot_loading=lora,
                             http2_reuse=http2, knee_factor=knee_factor, **measured)
             if as_json:
-                common.print_json({**th.to_dict(), **({"calibration": cal.to_dict()} if cal is not None else {})})
+                common.print_report_json(th.to_dict(), cal)
                 return
             common.console.print(thresholds_table(th, f"{dep.model.name} on {hw.tp}× {dep.gpu.name}"))
             if cal is not None:
@@ -80,12 +78,8 @@ def matrix_cmd(
                                                      max_tokens, batch_size, max_num_batched_tokens, inputs,
                                                      engine_profile)])
         if as_json:
-            out = decision.to_dict()
-            if cal is not None:
-                out["calibration"] = cal.to_dict()
-            if written is not None:
-                out["xlsx"] = str(written)
-            common.print_json({**out, "tp_choices": [c.to_dict() for c in tps]})
+            common.print_report_json(decision.to_dict(), cal, **({"xlsx": str(written)} if written is not None else {}),
+                                     tp_choices=[c.to_dict() for c in tps])
             return
         common.console.print(decision_table(decision, replicas))
         if tps:

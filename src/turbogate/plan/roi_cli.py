@@ -57,18 +57,13 @@ def roi_cmd(
             max_retries=max_retries, knee_factor=knee_factor,
         )
         lm = reuse_model(dep, prompt_tokens, output_tokens, memory_reuse, max_num_seqs, max_num_batched_tokens)
-        cal = None
-        if from_run is not None:
-            cal = common.load_calibration(from_run, lm, replicas, knee_factor)
+        cal = common.load_calibration(from_run, lm, replicas, knee_factor)
         knee = None if cal is None else cal.knee_per_replica
         report = roi(lm, inputs, loads=common.floats(loads, "--loads"),
                      tier_latency=None if cal is None else cal.tier_latency, knee_rps=knee,
                      knee_source="predicted" if knee is None else f"measured ({cal.kind if cal else ''})")
         if as_json:
-            out = report.to_dict()
-            if cal is not None:
-                out["calibration"] = cal.to_dict()
-            common.print_json(out)
+            common.print_report_json(report.to_dict(), cal)
             return
         common.console.print(roi_table(report, measured=cal is not None))
         if cal is not None:
