@@ -61,13 +61,20 @@ def _summary(cfs: list[Prediction], engs: list[Prediction]) -> dict[str, Any]:
         out.update(engine_mae=_mae(engs), engine_worst=round(max((p.error for p in engs), key=abs), 4),
                    engine_latency_optimistic_over_20pct=[p.cell.id for p in engs
                                                          if p.cell.is_latency and p.optimism > OPTIMISM_LIMIT])
-    by_profile: dict[str, dict[str, float]] = {}
-    for name in sorted({p.cell.engine_profile for p in cfs}):
-        mine = [p for p in cfs if p.cell.engine_profile == name]
-        by_profile[name] = {"cells": len(mine), "closed_form_mae": _mae(mine)}
-        if engs:
-            by_profile[name]["engine_mae"] = _mae([p for p in engs if p.cell.engine_profile == name])
-    out["by_profile"] = by_profile
+    def profile_of(p: Prediction) -> str:
+        return p.cell.engine_profile
+
+    def source_of(p: Prediction) -> str:
+        return p.cell.source
+
+    for key, of in (("by_profile", profile_of), ("by_source", source_of)):
+        groups: dict[str, dict[str, float]] = {}
+        for name in sorted({of(p) for p in cfs}):
+            mine = [p for p in cfs if of(p) == name]
+            groups[name] = {"cells": len(mine), "closed_form_mae": _mae(mine)}
+            if engs:
+                groups[name]["engine_mae"] = _mae([p for p in engs if of(p) == name])
+        out[key] = groups
     return out
 
 
