@@ -147,3 +147,20 @@ def test_sharegpt_lengths_keep_their_means_within_bench_servings_bounds() -> Non
     assert sum(p for p, _ in pairs) / len(pairs) == pytest.approx(224, rel=0.03)
     assert sum(o for _, o in pairs) / len(pairs) == pytest.approx(189, rel=0.03)
     assert max(o for _, o in pairs) > 3 * 189  # the long tail the mean alone leaves out
+
+
+def test_vllm_v0_runs_its_own_scheduling_in_the_engine_and_ttft_steps_only_in_the_closed_form() -> None:
+    from turbogate.plan.fidelity import profile_config
+
+    v0, v1 = get_profile("vllm-v0"), get_profile("vllm-v1")
+    cfg = profile_config(v0)
+    assert (cfg.chunked_prefill, cfg.num_scheduler_steps, cfg.max_num_batched_tokens) == (False, 10, 4096)
+    assert (profile_config(v1).chunked_prefill, profile_config(v1).num_scheduler_steps) == (True, 1)
+    dep = with_profile(deployment(H100, LLAMA_8B), v0)
+    assert dep.factors.ttft_steps > 0
+    # Under multi-step the engine waits for the run itself; ttft_steps would count that wait twice.
+    as_v0 = burst(dep, cfg, 1, 256, 32, output_lag=0)
+    no_wait = burst(dep.with_factors(ttft_steps=0.0), cfg, 1, 256, 32, output_lag=0)
+    assert as_v0.ttft() == pytest.approx(no_wait.ttft())
+    lagged = burst(dep, cfg, 1, 256, 32, output_lag=v0.output_lag_steps)
+    assert lagged.ttft() > as_v0.ttft()
