@@ -14,7 +14,6 @@ from turbogate.perf import GiB
 from turbogate.plan import cli_common as common
 from turbogate.plan.capacity import DEFAULT_BATCH_SIZES, CapacityReport, capacity
 from turbogate.plan.latency import latency_model
-from turbogate.plan.profile_opts import engine_profile_option, gpu_profile_option, profiled
 from turbogate.plan.views import ms
 
 
@@ -79,13 +78,11 @@ def capacity_cmd(
     replicas: int = typer.Option(1, "--replicas", min=1, help="Replicas behind the run given with --from-run."),
     from_run: Path = common.RUN_OPT,
     as_json: bool = common.JSON_OPT,
-    engine_profile: str = engine_profile_option(),
-    gpu_profile: Path | None = gpu_profile_option(),
 ) -> None:
     """Weights, KV capacity, step times, saturation and predicted TTFT/TPOT against request rate."""
 
     def go() -> None:
-        dep = profiled(hw.deployment(), engine_profile, gpu_profile)
+        dep = hw.deployment()
         report = capacity(dep, prompt_tokens, output_tokens, max_num_seqs, max_num_batched_tokens,
                           rates=common.floats(rates, "--rates"),
                           batch_sizes=common.ints(batch_sizes, "--batch-sizes") or DEFAULT_BATCH_SIZES,

@@ -22,6 +22,7 @@ from turbogate.perf import Deployment, deployment, get_gpu, resolve_model
 from turbogate.perf.default_workload import OUTPUT_TOKENS, PROMPT_TOKENS
 from turbogate.plan.calibrate import Calibration, calibrate, rel_error
 from turbogate.plan.latency import DEFAULT_KNEE_FACTOR, LatencyModel
+from turbogate.plan.profile_opts import engine_profile_option, gpu_profile_option, profiled
 from turbogate.plan.views import ms
 
 # Piped or captured output gets a wide console so the tables are not truncated to 80 columns.
@@ -47,7 +48,7 @@ def clean_errors() -> Iterator[None]:
 
 @dataclass(frozen=True, slots=True)
 class DeploymentArgs:
-    """The hardware and model options ``plan capacity``, ``roi`` and ``matrix`` share."""
+    """The hardware, model and profile options ``plan capacity``, ``roi`` and ``matrix`` share."""
 
     gpu: str
     model: str
@@ -55,10 +56,14 @@ class DeploymentArgs:
     dtype: str
     kv_dtype: str
     gpu_mem_util: float
+    engine_profile: str
+    gpu_profile: Path | None
 
     def deployment(self) -> Deployment:
-        return deployment(get_gpu(self.gpu), resolve_model(self.model), tp=self.tp, weight_dtype=self.dtype,
-                          kv_dtype=self.kv_dtype, gpu_mem_util=self.gpu_mem_util)
+        """The deployment, under the engine profile's factors and on the profiled GPU when one is given."""
+        dep = deployment(get_gpu(self.gpu), resolve_model(self.model), tp=self.tp, weight_dtype=self.dtype,
+                         kv_dtype=self.kv_dtype, gpu_mem_util=self.gpu_mem_util)
+        return profiled(dep, self.engine_profile, self.gpu_profile)
 
 
 #: A command's ``hw: DeploymentArgs = HW`` under ``@expand(hw=DEPLOYMENT_OPTIONS)`` (optgroup.py).
@@ -74,6 +79,8 @@ DEPLOYMENT_OPTIONS = OptionGroup(DeploymentArgs, {
                                    "under 16 bits).")),
     "gpu_mem_util": (float, typer.Option(0.9, "--gpu-mem-util", help="Share of GPU memory the engine "
                                          "may use (vLLM's setting).")),
+    "engine_profile": (str, engine_profile_option()),
+    "gpu_profile": (Path | None, gpu_profile_option()),
 })
 HW = DEPLOYMENT_OPTIONS.marker
 

@@ -13,7 +13,6 @@ from turbogate.perf.default_workload import OUTPUT_TOKENS
 from turbogate.plan import cli_common as common
 from turbogate.plan.latency import latency_model
 from turbogate.plan.matrix import DEFAULT_KV_THRESHOLD, MatrixInputs, decide, fitting_tps, thresholds, tp_choices
-from turbogate.plan.profile_opts import engine_profile_option, gpu_profile_option, profiled
 from turbogate.plan.views import decision_table, thresholds_table, tp_table
 from turbogate.plan.xlsx import Scenario, write_workbook
 
@@ -36,15 +35,13 @@ def matrix_cmd(
     xlsx: Path = typer.Option(None, "--xlsx", help="Also write an Excel workbook with live formulas."),
     from_run: Path = common.RUN_OPT,
     as_json: bool = common.JSON_OPT,
-    engine_profile: str = engine_profile_option(),
-    gpu_profile: Path | None = gpu_profile_option(),
 ) -> None:
     """Recommend Turbo on, Turbo capped or Standard only — with the reason of every rule.
 
     Without --peak-rps: the loads up to which Turbo is on, capped, off (the thresholds)."""
 
     def go() -> None:
-        dep = profiled(hw.deployment(), engine_profile, gpu_profile)
+        dep = hw.deployment()
         lm = latency_model(dep, prompt_tokens, max_tokens, batch_size, max_num_batched_tokens)
         cal = common.load_calibration(from_run, lm, replicas, knee_factor)
         measured: dict[str, Any] = {}
@@ -76,7 +73,7 @@ def matrix_cmd(
                 raise ValueError("--xlsx writes the predicted model's formulas; drop --from-run to write it")
             written = write_workbook(xlsx, [Scenario(f"{dep.model.name} on {dep.gpu.name}", dep, prompt_tokens,
                                                      max_tokens, batch_size, max_num_batched_tokens, inputs,
-                                                     engine_profile)])
+                                                     hw.engine_profile)])
         if as_json:
             common.print_report_json(decision.to_dict(), cal, **({"xlsx": str(written)} if written is not None else {}),
                                      tp_choices=[c.to_dict() for c in tps])

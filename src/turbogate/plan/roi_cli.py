@@ -9,7 +9,6 @@ import typer
 
 from turbogate.optgroup import expand
 from turbogate.plan import cli_common as common
-from turbogate.plan.profile_opts import engine_profile_option, gpu_profile_option, profiled
 from turbogate.plan.roi import RoiInputs, reuse_model, roi
 from turbogate.plan.views import roi_table
 
@@ -41,13 +40,11 @@ def roi_cmd(
     knee_factor: float = common.KNEE_OPT,
     from_run: Path = common.RUN_OPT,
     as_json: bool = common.JSON_OPT,
-    engine_profile: str = engine_profile_option(),
-    gpu_profile: Path | None = gpu_profile_option(),
 ) -> None:
     """Cost per 1M tokens and per 1,000 requests per tier, and the ROI of Turbo per load band."""
 
     def go() -> None:
-        dep = profiled(hw.deployment(), engine_profile, gpu_profile)
+        dep = hw.deployment()
         inputs = RoiInputs(
             price_per_gpu_hour=dep.gpu.price_per_hour if price_per_hour is None else price_per_hour,
             gpus_per_replica=hw.tp, replicas=replicas, turbo_multiplier=turbo_multiplier,
