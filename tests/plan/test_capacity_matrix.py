@@ -8,6 +8,7 @@ import pytest
 
 from turbogate.perf import GiB, deployment, get_gpu, get_model, saturation
 from turbogate.plan.capacity import capacity, naive_bw_util
+from turbogate.plan.knee import predicted_knee
 from turbogate.plan.latency import LatencyModel
 from turbogate.plan.matrix import STANDARD_ONLY, TURBO_CAPPED, TURBO_ON, MatrixInputs, decide, worst
 
@@ -69,7 +70,7 @@ HAND = LatencyModel(prompt_tokens=200, output_tokens=100, batch_cap=100, bound="
 
 
 def test_load_rule_bands() -> None:
-    knee = HAND.knee()
+    knee = predicted_knee(HAND)
     on = decide(HAND, MatrixInputs(peak_rps=0.9 * knee))
     assert on.mode == TURBO_ON and on.turbo_cap_share == 1.0
     capped = decide(HAND, MatrixInputs(peak_rps=(knee + 20.0) / 2))

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from turbogate.perf import deployment, get_gpu, get_model, saturation
+from turbogate.plan.knee import predicted_knee
 from turbogate.plan.latency import LatencyModel, latency_model, prefill_chunks, priority_waits, sakasegawa_wait
 
 
@@ -81,13 +82,13 @@ def test_hand_model_ttft() -> None:
 
 
 def test_knee_is_where_e2e_doubles() -> None:
-    knee = HAND.knee(2.0)
+    knee = predicted_knee(HAND, 2.0)
     assert 0 < knee < HAND.saturation_rate
     assert HAND.e2e(knee) == pytest.approx(2 * HAND.e2e(0.0), rel=1e-9)
     assert HAND.e2e(knee * 0.99) < 2 * HAND.e2e(0.0)
-    assert HAND.knee(3.0) > knee
+    assert predicted_knee(HAND, 3.0) > knee
     with pytest.raises(ValueError):
-        HAND.knee(1.0)
+        predicted_knee(HAND, 1.0)
 
 
 def test_prefill_chunks() -> None:

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from turbogate.perf import deployment, get_gpu, resolve_model
+from turbogate.plan.knee import predicted_knee
 from turbogate.plan.latency import latency_model
 from turbogate.plan.size import (
     MAX_GROWTH,
@@ -28,7 +29,7 @@ SLOS = {"turbo": TierSLO(0.5), "standard": TierSLO(3.0)}
 def _candidate(gpu: str = "L4", tp: int = 1, model: str = "llama-3.1-8b") -> Candidate:
     dep = deployment(get_gpu(gpu), resolve_model(model), tp=tp)
     lm = latency_model(dep, 256, 128)
-    return Candidate(dep.gpu.name, tp, dep.gpu.price_per_hour, lm, lm.knee())
+    return Candidate(dep.gpu.name, tp, dep.gpu.price_per_hour, lm, predicted_knee(lm))
 
 
 def _measured(ok: bool) -> Measured:

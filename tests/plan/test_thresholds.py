@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from turbogate.cli import app
 from turbogate.perf import deployment, get_gpu, get_model
 from turbogate.perf.profiles import DEFAULT_PROFILE, with_profile
+from turbogate.plan.knee import predicted_knee
 from turbogate.plan.latency import LatencyModel, latency_model
 from turbogate.plan.matrix import STANDARD_ONLY, TURBO_CAPPED, TURBO_ON, MatrixInputs, decide, kv_limit, thresholds
 
@@ -62,13 +63,13 @@ def test_cli_without_peak_prints_the_thresholds() -> None:
     out = json.loads(result.output)
     lm = _model(SHAPES[0])
     assert [b["mode"] for b in out["bands"]] == [TURBO_ON, TURBO_CAPPED, STANDARD_ONLY]
-    assert out["bands"][0]["to_rps_per_replica"] == pytest.approx(lm.knee())
-    assert out["bands"][0]["to_fleet_rps"] == pytest.approx(2 * lm.knee())
+    assert out["bands"][0]["to_rps_per_replica"] == pytest.approx(predicted_knee(lm))
+    assert out["bands"][0]["to_fleet_rps"] == pytest.approx(2 * predicted_knee(lm))
     assert out["bands"][2]["from_fleet_rps"] == pytest.approx(2 * lm.saturation_rate)
     text = runner.invoke(app, ["plan", "matrix", "--gpu", "H100-SXM", "--replicas", "2", "--prompt-tokens", "512",
                                  "--output-tokens", "256"])
     assert text.exit_code == 0, text.output
     assert "Up to what load is Turbo on, capped, off?" in text.output
-    assert f"up to {2 * lm.knee():.2f}" in text.output and f"from {2 * lm.saturation_rate:.2f}" in text.output
+    assert f"up to {2 * predicted_knee(lm):.2f}" in text.output and f"from {2 * lm.saturation_rate:.2f}" in text.output
     refused = runner.invoke(app, ["plan", "matrix", "--xlsx", "m.xlsx"])
     assert refused.exit_code == 2 and "--xlsx needs --peak-rps" in refused.output

@@ -15,6 +15,7 @@ from turbogate.configpolicy import flow_policy, knee_source
 from turbogate.errors import ConfigError
 from turbogate.gateway.cli import with_knee_from
 from turbogate.perf import deployment, get_gpu, get_model
+from turbogate.plan.knee import predicted_knee
 from turbogate.plan.latency import latency_model
 from turbogate.results import load_run
 from turbogate.sched import Flow, FlowRequest, ReplicaLoad
@@ -50,7 +51,7 @@ def test_the_planner_gives_the_pools_predicted_knee() -> None:
                                                       "max_num_seqs": 8, "model": "llama-3.1-8b"}))
     src = knee_source(cfg.pools[0])
     assert src is not None and src.kind == "planner"
-    per_replica = latency_model(deployment(get_gpu("L4"), get_model("llama-3.1-8b")), 128, 48, 8).knee(2.0)
+    per_replica = predicted_knee(latency_model(deployment(get_gpu("L4"), get_model("llama-3.1-8b")), 128, 48, 8), 2.0)
     assert src.knee_rps == pytest.approx(2 * per_replica)  # two replicas in the pool
     assert "2 × L4" in src.detail
     sim_sized = knee_source(cfg.pools[0], replicas=5)  # the simulator's fleet size

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
+from turbogate.plan.knee import predicted_knee
 from turbogate.plan.latency import LatencyModel
 from turbogate.results import ALL, Summary
 
@@ -155,7 +156,7 @@ def calibrate(summary: Summary, model: LatencyModel, replicas: int = 1, knee_fac
     max_rps = max((s.tiers[ALL].achieved_rps for s in summary.steps if ALL in s.tiers), default=0.0)
     method = None if knee is None else knee.used
     predicted_as = PREDICTED_FOR.get(method or "", "latency-knee")
-    predicted = model.saturation_rate if predicted_as == "saturation" else model.knee(knee_factor)
+    predicted = model.saturation_rate if predicted_as == "saturation" else predicted_knee(model, knee_factor)
     return Calibration(
         kind=summary.kind, replicas=replicas,
         measured_knee_rps=None if knee is None else knee.value,

@@ -13,7 +13,8 @@ from typing import Any
 
 from turbogate.perf import Deployment, GiB, saturation
 from turbogate.perf.default_workload import OUTPUT_TOKENS, PROMPT_TOKENS
-from turbogate.plan.latency import DEFAULT_KNEE_FACTOR, LatencyModel, LoadPoint, latency_model
+from turbogate.plan.knee import DEFAULT_KNEE_FACTOR, predicted_knee
+from turbogate.plan.latency import LatencyModel, LoadPoint, latency_model
 
 DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 8, 32, 64, 128, 256)
 DEFAULT_LOAD_FRACTIONS: tuple[float, ...] = (0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 1.1)
@@ -209,6 +210,6 @@ def capacity(
         max_output_tokens_per_s=sat.output_tokens_per_s,
         peak_decode_tokens_per_s=peak_decode,
         knee_factor=knee_factor,
-        knee_rate=model.knee(knee_factor),
+        knee_rate=predicted_knee(model, knee_factor),
         rates=tuple(points),
     )

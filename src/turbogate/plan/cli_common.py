@@ -21,7 +21,8 @@ from turbogate.optgroup import OptionGroup
 from turbogate.perf import Deployment, deployment, get_gpu, resolve_model
 from turbogate.perf.default_workload import OUTPUT_TOKENS, PROMPT_TOKENS
 from turbogate.plan.calibrate import Calibration, calibrate, rel_error
-from turbogate.plan.latency import DEFAULT_KNEE_FACTOR, LatencyModel
+from turbogate.plan.knee import DEFAULT_KNEE_FACTOR
+from turbogate.plan.latency import LatencyModel
 from turbogate.plan.profile_opts import engine_profile_option, gpu_profile_option, profiled
 from turbogate.plan.views import ms
 

@@ -1,10 +1,14 @@
 """A pool's knees in closed form, from its hardware, model and request shape (pure).
 
-Two of the project's four named knees (docs/bench.md, "Four knees") are computed here for a pool:
+Two of the project's four named knees (docs/bench.md, "Four knees") are defined here:
 
-- :func:`planned_knee`, the **predicted knee** of a pool: ``replicas`` × one replica's predicted
-  knee (``LatencyModel.knee``, plan/latency.py: mean E2E reaches ``knee_factor`` × unloaded), since
-  the gateway spreads the load.  A pool's ``knee_from: plan`` gives it to the knee guard.
+- :func:`predicted_knee`, the **predicted knee** of one replica: the lowest rate at which the
+  latency model's (plan/latency.py) mean E2E reaches ``knee_factor`` × its unloaded value, found
+  by bisection (:data:`KNEE_ITERATIONS` halvings of ``[0, μ]``; the workbook does the same halvings
+  with cell formulas).  It always lies below ``μ`` because the queueing wait grows without bound
+  there.  It is the latency knee of means; the *measured* knee replaces it where ``--from-run`` is
+  given.  :func:`planned_knee` is a pool's: ``replicas`` × one replica's, since the gateway spreads
+  the load; a pool's ``knee_from: plan`` gives it to the knee guard.
 - :func:`plateau_knee`, the **plateau knee**: the closed form of the *measured* knee
   (results/knee.py, throughput method), what the pool completes while saturated.  ``sim`` and
   ``bench`` measure that one; the third, the **online knee**, is learnt live (sched/knee_online.py).
@@ -17,8 +21,27 @@ from dataclasses import dataclass
 
 from turbogate.perf import Deployment, deployment, get_gpu, resolve_model, saturation
 from turbogate.perf.default_workload import OUTPUT_TOKENS, PROMPT_TOKENS
-from turbogate.plan.latency import DEFAULT_KNEE_FACTOR, latency_model
+from turbogate.plan.latency import LatencyModel, latency_model
 from turbogate.results.fmt import fmt_num
+
+KNEE_ITERATIONS = 48
+DEFAULT_KNEE_FACTOR = 2.0
+
+
+def predicted_knee(model: LatencyModel, knee_factor: float = DEFAULT_KNEE_FACTOR) -> float:
+    """The predicted knee of one replica: the lowest rate where ``model``'s mean E2E latency reaches
+    ``knee_factor`` × its unloaded E2E (bisection; see the module's docstring)."""
+    if knee_factor <= 1.0:
+        raise ValueError("knee_factor must be > 1")
+    target = knee_factor * model.e2e(0.0)
+    lo, hi = 0.0, model.saturation_rate
+    for _ in range(KNEE_ITERATIONS):
+        mid = (lo + hi) / 2.0
+        if model.e2e(mid) >= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +73,7 @@ def planned_knee(p: PlannedPool) -> tuple[float, str]:
         raise ValueError("replicas must be >= 1")
     dep = p.deployment()
     lm = latency_model(dep, p.prompt_tokens, p.output_tokens, p.max_num_seqs, p.max_num_batched_tokens)
-    per_replica = lm.knee(p.knee_factor)
+    per_replica = predicted_knee(lm, p.knee_factor)
     detail = (f"plan: {p.replicas} × {p.gpu} {p.model} tp{p.tp}, {p.prompt_tokens}/{p.output_tokens} tokens, "
               f"max_num_seqs {p.max_num_seqs}: {fmt_num(per_replica)} req/s per replica "
               f"(E2E {p.knee_factor:g}× unloaded)")

@@ -43,13 +43,9 @@ the engine is busy: ``min(1, n) · s / 2``), then its prefill.  The prompt is sp
     TTFT(λ) = W(λ) + min(1, n) · s / 2 + TTFT_p(λ)
     E2E(λ)  = TTFT(λ) + (O − 1) · TPOT(λ)
 
-**The predicted knee** (:meth:`LatencyModel.knee`, its one definition) is the lowest rate at
-which the mean E2E latency reaches ``knee_factor`` × its unloaded value, found by bisection
-(:data:`KNEE_ITERATIONS` halvings of ``[0, μ]``; the workbook does the same halvings with cell
-formulas).  It always lies below ``μ`` because ``W`` grows without bound there.  It is the
-latency knee of means; the *measured* knee (results/knee.py: throughput, p95 latency, goodput)
-replaces it where ``--from-run`` is given, and plan/knee.py scales it to a pool and gives the
-*plateau* knee, the closed form of the measured throughput knee (docs/plan.md, "Which knee").
+**The predicted knee**, the lowest rate at which this model's mean E2E latency reaches
+``knee_factor`` × its unloaded value, is defined in plan/knee.py (``predicted_knee``) beside the
+planner's other closed-form knee (docs/plan.md, "Which knee").
 """
 
 from __future__ import annotations
@@ -58,9 +54,6 @@ import math
 from dataclasses import dataclass
 
 from turbogate.perf import Deployment, avg_kv_tokens_per_seq, saturation
-
-KNEE_ITERATIONS = 48
-DEFAULT_KNEE_FACTOR = 2.0
 
 
 def sakasegawa_wait(rate: float, capacity: float, servers: int, ca2: float = 1.0, cs2: float = 0.0) -> float:
@@ -202,21 +195,6 @@ class LatencyModel:
         """(Turbo, Standard) mean TTFT at ``rate`` when ``turbo_share`` of it has priority."""
         w_t, w_s = priority_waits(rate, self.saturation_rate, self.batch_cap, turbo_share)
         return self.ttft(rate, wait=w_t), self.ttft(rate, wait=w_s)
-
-    def knee(self, knee_factor: float = DEFAULT_KNEE_FACTOR) -> float:
-        """The predicted knee of one replica: the lowest rate where mean E2E latency reaches
-        ``knee_factor`` × the unloaded E2E (bisection; see the module's docstring)."""
-        if knee_factor <= 1.0:
-            raise ValueError("knee_factor must be > 1")
-        target = knee_factor * self.e2e(0.0)
-        lo, hi = 0.0, self.saturation_rate
-        for _ in range(KNEE_ITERATIONS):
-            mid = (lo + hi) / 2.0
-            if self.e2e(mid) >= target:
-                hi = mid
-            else:
-                lo = mid
-        return hi
 
 
 def prefill_chunks(prompt_tokens: int, max_num_batched_tokens: int) -> tuple[int, int, int]:

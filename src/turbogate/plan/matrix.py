@@ -31,7 +31,8 @@ from typing import Any
 
 from turbogate.errors import TurbogateError
 from turbogate.perf import Deployment, deployment
-from turbogate.plan.latency import DEFAULT_KNEE_FACTOR, LatencyModel, latency_model
+from turbogate.plan.knee import DEFAULT_KNEE_FACTOR, predicted_knee
+from turbogate.plan.latency import LatencyModel, latency_model
 
 TURBO_ON = "turbo_on"
 TURBO_CAPPED = "turbo_capped"
@@ -156,7 +157,7 @@ def decide(
     knee_source: str = "predicted",
 ) -> Decision:
     """Apply the four rules.  ``knee_rps`` / ``saturation_rps`` override the predicted ones (a run)."""
-    knee = model.knee(inputs.knee_factor) if knee_rps is None else knee_rps
+    knee = predicted_knee(model, inputs.knee_factor) if knee_rps is None else knee_rps
     sat = model.saturation_rate if saturation_rps is None else saturation_rps
     x = inputs.peak_rps / inputs.replicas
     util = model.kv_utilization(x)
@@ -210,7 +211,7 @@ def tp_choices(models: dict[int, LatencyModel], peak_rps: float, price_per_gpu_h
     cheapest first (fewer GPUs on a tie)."""
     out = []
     for tp, lm in models.items():
-        knee = lm.knee(knee_factor)
+        knee = predicted_knee(lm, knee_factor)
         out.append(TpChoice(tp, max(1, math.ceil(peak_rps / knee)), knee, lm.saturation_rate, price_per_gpu_hour))
     return tuple(sorted(out, key=lambda c: (c.cost_per_hour, c.gpus, c.tp)))
 
@@ -284,7 +285,7 @@ def thresholds(
 ) -> Thresholds:
     """The loads where :func:`decide`'s answer changes, for the same inputs less the peak."""
     MatrixInputs(peak_rps=0.0, replicas=replicas, kv_threshold=kv_threshold)  # the same validation
-    knee = model.knee(knee_factor) if knee_rps is None else knee_rps
+    knee = predicted_knee(model, knee_factor) if knee_rps is None else knee_rps
     sat = model.saturation_rate if saturation_rps is None else saturation_rps
     x_kv = kv_limit(model, kv_threshold)
     if x_kv is not None and x_kv >= sat:

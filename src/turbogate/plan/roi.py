@@ -45,7 +45,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from turbogate.perf import Deployment, saturation
-from turbogate.plan.latency import DEFAULT_KNEE_FACTOR, LatencyModel, latency_model
+from turbogate.plan.knee import DEFAULT_KNEE_FACTOR, predicted_knee
+from turbogate.plan.latency import LatencyModel, latency_model
 from turbogate.results import band_of
 
 # (per-replica request rate, turbo share) -> (Turbo TTFT, Standard TTFT), seconds.
@@ -244,7 +245,7 @@ def roi(
     i = inputs
     up = 1.0 - cold_fraction(i.cold_starts_per_hour, i.cold_start_s)
     cap = model.saturation_rate * i.replicas * up  # fleet capacity, requests/s
-    knee_replica = model.knee(i.knee_factor) if knee_rps is None else knee_rps
+    knee_replica = predicted_knee(model, i.knee_factor) if knee_rps is None else knee_rps
     knee = knee_replica * i.replicas * up
     latency: TierLatency = tier_latency if tier_latency is not None else model.tier_ttft
     tokens = model.prompt_tokens + model.output_tokens

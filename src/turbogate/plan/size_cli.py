@@ -23,7 +23,7 @@ from turbogate.config import load_config
 from turbogate.errors import BadInput, ConfigError, TurbogateError
 from turbogate.perf.default_workload import OUTPUT_TOKENS, PROMPT_TOKENS
 from turbogate.perf.profiles import get_profile
-from turbogate.plan.latency import DEFAULT_KNEE_FACTOR
+from turbogate.plan.knee import DEFAULT_KNEE_FACTOR
 from turbogate.plan.profile_opts import engine_profile_option, gpu_profile_option
 from turbogate.plan.size import Candidate, Fleet, Measured, SizeInputs, SizeResult, TierSLO, size
 from turbogate.plan.size_sim import (

@@ -18,6 +18,7 @@ from turbogate.config import GatewayConfig, hash_key, parse_config
 from turbogate.errors import CatalogError, ConfigError
 from turbogate.perf import GPUS, get_gpu
 from turbogate.perf.profiles import DEFAULT_PROFILE
+from turbogate.plan.knee import predicted_knee
 from turbogate.plan.latency import latency_model
 from turbogate.plan.size import TIERS, Candidate, Measured, SizeInputs
 from turbogate.results import RequestRecord
@@ -90,7 +91,7 @@ def candidates(engine: Engine, gpus: Iterable[str], tps: Sequence[int]) -> tuple
             except (CatalogError, ValueError) as exc:
                 left_out.append(f"{gpu.name} TP{tp}: {exc}")
                 continue
-            out.append(Candidate(gpu.name, tp, gpu.price_per_hour, lm, lm.knee(engine.knee_factor)))
+            out.append(Candidate(gpu.name, tp, gpu.price_per_hour, lm, predicted_knee(lm, engine.knee_factor)))
     return out, left_out
 
 

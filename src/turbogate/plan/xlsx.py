@@ -10,7 +10,7 @@ Sheets:
   KV capacity, step times, saturation), the load model at peak, each rule's verdict and the
   recommendation — all cell formulas, the same arithmetic as :mod:`turbogate.perf`,
   :mod:`turbogate.plan.latency` and :mod:`turbogate.plan.matrix`.
-- ``knee``     — the knee's bisection, :data:`~turbogate.plan.latency.KNEE_ITERATIONS` halvings
+- ``knee``     — the knee's bisection, :data:`~turbogate.plan.knee.KNEE_ITERATIONS` halvings
   spelled out as cells (no macros, no iterative calculation).
 
 Only functions common to Excel and LibreOffice are used (INDEX/MATCH, ROUNDUP, INT, MOD, SQRT,
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from turbogate.perf import DTYPE_BYTES, GPUS, Deployment
 from turbogate.plan.formula import Book, col_letter, col_number
-from turbogate.plan.latency import KNEE_ITERATIONS
+from turbogate.plan.knee import KNEE_ITERATIONS
 from turbogate.plan.matrix import LABELS, MODES, MatrixInputs
 
 

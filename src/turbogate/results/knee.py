@@ -2,8 +2,8 @@
 run's steps — with its evidence (pure).
 
 One of the project's four named knees (docs/bench.md, "Four knees"): this one is *measured* from a
-bench or sim run; the *predicted* knee (``LatencyModel.knee``, plan/latency.py) and the *plateau*
-knee (``plateau_knee``, plan/knee.py) are the planner's closed forms, and the *online* knee
+bench or sim run; the *predicted* knee (``predicted_knee``) and the *plateau* knee
+(``plateau_knee``), both in plan/knee.py, are the planner's closed forms, and the *online* knee
 (sched/knee_online.py) is estimated live by the gateway.  The run summary, ``bench --find-knee``
 (each probe's verdict) and ``plan --from-run`` read the measured knee from here.  Three methods,
 each a per-step test over the steps sorted by offered load (docs/bench.md sets them side by side):

@@ -2,8 +2,7 @@
 predicted knee (pure).
 
 One of the project's four named knees (docs/bench.md, "Four knees"); the others are the measured
-knee of a run (results/knee.py) and the planner's predicted and plateau knees (plan/latency.py,
-plan/knee.py).
+knee of a run (results/knee.py) and the planner's predicted and plateau knees (plan/knee.py).
 
 The knee guard (sched/guard.py) needs one number: the offered load (req/s, all tiers) past
 which the pool stops keeping up.  Without a bench/sim run or a planner prediction, this module
