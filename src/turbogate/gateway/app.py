@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 
@@ -24,7 +23,7 @@ from turbogate.asgi import JSON_CT, AsgiApp, Receive, Scope, Send, send_json
 from turbogate.config import GatewayConfig, load_config
 from turbogate.configpolicy import limit_hold_s, tenant_limits
 from turbogate.errors import ConfigError
-from turbogate.gateway import proxy, tracing
+from turbogate.gateway import tracing
 from turbogate.gateway.admin import AdminApi
 from turbogate.gateway.busypoll import IdlePoll, describe, idle_poll
 from turbogate.gateway.coalesce import Coalescing
@@ -40,6 +39,7 @@ from turbogate.gateway.metrics import GatewayMetrics
 from turbogate.gateway.metrics_port import MetricsEndpoint, MetricsServer
 from turbogate.gateway.openapi import openapi_document
 from turbogate.gateway.parts import Auth, ProxyFn, ServeFn, Shed
+from turbogate.gateway.proxy import Upstream
 from turbogate.gateway.regions import ClientRegions, pool_headers
 from turbogate.gateway.routes import Routes
 from turbogate.gateway.runtime import build_runtime
@@ -81,8 +81,9 @@ class GatewayApp(AsgiApp):
         # Usage records, budgets, shared switches and limits (docs/metering.md); leases via the store.
         self.meter = meter = Metering(config, flow, tenant_limits(config), limit_hold_s(config))
         self.lease_share = lease_share = SharedLeases(flow.leases, meter.store)
+        self.upstream = Upstream(flow, self.driver, rt.replicas, metrics, meter.strip)
         self.serving = Serve(flow, self.driver, meter, metrics, shed, pool_headers(config),
-                             TIER_WORDS[config.service_tier_names], functools.partial(proxy.attempt, self))
+                             TIER_WORDS[config.service_tier_names], self.upstream.attempt)
         serve: ServeFn = self.serving.serve
         if self._tracing is not None:
             serve = self._tracing.wrap_serve(serve)
