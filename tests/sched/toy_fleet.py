@@ -46,9 +46,10 @@ def capacity(seqs: int, replicas: int) -> float:
     return replicas * seqs / (PREFILL_S + DECODE_S)
 
 
-def run_toy(flow: Flow, *, replicas: int, seqs: int, mix: Mapping[Tier, float], rate: Callable[[float], float],
+def run_toy(flow: Flow, *, replicas: int, seqs: int,
+            mix: Mapping[Tier, float] | Callable[[float], Mapping[Tier, float]], rate: Callable[[float], float],
             until: float, seed: int, first_at: float, scrape_s: float = 1.0) -> list[Served]:
-    """Arrivals from ``first_at`` on at ``rate(now)`` (tiers drawn from ``mix``) until ``until``;
+    """Arrivals from ``first_at`` on at ``rate(now)`` (tiers drawn from ``mix``, or ``mix(now)``) until ``until``;
     replicas ``r0`` … ``r{replicas-1}`` (the flow's pool must name them so), scraped every
     ``scrape_s`` until a minute past the last arrival.  Every request's record, in arrival order."""
     engines = {f"r{i}": ToyEngine() for i in range(replicas)}
@@ -99,7 +100,8 @@ def run_toy(flow: Flow, *, replicas: int, seqs: int, mix: Mapping[Tier, float], 
             at(now + scrape_s, scrape)
 
     def arrive(now: float) -> None:
-        tier = rng.choices(list(mix), weights=list(mix.values()))[0]
+        shares = mix(now) if callable(mix) else mix
+        tier = rng.choices(list(shares), weights=list(shares.values()))[0]
         req = flow.open(tenant="t", model="m", tier_body=tier.value, stream=True, now=now)
         assert isinstance(req, FlowRequest)
         out[req.id] = Served(now, req.asked, req.served, downgrade=req.downgrade)

@@ -65,10 +65,15 @@ def _whole_slots(share: float, slots: int) -> int:
     return max(1, math.floor(share * slots + 1e-9))
 
 
-def _line(policy: TierPolicy, base: int, ceiling: int) -> int:
+def _line(policy: TierPolicy, base: int, ceiling: int, top_share: float) -> int:
     """The pool's in-flight count below which a tier dispatches while the holdback is on: its
-    utilization line on ``base`` slots, no higher than the lower tiers' ``ceiling``."""
-    return max(1, min(_whole_slots(policy.max_utilization, base), ceiling))
+    utilization line on ``base`` slots, no higher than the lower tiers' ``ceiling`` — and, for a
+    tier whose line is below the highest lower tier's (``top_share``: Relax under Standard), no
+    nearer the ceiling than it is to that line.  Else, whenever Turbo's headroom brings the
+    ceiling under both lines, both tiers stop at the same count, and a Relax backlog (a burst's,
+    draining for a minute) fills every slot Standard's arrivals would find free."""
+    own = _whole_slots(policy.max_utilization, base)
+    return max(1, min(own, ceiling - max(0, _whole_slots(top_share, base) - own)))
 
 
 class Admission:
@@ -92,6 +97,9 @@ class Admission:
         self.holdback = True
         self._queues: dict[Tier, TierQueue] = {t: TierQueue() for t in TIERS}
         self._order = [(t, self._queues[t], self.policies[t]) for t in TIERS]
+        #: The highest holdback line among the lower tiers that have one (``_line``).
+        self._top_line = max((p.max_utilization for t, p in self.policies.items()
+                              if t is not _TOP and p.max_utilization < 1.0), default=0.0)
         # Per tier, the queues at its rank or above (a request's predicted wait counts them).
         self._at_or_above = {t: tuple(self._queues[u] for u in TIERS[: RANK[t] + 1]) for t in TIERS}
         for _tier, queue, policy in self._order:  # nobody is owed anything before the first dispatch
@@ -256,7 +264,7 @@ class Admission:
             top_rate = self._top_rate(now, slots)
             if self._holding(now, top_rate):
                 base = slots if proven is None or proven > slots else proven
-                if in_flight >= _line(policy, base, self._ceiling(now, base, top_rate)):
+                if in_flight >= _line(policy, base, self._ceiling(now, base, top_rate), self._top_line):
                     return False
         return self._queues[tier].in_flight < _whole_slots(policy.capacity_share, slots)
 
@@ -301,7 +309,7 @@ class Admission:
                 continue
             line = slots
             if held and policy.max_utilization < 1.0:
-                line = _line(policy, base, ceiling)
+                line = _line(policy, base, ceiling, self._top_line)
             due = queue.share < policy.min_share
             cap = _whole_slots(policy.capacity_share, slots)
             # An owed tier takes the turn of the tier above it, with that tier's line: it never
