@@ -21,12 +21,14 @@ before anything was fitted.  Each runs under its engine's profile (``perf.profil
 ``published`` part reports the fitting half and the hold-out half separately: mean absolute error of
 the engine and of the closed form, the worst cells, and the latency cells predicted optimistic (shorter
 than published) by more than 20 %.  ``--fit PROFILE`` searches that profile's factors on its fitting
-cells (closed form, coordinate descent) and prints them instead; the values in perf/profiles.py came
-from it.
+cells (coordinate descent on the closed form's error, or with ``--fit-loss engine|both`` the stepped
+engine's or the mean of the two) and prints them instead; the values in perf/profiles.py came from it.
+Each half's summary also groups the cells by engine profile and by source.
 
     python benchmarks/engine_calibration.py [--max-num-seqs 2048] [--max-num-batched-tokens 8192]
                                             [--requests-cap N] [--only-closed-form] [--skip-holdout]
-                                            [--skip-overview] [--fit PROFILE [--fit-only F1,F2]]
+                                            [--skip-overview] [--fit PROFILE [--fit-only F1,F2]
+                                            [--fit-loss closed_form|engine|both] [--fit-restarts 25]]
 """
 
 from __future__ import annotations
