@@ -11,8 +11,9 @@ for ``--burst-seconds`` whose clients stay (they wait, as real ones do), and the
 again for ``--after-seconds``: for each tier, the seconds from the burst's end until the p95
 TTFT of its requests, in every 4-s window of send times from then on, is back within 2× of
 before the burst (a shed or an unanswered request counts as too slow), and until the first such
-window (a noisy machine puts a slow window in late: the two apart say which it was).  Target:
-≤ 10 s for Turbo and Standard.
+window (a noisy machine puts a slow window in late: the two apart say which it was), with the
+slow stretches after that first window per tier (``slow_after_back_s``: a stretch every tier has
+at the same time is the machine's).  Target: ≤ 10 s for Turbo and Standard.
 
 Prints one JSON object: the gateway's RSS at start, peak and end (MB); counts by tier and status;
 sheds without ``Retry-After`` (must be 0); Turbo p95 TTFT loaded and unloaded (Turbo is 5 % of
@@ -195,20 +196,33 @@ async def soak(gw: Service, seconds: float, factor: float, max_open: int, seed: 
 
 
 def recovery_s(sent: list[tuple[float, str, float]], tier: str, burst_end: float, until: float,
-               limit: float) -> tuple[float | None, float | None]:
+               limit: float) -> tuple[float | None, float | None, list[list[float]]]:
     """Seconds from ``burst_end`` until every window of ``tier``'s send times from then on has a
-    p95 TTFT within ``limit``, and until the first such window (None: not within ``until``)."""
+    p95 TTFT within ``limit``, and until the first such window (None: not within ``until``); and
+    the slow stretches after that first one ([from, to] window starts, seconds after the burst):
+    one that every tier shares at the same time is the machine's, not a tier's."""
     mine = [(at, ttft) for at, t, ttft in sent if t == tier and at >= burst_end]
     starts = [burst_end + k * STEP_S for k in range(int((until - burst_end - WINDOW_S) / STEP_S) + 1)]
     good = []
     for s in starts:
         window = [ttft for at, ttft in mine if s <= at < s + WINDOW_S]
         good.append(not window or (p95(window) or math.inf) <= limit)
-    first = next((round(s - burst_end, 2) for s, ok in zip(starts, good, strict=True) if ok), None)
+    first_i = next((i for i, ok in enumerate(good) if ok), None)
+    first = None if first_i is None else round(starts[first_i] - burst_end, 2)
+    slow: list[list[float]] = []
+    if first_i is not None:
+        for i in range(first_i + 1, len(starts)):
+            if good[i]:
+                continue
+            at = round(starts[i] - burst_end, 2)
+            if slow and not good[i - 1]:
+                slow[-1][1] = at
+            else:
+                slow.append([at, at])
     for i in range(len(starts)):
         if all(good[i:]):
-            return round(starts[i] - burst_end, 2), first
-    return None, first
+            return round(starts[i] - burst_end, 2), first, slow
+    return None, first, slow
 
 
 async def burst(gw: Service, cap: float, base_load: float, factor: float, base_s: float, burst_s: float,
@@ -231,12 +245,15 @@ async def burst(gw: Service, cap: float, base_load: float, factor: float, base_s
     before = {t: p95([ttft for at, tier, ttft in load.sent if tier == t and at < started]) for t, _ in BASE_MIX}
     recovery: dict[str, float | None] = {}
     first_back: dict[str, float | None] = {}
+    slow_after: dict[str, list[list[float]]] = {}
     for t, _ in BASE_MIX:
         base = before[t]
-        recovery[t], first_back[t] = (None, None) if base is None else recovery_s(load.sent, t, ended, until, 2 * base)
+        recovery[t], first_back[t], slow_after[t] = ((None, None, []) if base is None
+                                                     else recovery_s(load.sent, t, ended, until, 2 * base))
     return {"base_rps": round(base_load * cap, 2), "burst_rps": round(factor * cap, 2), "burst_s": burst_s,
             "p95_ttft_before_s": {t: None if v is None else round(v, 4) for t, v in before.items()},
-            "recovery_s": recovery, "first_window_back_s": first_back, "window_s": WINDOW_S,
+            "recovery_s": recovery, "first_window_back_s": first_back, "slow_after_back_s": slow_after,
+            "window_s": WINDOW_S,
             "pass": {f"{t}_within_10s": _within(recovery[t], 10.0) for t in ("turbo", "standard")}}
 
 
