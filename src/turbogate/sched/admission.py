@@ -396,7 +396,6 @@ class Admission:
             queue = self._queues[ticket.tier]
             queue.in_flight -= 1
             self.in_flight -= 1
-            self._headroom.completions.add(now)
             if count_service and ticket.dispatched_at is not None:
                 sample = max(0.0, now - ticket.dispatched_at)
                 self._samples += 1

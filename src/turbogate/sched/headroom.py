@@ -88,13 +88,12 @@ class Headroom:
     a Turbo arrival finds none free; ``staffing``: keep room for Turbo's own swing too
     (``headroom_slots``)."""
 
-    __slots__ = ("arrivals", "completions", "pace", "risk", "staffing")
+    __slots__ = ("arrivals", "pace", "risk", "staffing")
 
     def __init__(self, risk: float, staffing: bool) -> None:
         self.risk = risk
         self.staffing = staffing
         self.arrivals = Rate()  # the top tier's
-        self.completions = Rate()  # the pool's
         self.pace = ArrivalPace()  # follows a surge faster than ``arrivals`` (sched/surge.py)
 
     def arrived(self, top: bool, now: float) -> None:
