@@ -14,9 +14,9 @@ from typing import Any
 
 import typer
 
+from turbogate.engine.profiled import profile_config
 from turbogate.errors import BadInput, TurbogateError
 from turbogate.perf import deployment, get_gpu, resolve_model, saturation
-from turbogate.plan.fidelity import profile_config
 from turbogate.plan.profile_opts import engine_profile_option, gpu_profile_option, profiled
 from turbogate.plan.replay import burst
 from turbogate.results.percentile import percentile

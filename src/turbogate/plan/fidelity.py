@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from turbogate.engine import EngineConfig
+from turbogate.engine.profiled import profile_config
 from turbogate.perf import Deployment, deployment, get_gpu, get_model, saturation
 from turbogate.perf.cells import PublishedCell
 from turbogate.perf.profiles import EngineProfile
@@ -109,15 +109,6 @@ CLOSED_LOOP_OUTPUT_SPREAD = 0.2
 # real conversations have a long tail.  The log-spread 0.6 had the least engine error on the fitting half's
 # ShareGPT cells of 0, 0.3, 0.45, 0.6, 0.8 and 1.0 (11.2 % against 11.3–14.4 %: weakly determined).
 SHAREGPT_LOG_SIGMA = 0.6
-
-
-def profile_config(profile: EngineProfile, max_num_seqs: int | None = None,
-                   max_num_batched_tokens: int | None = None) -> EngineConfig:
-    """The stepped engine's settings under ``profile`` (its scheduler limits unless given)."""
-    seqs = max_num_seqs or profile.max_num_seqs
-    return EngineConfig(max_num_seqs=seqs, max_num_batched_tokens=max(max_num_batched_tokens
-                                                                      or profile.max_num_batched_tokens, seqs),
-                        chunked_prefill=profile.chunked_prefill, num_scheduler_steps=profile.num_scheduler_steps)
 
 
 def engine_run(cell: PublishedCell, profile: EngineProfile, requests_cap: int = 0) -> ReplayResult:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from turbogate.engine import Engine, EngineConfig, Request
+from turbogate.engine.profiled import first_token_wait_steps
 from turbogate.perf import Deployment
 
 LengthDraw = Callable[[random.Random], tuple[int, int]]
@@ -113,9 +114,7 @@ class _Driver:
     def __init__(self, dep: Deployment, config: EngineConfig, output_lag: int = 0) -> None:
         self.engine = Engine(dep, config)
         self.dep = dep
-        # ttft_steps is the closed form's first-token wait; where the engine runs multi-step scheduling
-        # itself, the first token waits only ``output_lag`` steps beyond its prefill.
-        self.ttft_steps = dep.factors.ttft_steps if config.num_scheduler_steps == 1 else float(output_lag)
+        self.ttft_steps = first_token_wait_steps(dep.factors, config, output_lag)
         self.ready: list[tuple[float, int, Request, float]] = []  # (ready time, order, request, arrival)
         self.arrival: dict[str, float] = {}
         self.first: dict[str, float] = {}
