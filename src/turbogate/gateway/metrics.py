@@ -84,8 +84,8 @@ class GatewayMetrics:
         self.ttft = FastHistogram("turbogate_ttft_seconds", "Upstream time to first streamed chunk",
                                    ["pool", "tier"], _LAT_BUCKETS)
         self.shed = Counter("turbogate_shed", "Requests refused with Retry-After: the error code (reason) and the "
-                            "rule that refused (by: l1, tenant_limits, health, http)", ["reason", "tier", "by"],
-                            registry=reg)
+                            "rule that refused (by: l1, tenant_limits, health, http, store, jobs)",
+                            ["reason", "tier", "by"], registry=reg)
         self.retries = Counter("turbogate_upstream_retries", "Requests retried on another replica", ["pool"],
                                registry=reg)
         # Goodput within each tier's objective (tiers.<tier>.ttft_slo_s): streams whose first token
