@@ -92,6 +92,7 @@ def emulate(
             error_rate=error_rate, hang_rate=hang_rate, crash_after=crash_after, startup_delay=startup_delay,
             crash_mid_stream=crash_mid_stream, metrics_delay=metrics_delay,
             profile=lambda dep: profiled(dep, engine_profile, gpu_profile),
+            engine_profile=engine_profile,
         )
     except (TurbogateError, ValueError, RuntimeError, FileNotFoundError) as exc:
         raise BadInput(str(exc), exc.hint if isinstance(exc, TurbogateError) else None) from exc  # one line, exit 2

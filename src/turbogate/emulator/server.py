@@ -11,8 +11,10 @@ import uvicorn
 from turbogate.emulator.app import EmulatorApp, EmulatorSettings, Faults
 from turbogate.emulator.calibrate import StepFit, factors_for
 from turbogate.emulator.tokens import make_counter
-from turbogate.engine import Engine, EngineConfig, Policy
+from turbogate.engine import Engine, Policy
+from turbogate.engine.profiled import profile_config
 from turbogate.perf import Deployment, deployment, get_gpu, resolve_model
+from turbogate.perf.profiles import DEFAULT_PROFILE, EngineProfile
 
 log = logging.getLogger("turbogate.emulator")
 
@@ -24,7 +26,10 @@ def build_app(*, gpu: str, model: str, tp: int = 1, max_num_seqs: int = 256, max
               seed: int = 0, error_rate: float = 0.0, hang_rate: float = 0.0, crash_after: int | None = None,
               startup_delay: float = 0.0, crash_mid_stream: bool = False,
               metrics_delay: float = 0.0, step_fit: StepFit | None = None,
-              profile: Callable[[Deployment], Deployment] | None = None) -> EmulatorApp:
+              profile: Callable[[Deployment], Deployment] | None = None,
+              engine_profile: EngineProfile | str = DEFAULT_PROFILE) -> EmulatorApp:
+    """``profile`` sets the deployment's factors; ``engine_profile`` the scheduling its engine runs
+    (give both the same engine profile: ``emulate --engine-profile``)."""
     spec = resolve_model(model)
     dep = deployment(get_gpu(gpu), spec, tp=tp, weight_dtype=dtype, kv_dtype=kv_cache_dtype,
                      gpu_mem_util=gpu_memory_utilization)
@@ -32,8 +37,8 @@ def build_app(*, gpu: str, model: str, tp: int = 1, max_num_seqs: int = 256, max
         dep = profile(dep)
     if step_fit is not None:  # --calibrate-from: a real engine's measured step time, not the roofline's
         dep = replace(dep, factors=factors_for(dep, step_fit))
-    engine = Engine(dep, EngineConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                                      policy=policy, num_gpu_blocks=num_gpu_blocks))
+    engine = Engine(dep, profile_config(engine_profile, max_num_seqs, max_num_batched_tokens, policy=policy,
+                                        num_gpu_blocks=num_gpu_blocks))
     kv_tokens = engine.max_tokens_per_request
     limit = min(spec.max_context, kv_tokens)
     if max_model_len is not None:

@@ -9,7 +9,7 @@ from typing import Any, cast
 from turbogate.bench.options import LoadOptions
 from turbogate.config import GatewayConfig, hash_key
 from turbogate.configpolicy import flow_policy, knee_source, region_policy
-from turbogate.engine import EngineConfig
+from turbogate.engine.profiled import profile_config
 from turbogate.errors import CatalogError, ConfigError
 from turbogate.sched.flow import Flow
 from turbogate.sched.policy import MODES, Mode, PoolSpec, ReplicaSpec
@@ -94,9 +94,9 @@ def build_replicas(sc: SimConfig) -> tuple[list[SimReplica], list[PoolSpec]]:
         for j, g in enumerate(fp.replicas):
             try:
                 dep = group_deployment(g)
-                ecfg = EngineConfig(max_num_seqs=g.max_num_seqs, max_num_batched_tokens=g.max_num_batched_tokens,
-                                    policy=g.scheduling_policy or gp.scheduling_policy,
-                                    num_gpu_blocks=g.num_gpu_blocks)
+                ecfg = profile_config(g.engine_profile, g.max_num_seqs, g.max_num_batched_tokens,
+                                      policy=g.scheduling_policy or gp.scheduling_policy,
+                                      num_gpu_blocks=g.num_gpu_blocks)
             except (ValueError, LookupError, CatalogError) as exc:
                 raise ConfigError(f"fleet pools.{i}.replicas.{j}: {exc}") from None
             for _ in range(g.count):
