@@ -8,7 +8,7 @@ is that a *standing* queue — one whose oldest request stays older than a small
 whole interval — is not absorbing a burst but only adding delay.  As in Facebook's
 "adaptive LIFO" with CoDel, once that happens the tier is served newest first: the requests it
 serves have barely waited and meet the objective, while the old ones run out their budget
-(the objective itself: ``ttft_slo_s`` sets the queue budget, sched/admission.py) and are
+(the objective itself: ``ttft_slo_s`` sets the queue budget, sched/ticket.py ``TierPolicy``) and are
 refused with ``Retry-After``.  The tier returns to its fair order (start-time fair queueing)
 as soon as its oldest request is younger than the target again, so a burst is still served in
 order.

@@ -1,6 +1,6 @@
 """A request's fair-queue cost: estimated at admission, corrected to what it used when it ends.
 
-L1 shares a tier among tenants by start-time fair queueing on tokens (sched/admission.py): a
+L1 shares a tier among tenants by start-time fair queueing on tokens (sched/tier_queue.py): a
 request advances its tenant's finish tag by its cost.  The cost known at admission is the
 declared ``max_tokens`` (plus the prompt's estimate), and a declared bound can be far above what
 answers use: one stream declaring 131,000 tokens, dropped at once, pushed its tenant's tag so far

@@ -106,7 +106,7 @@ class Flow:
                                         engine_seqs=r.max_num_seqs))
             # A pool with a knee guard has Turbo's load capped past the knee by the guard, which
             # exists to keep goodput near Standard-only's: its holdback stays lean (the chain's
-            # headroom only, sched/admission.py ``headroom_slots``).
+            # headroom only, sched/headroom.py ``headroom_slots``).
             admission = Admission(tier_policies, tenant_policies, tenant_counts=counts,
                                   headroom_staffing=spec.knee is None)
             self.pools[spec.name] = _Pool(spec, admission)

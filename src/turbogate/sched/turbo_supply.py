@@ -60,7 +60,7 @@ class TurboSupply:
         """Turbo requests per second the pool can give Turbo now, or None (no bound: nothing
         measured yet, or no other tier asks):
         the rate whose occupancy (rate × service, Little's law) plus the holdback's headroom for
-        its swing (β √occupancy, sched/admission.py ``headroom_slots``) fits in the slots the
+        its swing (β √occupancy, sched/headroom.py ``headroom_slots``) fits in the slots the
         lower tiers' guaranteed shares leave."""
         service = admission.service_estimate_s
         if service is None or service <= 0.0 or proven_slots <= 0:
