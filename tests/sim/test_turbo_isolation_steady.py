@@ -14,8 +14,6 @@ queues with lower-tier requests while Turbo arrives.
 
 from __future__ import annotations
 
-import pytest
-
 from turbogate.bench.options import build_load
 from turbogate.config import hash_key, parse_config
 from turbogate.engine import EngineConfig
@@ -59,7 +57,6 @@ def turbo_ratio(seed: int) -> tuple[float, int]:
     return hot / base, shed
 
 
-@pytest.mark.xfail(strict=True, reason="Turbo isolation with learned limits broken since 5075604 (3.4-5.2x)")
 def test_turbo_keeps_its_latency_at_twice_capacity_after_a_quiet_start() -> None:
     results = [turbo_ratio(seed) for seed in (1, 2, 3)]
     assert all(shed == 0 for _, shed in results), results

@@ -38,6 +38,7 @@ import math
 from collections.abc import Mapping
 
 from turbogate.sched.codel import ControlledDelay
+from turbogate.sched.concurrency import LOWER_TIERS_BAR
 from turbogate.sched.headroom import Headroom
 from turbogate.sched.surge import turbo_deficit
 from turbogate.sched.ticket import Admitted, Shed, State, TenantPolicy, Ticket, TierPolicy, clamp_retry
@@ -115,6 +116,9 @@ class Admission:
         self._min_samples = min_samples
         self.dispatched: dict[Tier, int] = dict.fromkeys(TIERS, 0)
         self._headroom = Headroom(headroom_risk, headroom_staffing)
+        #: A replica of the pool is still in slow start (its limit counts whole in ``proven``):
+        #: set by the flow before each dispatch round (sched/flow_pump.py).
+        self.learning = False
         # Controlled delay for the lower tiers with a TTFT objective (the top tier's excess is
         # downgraded at arrival instead: sched/turbo_supply.py).
         self._codel = {t: ControlledDelay(p.ttft_slo_s, _QUEUED) for t, p in self.policies.items()
@@ -151,7 +155,7 @@ class Admission:
         top_rate = self._top_rate(now, slots)
         if not self._holding(now, top_rate):
             return 0
-        return self._headroom.slots(now, top_rate, slots, self.service_estimate_s)
+        return self._room(now, top_rate, slots, self.service_estimate_s)
 
     def _top_rate(self, now: float, slots: int) -> float:
         # While the lower tiers queue (more than one request: an arrival that finds nothing queued
@@ -166,8 +170,19 @@ class Admission:
         """The most the lower tiers may hold of ``base`` slots while the holdback is on: never
         more than leaves Turbo its headroom, and the slots its recent demand lacks."""
         service = self.service_estimate_s
-        return (base - self._headroom.slots(now, top_rate, base, service)
+        return (base - self._room(now, top_rate, base, service)
                 - turbo_deficit(top_rate, service, self._queues[_TOP].in_flight))
+
+    def _room(self, now: float, top_rate: float, base: int, service: float | None) -> int:
+        """Turbo's headroom of ``base`` slots.  While ``learning``, no more than the share of
+        them above slow start's bar (sched/concurrency.py ``LOWER_TIERS_BAR``): a slow start grows
+        only once its engine ran that share of its limit, which the lower tiers alone must be able
+        to reach.  A wider headroom stalls it above the engine's batch, the slots it counts whole
+        there are no engine's, and Turbo waits for them at 2× overload."""
+        room = self._headroom.slots(now, top_rate, base, service)
+        if self.learning:
+            return min(room, _whole_slots(1.0 - LOWER_TIERS_BAR, base))
+        return room
 
     def snapshot(self) -> dict[str, dict[str, float]]:
         return {

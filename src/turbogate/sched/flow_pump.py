@@ -31,6 +31,7 @@ def pump(flow: Flow, pool: _Pool, now: float, actions: list[Action],
     if admission.queued == 0:
         return actions
     slots, proven = flow.picker.slot_counts(pool.spec.name, now) if counts is None else counts
+    admission.learning = flow.picker.learning(pool.spec.name)
     while True:
         ticket = admission.next_dispatch(now, slots, proven)
         if ticket is None:

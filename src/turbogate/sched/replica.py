@@ -83,6 +83,7 @@ class Replica:
     # Large pools keep running sums instead of rescanning: this replica's share of them.
     counted_slots: int = 0
     counted_proven: int = 0
+    counted_learning: bool = False  # counted in its pool's ``learning`` (in slow start, scraped)
     room_index: int = -1  # position in its pool's list of replicas with room, -1 when none
     in_flight: int = 0
     load: ReplicaLoad | None = None

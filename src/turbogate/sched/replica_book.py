@@ -37,6 +37,7 @@ class PoolState:
     saturated_since: float | None = None
     slots: int = 0
     proven: int = 0
+    learning: int = 0  # replicas still in slow start (scraped ones: the others have no limit to learn)
     room: list[Replica] = field(default_factory=list)
     stale_at: float = math.inf  # the earliest time a counted replica's metrics go stale
     indexed: bool = False  # len(replicas) > SCAN_MAX: it keeps running sums and a room list
@@ -57,6 +58,7 @@ class ReplicaBook:
         pool.replicas.append(replica)
         pool.indexed = len(pool.replicas) > SCAN_MAX
         self._by_id[replica.id] = replica
+        self._count_learning(pool, replica)
         if pool.indexed:
             if len(pool.replicas) == SCAN_MAX + 1:  # it just grew past the scan size: index it all
                 for r in pool.replicas:
@@ -163,9 +165,22 @@ class ReplicaBook:
             for r in state.replicas:
                 self._refresh(r, now)
 
+    def learning(self, pool: str) -> bool:
+        """Whether a replica of ``pool`` is still in slow start (its limit not learnt yet)."""
+        return self._pools[pool].learning > 0
+
+    @staticmethod
+    def _count_learning(state: PoolState, replica: Replica) -> None:
+        learning = replica.scraped and math.isinf(replica.ssthresh)
+        if learning is not replica.counted_learning:
+            state.learning += 1 if learning else -1
+            replica.counted_learning = learning
+
     def _refresh(self, replica: Replica, now: float | None = None) -> None:
-        """Recount ``replica`` in its pool's running sums and room list (large pools only)."""
+        """Recount ``replica`` in its pool's ``learning`` count, and in its running sums and room
+        list (large pools only)."""
         state = self._pools[replica.pool]
+        self._count_learning(state, replica)
         if not state.indexed:
             return
         t = self._now if now is None else now
