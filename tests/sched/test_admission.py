@@ -486,3 +486,26 @@ def test_submit_now_decides_and_leaves_state_as_submit_then_next_dispatch(
             assert b_next is not None and (b_next.id, b_next.tier) == (a_next.id, a_next.tier)
         assert fused.next_dispatch(now, slots, proven) is None
         assert _state(slow) == _state(fused)
+
+
+def test_while_a_limit_is_learnt_the_headroom_stays_within_slow_starts_bar() -> None:
+    """A slow start grows once its engine ran ``LOWER_TIERS_BAR`` of its limit, which the lower
+    tiers alone must reach: while ``learning``, Turbo's headroom is at most the rest of the slots
+    (a wider one stalled slow start above the engine's batch, and Turbo waited for slots no engine
+    had: tests/sim/test_turbo_isolation_steady.py)."""
+    from turbogate.sched.concurrency import LOWER_TIERS_BAR
+
+    adm = Admission(POLICIES, min_samples=1)
+    slots, now, running = 20, 0.0, deque[tuple[float, Ticket]]()
+    while now < 30.0:  # Turbo at 2/s, 5 s each: 10 of the 20 slots on average
+        ticket = submit(adm, Tier.TURBO, now, slots)
+        assert adm.next_dispatch(now, slots) is ticket
+        running.append((now + 5.0, ticket))
+        while running[0][0] <= now:
+            adm.on_complete(running.popleft()[1], now)
+        now += 0.5
+    bar = int((1.0 - LOWER_TIERS_BAR) * slots + 1e-9)
+    learnt = adm.headroom(now, slots)
+    assert learnt > bar  # a limit known: the whole headroom for Turbo's swing
+    adm.learning = True
+    assert adm.headroom(now, slots) == bar

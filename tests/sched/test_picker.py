@@ -372,3 +372,15 @@ def test_an_idle_gateway_does_not_doubt_an_idle_engine() -> None:
         r.in_flight = r.peak_in_flight = 2  # a few of ours in flight, the limit not reached
         picker.on_metrics(r, ReplicaLoad(running=0, waiting=0, kv_usage=0.0), float(i))
     assert not picker.take_metrics_doubts()
+
+
+def test_a_pool_is_learning_while_a_scraped_replica_is_in_slow_start() -> None:
+    picker, (a, b) = fleet(cap=32)
+    unscraped = picker.add(Replica(id="u", pool="p", scraped=False))
+    known = picker.add(Replica(id="k", pool="q", engine_seqs=16))
+    assert picker.learning("p") and math.isinf(unscraped.ssthresh)
+    assert not picker.learning("q") and known.ssthresh == 16  # its batch is configured: nothing to learn
+    for r in (a, b):
+        r.in_flight = 12
+        picker.on_metrics(r, ReplicaLoad(running=8, waiting=4, kv_usage=0.3), 0.0)  # a queue: the edge
+    assert not picker.learning("p")  # the replica without metrics has no limit to learn
