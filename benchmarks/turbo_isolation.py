@@ -13,6 +13,12 @@ Prints one JSON object:
   ``relax_completed_at_2x`` (> 0).
 
     python benchmarks/turbo_isolation.py [--duration 40] [--warmup 10]
+    python benchmarks/turbo_isolation.py --simulate 1,2,3   # the same run in virtual time, per seed
+
+``--simulate`` runs the set-up in the simulator instead (no processes, about a second a seed):
+the same fleet and config, the emulator's engine profile, the scrape interval of 1 s at the time
+scale (5 s of engine time), 0.2× then 2× in one run of two ``--warmup + --duration`` steps, the
+2× step measured after its first ``--warmup`` seconds; figures in wall seconds.
 """
 
 from __future__ import annotations
@@ -27,13 +33,17 @@ from pathlib import Path
 
 import yaml
 
-from turbogate.config import _default_tiers, hash_key
+from turbogate.bench.options import build_load
+from turbogate.config import _default_tiers, hash_key, parse_config
 from turbogate.engine import EngineConfig
 from turbogate.engine.capacity import saturated_rate
 from turbogate.perf import deployment, get_gpu, resolve_model
 from turbogate.procs import start_emulator, start_gateway
 from turbogate.results.io import read_jsonl
 from turbogate.results.percentile import percentile
+from turbogate.sim.build import SimConfig
+from turbogate.sim.fleet import parse_fleet
+from turbogate.sim.run import simulate
 
 GPU, MODEL, SEQS, SCALE = "L4", "llama-3.1-8b", 16, 0.2
 PROMPT, OUTPUT = 256, 128
@@ -65,12 +75,45 @@ def turbo_ttfts(records: list[dict[str, object]]) -> list[float]:
             if r.get("tier_asked") == "turbo" and r.get("ok") and r.get("ttft_s") is not None]
 
 
+def simulated(seed: int, duration: float, warmup: float) -> dict[str, object]:
+    """One seed of the run in virtual time (see the module docstring)."""
+    cap = capacity_rps() * SCALE  # engine seconds
+    gateway = parse_config({
+        "tenants": [{"name": "t", "key_sha256": hash_key(KEY), "tiers": ["turbo", "standard", "relax"]}],
+        "scrape": {"interval_s": 1.0 / SCALE},
+        "pools": [{"name": "p", "models": [MODEL], "replicas": [{"url": f"http://r{i}"} for i in range(2)]}],
+    })
+    fleet = parse_fleet({"pools": [{"name": "p", "replicas": [
+        {"count": 2, "gpu": GPU, "model": MODEL, "max_num_seqs": SEQS}]}]})
+    hold = warmup + duration
+    load = build_load(shape="steps", qps=None, qps_start=0.2 * cap, qps_end=2.0 * cap, steps=2,
+                      duration=2 * hold / SCALE, arrivals="poisson", burstiness=1.0, prompt_tokens=str(PROMPT),
+                      output_tokens=str(OUTPUT), dataset=None, no_seed=False, tiers=MIX, n_api_keys=1,
+                      random_seed=seed, slo=None, knee_method="throughput", knee_k=2.0, knee_metric="e2e",
+                      fleet_cost=1.0, tier_cost=None)
+    records = simulate(SimConfig(gateway=gateway, fleet=fleet, load=load, api_keys=(KEY,))).records
+    turbo = [r for r in records if r.tier_asked == "turbo"]
+    light = [SCALE * r.ttft_s for r in turbo if r.ok and r.ttft_s is not None and SCALE * r.scheduled_s < hold]
+    heavy = [r for r in turbo if SCALE * r.scheduled_s >= hold + warmup]
+    base = p95(light)
+    hot = p95([SCALE * r.ttft_s for r in heavy if r.ok and r.ttft_s is not None])
+    return {"seed": seed, "turbo_p95_ttft_s": {"light": base, "heavy": hot},
+            "turbo_p95_ttft_ratio": None if not base or hot is None else round(hot / base, 3),
+            "turbo_shed_at_2x": sum(1 for r in heavy if r.status in (429, 503))}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=40.0)
     ap.add_argument("--warmup", type=float, default=10.0)
     ap.add_argument("--keep", type=Path, default=None, help="keep the run folders and logs here")
+    ap.add_argument("--simulate", default=None, metavar="SEEDS",
+                    help="comma-separated seeds: run in the simulator instead (one JSON object per seed)")
     args = ap.parse_args()
+    if args.simulate:
+        for seed in (int(s) for s in args.simulate.split(",") if s):
+            print(json.dumps(simulated(seed, args.duration, args.warmup)), flush=True)
+        return
     cap = capacity_rps()
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.keep or Path(tmp)
