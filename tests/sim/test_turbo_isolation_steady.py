@@ -6,10 +6,10 @@ Two L4s × 16 seqs of Llama-3.1-8B at the emulator's engine profile, limits lear
 (its 1 s at ``--time-scale 0.2``), 0.2× then 2× in one run, each step 50 s of wall time; the 2×
 step is measured after its first 10 s.  Unlike the slow-controller test (separate cold runs at
 the base profile) the light load comes first, so the limits the 2× step meets are the ones the
-quiet minute taught.  At ``d71afa6`` this ran 1.05–1.33× over seeds 1–3; since ``5075604``
-(Turbo's headroom at a 1 % wait risk) 3.4–5.2×: the lower tiers held further back leave the
-learned limits in slow start into the overload, and its late growth fills the engines' own
-queues with lower-tier requests while Turbo arrives.
+quiet minute taught.  What it guards: Turbo's headroom while a limit is still learnt
+(sched/admission.py ``_room``).  Wider than the slots above slow start's bar, it leaves the lower
+tiers short of the bar slow start grows on, slow start stalls above the engine's batch, the slots
+it counts whole there are no engine's, and Turbo waits in the gateway for them (3.4–5.2× here).
 """
 
 from __future__ import annotations
