@@ -200,18 +200,24 @@ def create_app(config: GatewayConfig) -> GatewayApp:
     return GatewayApp(config)
 
 
+def built_app(cfg: GatewayConfig) -> GatewayApp:
+    """The gateway for ``cfg``, its start-up state out of the GC's sight: what one process serves."""
+    from turbogate.gateway.gcpolicy import settle_after_startup
+
+    app = GatewayApp(cfg)
+    settle_after_startup()  # gateway/gcpolicy.py
+    return app
+
+
 def app_from_env() -> GatewayApp:
     """Factory for ``uvicorn --factory`` workers: the config path comes from TURBOGATE_CONFIG."""
     from turbogate.gateway.cli import configure_logging
-    from turbogate.gateway.gcpolicy import settle_after_startup
 
     configure_logging(os.environ.get("TURBOGATE_LOG_LEVEL", "warning"))
     from turbogate.gateway.cli import with_knee_from
 
     knee_from = [x for x in os.environ.get("TURBOGATE_KNEE_FROM", "").split("\n") if x]
-    app = GatewayApp(with_knee_from(load_config(os.environ["TURBOGATE_CONFIG"]), knee_from))
-    settle_after_startup()  # start-up state out of the GC's sight (gateway/gcpolicy.py)
-    return app
+    return built_app(with_knee_from(load_config(os.environ["TURBOGATE_CONFIG"]), knee_from))
 
 
 __all__ = ["JSON_CT", "GatewayApp", "app_from_env", "create_app", "send_json"]

@@ -116,12 +116,9 @@ def serve(
     if cfg.tls is not None:
         common.update(ssl_certfile=cfg.tls.certfile, ssl_keyfile=cfg.tls.keyfile)
     if workers == 1:
-        from turbogate.gateway.app import GatewayApp
-        from turbogate.gateway.gcpolicy import settle_after_startup
+        from turbogate.gateway.app import built_app
 
-        app = GatewayApp(cfg)
-        settle_after_startup()  # start-up state out of the GC's sight (gateway/gcpolicy.py)
-        uvicorn.run(app, **common)  # type: ignore[arg-type]
+        uvicorn.run(built_app(cfg), **common)  # type: ignore[arg-type]
         return
     os.environ["TURBOGATE_KNEE_FROM"] = "\n".join(knee_from)  # each worker applies it to the file it loads
     uvicorn.run("turbogate.gateway.app:app_from_env", factory=True, workers=workers, **common)  # type: ignore[arg-type]
