@@ -70,6 +70,14 @@ def _flow() -> Flow:
     return flow
 
 
+def open_request(flow: Flow, now: float) -> FlowRequest:
+    """One request as gateway/edge.py opens it (a follower is opened the same way)."""
+    opened = flow.open(tenant="acme", model="m", max_tokens=MAX_TOKENS, prompt_bytes=4 * PROMPT, stream=True,
+                       now=now)
+    assert isinstance(opened, FlowRequest)
+    return opened
+
+
 class _Clock:
     def __init__(self) -> None:
         self.t = 0.0
@@ -110,17 +118,11 @@ async def _gateway(steps: Iterable[Step]) -> Outcome:
         clock.t = step.t
         carried.clear()
         if step.what == "arrive":  # as gateway/edge.py opens it and gateway/serve.py feeds it
-            opened = flow.open(tenant="acme", model="m", max_tokens=MAX_TOKENS, prompt_bytes=4 * PROMPT, stream=True,
-                               now=step.t)
-            assert isinstance(opened, FlowRequest)
-            req = opened
+            req = open_request(flow, step.t)
             req.handle = Handle(task)
             driver.run(flow.arrive(req, step.t, LIMIT if step.limited else None))
         elif step.what == "follow":  # gateway/edge.py: an identical request joins the call under way
-            opened = flow.open(tenant="acme", model="m", max_tokens=MAX_TOKENS, prompt_bytes=4 * PROMPT, stream=True,
-                               now=step.t)
-            assert isinstance(opened, FlowRequest)
-            follower = opened
+            follower = open_request(flow, step.t)
         else:
             assert req is not None
             if step.what == "first_byte":  # gateway/proxy.py
@@ -182,10 +184,7 @@ def _sim(steps: Iterable[Step]) -> Outcome:
             assert isinstance(first, Dispatch | Respond) and first.req is not None
             req = first.req
         elif step.what == "follow":  # the simulator does not coalesce: the Flow's intake and settle
-            opened = flow.open(tenant="acme", model="m", max_tokens=MAX_TOKENS, prompt_bytes=4 * PROMPT, stream=True,
-                               now=step.t)
-            assert isinstance(opened, FlowRequest)
-            follower = opened
+            follower = open_request(flow, step.t)
         else:
             assert req is not None
             call = req.handle
