@@ -9,6 +9,7 @@ starts it again.  Most tests are short; the two that need a queue inside the eng
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import subprocess
 import sys
@@ -305,6 +306,37 @@ def test_turbo_overtakes_queued_standard_inside_the_engine(vllm_engine: RealEngi
         f"engine's finish order: {order}; client's: {calls.done}"
 
 
+def _group_threads(pid: int) -> list[int]:
+    """Every thread of every process in ``pid``'s process group (vLLM: API server + engine core)."""
+    pgid = os.getpgid(pid)
+    tids = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if os.getpgid(int(name)) == pgid:
+                tids += [int(t) for t in os.listdir(f"/proc/{name}/task")]
+    return tids
+
+
+@contextlib.contextmanager
+def engine_yields_the_cpu(engine: RealEngine, niceness: int = 10) -> Iterator[None]:
+    """The engine's threads at a lower CPU priority while the block runs.  On a 2-core runner vLLM's
+    CPU threads take every core at overload, and the load generator beside it then sends late: its
+    own verdict (rightly) calls the run machine-bound.  A fleet's bench runs on another machine; here
+    the engine gives way to it, so the knee found is the engine's."""
+    tids = _group_threads(engine.service.process.pid)
+    before = {}
+    for tid in tids:
+        with contextlib.suppress(OSError):
+            before[tid] = os.getpriority(os.PRIO_PROCESS, tid)
+            os.setpriority(os.PRIO_PROCESS, tid, max(before[tid], niceness))
+    try:
+        yield
+    finally:
+        for tid, nice in before.items():
+            with contextlib.suppress(OSError):  # raising priority back needs CAP_SYS_NICE
+                os.setpriority(os.PRIO_PROCESS, tid, nice)
+
+
 def test_turbo_bench_finds_a_knee_and_bench_collects_the_engine_metrics(
     vllm_engine: RealEngine, tmp_path: Path
 ) -> None:
@@ -317,7 +349,8 @@ def test_turbo_bench_finds_a_knee_and_bench_collects_the_engine_metrics(
            "--bisections", "1", "--prompt-tokens", "32:0:32:32", "--output-tokens", "96:0:96:96",
            "--scrape", vllm_engine.url + "/metrics", "--no-live", "--no-report", "--drain", "30",
            "--knee-min-requests", "10", "--max-lag-ms", "1000", "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    with engine_yields_the_cpu(vllm_engine):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = load_run(out)
     knee = run.summary.knees["all"]
