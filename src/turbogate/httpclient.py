@@ -70,8 +70,8 @@ class _Conn(asyncio.Protocol):
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not an asyncio.Transport subclass
-        # Kept for the futures and timers of its requests: asyncio.get_running_loop() makes a
-        # getpid() system call on every call in CPython 3.11 (its check that no fork happened).
+        # Kept for the futures and timers of its requests: looking the loop up per request costs a
+        # system call (the interpreter's check that no fork happened).
         self._loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:

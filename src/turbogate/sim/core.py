@@ -33,7 +33,7 @@ from turbogate.sim.requests import SimRequest
 _NO_TIMING: dict[str, float] = {}  # shared by every record (never mutated; a mappingproxy cannot pickle)
 TIMER_RESOLUTION_S = 0.001  # the gateway's one timer is no finer either
 _TIER_BODY = {"turbo": "priority", "standard": "default", "relax": "flex"}
-_TIER_NAME: dict[Tier, str] = {t: t.value for t in Tier}  # a dict read: .value is a Python property on 3.11
+_TIER_NAME: dict[Tier, str] = {t: t.value for t in Tier}  # a dict read per record, not the enum's .value property
 
 #: Events between two progress callbacks.
 PROGRESS_EVERY = 4096
