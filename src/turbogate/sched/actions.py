@@ -28,7 +28,7 @@ class Phase(IntEnum):
     DONE = 4
 
 
-_NEW, _DONE = Phase.NEW, Phase.DONE  # a module name: a member read through its enum class is a metaclass lookup on 3.11
+_NEW, _DONE = Phase.NEW, Phase.DONE  # module names: a member read through its enum class is a metaclass lookup
 
 
 class Failure(Enum):

@@ -56,8 +56,8 @@ _QUEUED, _UPSTREAM, _ANSWERING = Phase.QUEUED, Phase.UPSTREAM, Phase.ANSWERING
 _ARRIVE, _DISPATCH, _FIRST_BYTE = FlowEvent.ARRIVE, FlowEvent.DISPATCH, FlowEvent.FIRST_BYTE
 _FINISHED, _FAILED = FlowEvent.FINISHED, FlowEvent.FAILED
 _CLIENT_GONE, _SETTLE = FlowEvent.CLIENT_GONE, FlowEvent.SETTLE
-# Enum members read per request as module names (on Python 3.11 a read through the class costs
-# a metaclass lookup, and ``.value`` a Python-level property).
+# Enum members read per request as module names: a read through the enum class is a metaclass
+# lookup, on the path every request takes.
 _TURBO, _STANDARD = Tier.TURBO, Tier.STANDARD
 
 class _Pool:
