@@ -340,15 +340,17 @@ def engine_yields_the_cpu(engine: RealEngine, niceness: int = 10) -> Iterator[No
 def test_turbo_bench_finds_a_knee_and_bench_collects_the_engine_metrics(
     vllm_engine: RealEngine, tmp_path: Path
 ) -> None:
-    # Answers long enough (96 tokens, 4 sequences at a time) that the engine saturates at a few
-    # requests a second, far below what this machine's load generator can send: with 32-token
-    # answers its knee lay above 16 req/s, where a busy 2-core runner bounds the bench instead.
+    # Answers long enough (96 tokens, 4 sequences at a time) that the engine saturates at about ten
+    # requests a second.  The engine and the bench share this runner's two cores: at the saturating
+    # step the bench dispatched up to 1.2 s late (p99) even with the engine at a lower priority, so
+    # the lag it tolerates (--max-lag-ms) is 3 s here; the machine verdict itself is tested with
+    # emulators (tests/bench/test_machine.py).
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "turbogate", "bench", "--host", vllm_engine.url, "--model", MODEL,
            "--find-knee", "--qps-start", "1", "--qps-end", "200", "--step-duration", "6", "--knee-growth", "2",
            "--bisections", "1", "--prompt-tokens", "32:0:32:32", "--output-tokens", "96:0:96:96",
            "--scrape", vllm_engine.url + "/metrics", "--no-live", "--no-report", "--drain", "30",
-           "--knee-min-requests", "10", "--max-lag-ms", "1000", "--out", str(out)]
+           "--knee-min-requests", "10", "--max-lag-ms", "3000", "--out", str(out)]
     with engine_yields_the_cpu(vllm_engine):
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
