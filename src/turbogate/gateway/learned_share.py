@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import Protocol
 
-from turbogate.sched.learned import adopt, encode
+from turbogate.sched.learned import encode
 from turbogate.sched.picker import Picker
 from turbogate.store.base import StoreUnavailable
 
@@ -38,7 +38,7 @@ async def take_learned(picker: Picker, store: Store) -> int:
     taken = 0
     for replica in picker.replicas():
         text = stored.get(replica.id)
-        if text is not None and adopt(replica, text, wall):
+        if text is not None and picker.adopt_learned(replica, text, wall):
             taken += 1
     return taken
 

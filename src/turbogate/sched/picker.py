@@ -14,6 +14,7 @@ from typing import TypeVar
 
 from turbogate.sched import health
 from turbogate.sched.concurrency import LOWER_TIERS_BAR, adapt_limit
+from turbogate.sched.learned import adopt
 from turbogate.sched.load import ReplicaLoad
 from turbogate.sched.phase import Scorer, phase_scorer
 from turbogate.sched.replica import (
@@ -234,6 +235,14 @@ class Picker(ReplicaBook):
         self._noted(health.failed(replica, now, self.config, hard=hard,
                                   reason=reason or ("connection refused" if hard else "request failed")), now)
         self._refresh(replica, now)
+
+    def adopt_learned(self, replica: Replica, text: str, wall_now: float) -> bool:
+        """Take another process's learned limit for ``replica`` (sched/learned.py's rule) and
+        recount it in its pool, as every other change to a replica is; whether it was taken."""
+        taken = adopt(replica, text, wall_now)
+        if taken:
+            self._refresh(replica)
+        return taken
 
     def on_release(self, replica: Replica) -> None:
         """A request ended without telling anything about the replica (client went away)."""
