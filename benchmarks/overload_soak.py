@@ -23,6 +23,17 @@ pass/fail for the acceptance bounds (peak RSS under 2× start + 50 MB, every she
 Retry-After, recovery within 5 s, Turbo and Standard back within 10 s of the burst's end).
 
     python benchmarks/overload_soak.py [--seconds 60] [--factor 10] [--burst-seconds 30] [--after-seconds 60]
+    python benchmarks/overload_soak.py --simulate 1,2,3   # the burst question in virtual time, per seed
+
+``--simulate`` runs the burst question in the simulator instead (no processes, seconds a seed),
+over the gateway's own core with the same config: each replica's engine runs ``1 / SCALE`` times
+faster than the perf model's (the emulator's ``--time-scale``), so virtual seconds are the real
+run's wall seconds and the gateway's objectives, budgets and windows mean the same.  One JSON
+object per seed and ``--fleet`` (``2xL4`` is the real run's; ``4xL4s8``: four replicas of 8
+sequences) and ``--mix`` (``issue``: the real run's tier mixes; ``std``: a Standard-heavier
+mixed load and twice the burst's Relax share), with the same figures as the real run's
+``burst``.  Before the burst, as the real run's soak does, an overload (2× for 20 s) teaches the
+gateway its replicas' limits and the mixed load follows until the backlog it left is gone.
 
 All traffic stays on 127.0.0.1; the client keeps at most ``--max-open`` requests open.
 """
@@ -47,7 +58,7 @@ import yaml
 
 from common import rss_mb
 from turbo_isolation import GPU, MODEL, OUTPUT, PROMPT, SCALE, SEQS, capacity_rps
-from turbogate.config import hash_key
+from turbogate.config import hash_key, parse_config
 from turbogate.procs import Service, start_emulator, start_gateway
 from turbogate.results.percentile import percentile
 
@@ -242,16 +253,23 @@ async def burst(gw: Service, cap: float, base_load: float, factor: float, base_s
         await load.poisson(session, base_load * cap, after_s, BASE_MIX, rng)
         until = time.perf_counter()
         await load.stop()
-    before = {t: p95([ttft for at, tier, ttft in load.sent if tier == t and at < started]) for t, _ in BASE_MIX}
+    return {"base_rps": round(base_load * cap, 2), "burst_rps": round(factor * cap, 2), "burst_s": burst_s,
+            **burst_figures(load.sent, started, ended, until)}
+
+
+def burst_figures(sent: list[tuple[float, str, float]], started: float, ended: float,
+                  until: float) -> dict[str, Any]:
+    """Per tier: p95 TTFT before the burst, the recovery, the first window back and the slow
+    stretches after it (``recovery_s``), and pass/fail against the 10-s target."""
+    before = {t: p95([ttft for at, tier, ttft in sent if tier == t and at < started]) for t, _ in BASE_MIX}
     recovery: dict[str, float | None] = {}
     first_back: dict[str, float | None] = {}
     slow_after: dict[str, list[list[float]]] = {}
     for t, _ in BASE_MIX:
         base = before[t]
         recovery[t], first_back[t], slow_after[t] = ((None, None, []) if base is None
-                                                     else recovery_s(load.sent, t, ended, until, 2 * base))
-    return {"base_rps": round(base_load * cap, 2), "burst_rps": round(factor * cap, 2), "burst_s": burst_s,
-            "p95_ttft_before_s": {t: None if v is None else round(v, 4) for t, v in before.items()},
+                                                     else recovery_s(sent, t, ended, until, 2 * base))
+    return {"p95_ttft_before_s": {t: None if v is None else round(v, 4) for t, v in before.items()},
             "recovery_s": recovery, "first_window_back_s": first_back, "slow_after_back_s": slow_after,
             "window_s": WINDOW_S,
             "pass": {f"{t}_within_10s": _within(recovery[t], 10.0) for t in ("turbo", "standard")}}
@@ -259,6 +277,115 @@ async def burst(gw: Service, cap: float, base_load: float, factor: float, base_s
 
 def _within(value: float | None, bound: float) -> bool:
     return value is not None and value <= bound
+
+
+#: The simulated fleets (replicas, sequences each) and tier mixes (the burst's, the mixed load's),
+#: fixed before any tuning.
+SIM_FLEETS = {"2xL4": (2, SEQS), "4xL4s8": (4, 8)}
+SIM_MIXES = {"issue": (MIX, BASE_MIX),
+             "std": ((("turbo", 0.05), ("standard", 0.55), ("relax", 0.4)),
+                     (("turbo", 0.15), ("standard", 0.65), ("relax", 0.2)))}
+
+
+def _mix_text(mix: tuple[tuple[str, float], ...]) -> str:
+    return ",".join(f"{t}={w}" for t, w in mix)
+
+
+def _faster(dep: Any, k: float) -> Any:
+    """``dep`` with every step ``k`` times shorter (the emulator's ``--time-scale`` 1/k): compute,
+    bandwidth and host overheads alike; memory, hence the KV cache, unchanged."""
+    from dataclasses import replace
+
+    gpu, f = dep.gpu, dep.factors
+    gpu = replace(gpu, hbm_bandwidth=k * gpu.hbm_bandwidth, bf16_flops=k * gpu.bf16_flops,
+                  fp8_flops=None if gpu.fp8_flops is None else k * gpu.fp8_flops,
+                  link_bandwidth=k * gpu.link_bandwidth)
+    f = replace(f, step_overhead_s=f.step_overhead_s / k, per_seq_overhead_s=f.per_seq_overhead_s / k,
+                tp_allreduce_s=f.tp_allreduce_s / k, frontend_s=f.frontend_s / k,
+                frontend_per_token_s=f.frontend_per_token_s / k, tp_allreduce_growth_s=f.tp_allreduce_growth_s / k,
+                decode_allreduce_s=None if f.decode_allreduce_s is None else f.decode_allreduce_s / k)
+    return replace(dep, gpu=gpu, factors=f)
+
+
+def sim_capacity(replicas: int, seqs: int) -> float:
+    """Requests/s the fleet completes at saturation, in wall seconds at ``SCALE`` (capacity_rps)."""
+    from turbogate.engine import EngineConfig
+    from turbogate.engine.capacity import saturated_rate
+    from turbogate.perf import deployment, get_gpu, resolve_model
+
+    dep = deployment(get_gpu(GPU), resolve_model(MODEL))
+    return replicas * saturated_rate(dep, EngineConfig(max_num_seqs=seqs), PROMPT, OUTPUT) / SCALE
+
+
+Segments = list[tuple[float, float, float, tuple[tuple[str, float], ...]]]
+
+
+def sim_sent(replicas: int, seqs: int, segments: Segments, warmup: Segments, seed: int,
+             probe: Any = None) -> list[tuple[float, str, float]]:
+    """Run ``segments`` ((start, seconds, rate, mix), rates in wall requests/s) through the
+    gateway's core on ``replicas`` faster engines in virtual time, after the unrecorded
+    ``warmup`` segments: (send time, tier, TTFT; inf: shed or no first token) per request, as
+    ``Load.sent``.  ``probe(sim)``: called before the run."""
+    from turbogate.bench.options import build_load
+    from turbogate.configpolicy import flow_policy
+    from turbogate.engine import Engine, EngineLoop
+    from turbogate.sched.flow import Flow
+    from turbogate.sim.build import SimConfig, build_replicas
+    from turbogate.sim.core import Simulation
+    from turbogate.sim.fleet import parse_fleet
+    from turbogate.sim.requests import RequestSource
+
+    gateway = parse_config({
+        "tenants": [{"name": "soak", "key_sha256": hash_key(KEY), "tiers": ["turbo", "standard", "relax"]}],
+        "pools": [{"name": "main", "models": [MODEL], "replicas": [{"url": f"http://r{i}"} for i in range(replicas)]}],
+    })
+    fleet = parse_fleet({"pools": [{"name": "main", "replicas": [
+        {"count": replicas, "gpu": GPU, "model": MODEL, "max_num_seqs": seqs}]}]})
+
+    def load(rate: float, seconds: float, mix: tuple[tuple[str, float], ...], part: int) -> Any:
+        return build_load(shape="constant", qps=rate, qps_start=None, qps_end=None, steps=1, duration=seconds,
+                          arrivals="poisson", burstiness=1.0, prompt_tokens=str(PROMPT), output_tokens=str(OUTPUT),
+                          dataset=None, no_seed=False, tiers=_mix_text(mix), n_api_keys=1,
+                          random_seed=seed * 1000 + part, slo=None, knee_method="throughput", knee_k=2.0,
+                          knee_metric="e2e", fleet_cost=1.0, tier_cost=None)
+
+    def requests(parts: Segments, offset: int) -> list[Any]:
+        merged = sorted((start + r.t, part, r) for part, (start, seconds, rate, mix) in enumerate(parts)
+                        for r in RequestSource(load(rate, seconds, mix, offset + part)))
+        return [r._replace(id=i, t=t, step=0) for i, (t, _, r) in enumerate(merged)]
+
+    warm = [r._replace(id=-1 - r.id) for r in requests(warmup, 100)]
+    warmup_s = max(start + seconds for start, seconds, _, _ in warmup)
+    first = segments[0]
+    sc = SimConfig(gateway=gateway, fleet=fleet, load=load(first[2], first[1], first[3], 0))
+    reps, specs = build_replicas(sc)
+    for rep in reps:
+        rep.deployment = _faster(rep.deployment, 1.0 / SCALE)
+        rep.loop = EngineLoop(Engine(rep.deployment, rep.config))
+    flow = Flow(flow_policy(gateway, pools=specs, mode="turbogate"))
+    sim = Simulation(flow, reps, requests(segments, 0), model=MODEL, tenants=["soak"],
+                     scrape_interval_s=gateway.scrape.interval_s, warmup=warm, warmup_s=warmup_s)
+    if probe is not None:
+        probe(sim)
+    return [(r.scheduled_s, str(r.tier_asked), r.ttft_s if r.ok and r.ttft_s is not None else math.inf)
+            for r in sim.run() if r.id >= 0]
+
+
+def simulated(seed: int, fleet: str, mix: str, base_load: float, factor: float, base_s: float, burst_s: float,
+              after_s: float) -> dict[str, Any]:
+    """The burst question for one seed in virtual time (see the module docstring)."""
+    replicas, seqs = SIM_FLEETS[fleet]
+    cap = sim_capacity(replicas, seqs)
+    burst_mix, base_mix = SIM_MIXES[mix]
+    segments = [(0.0, base_s, base_load * cap, base_mix), (base_s, burst_s, factor * cap, burst_mix),
+                (base_s, burst_s, base_load * cap, base_mix), (base_s + burst_s, after_s, base_load * cap, base_mix)]
+    # As the real run's soak before its burst: an overload teaches the gateway its replicas'
+    # limits, then the mixed load until the backlog it left is gone (Relax's waits out its minute).
+    warmup = [(0.0, 20.0, 2 * cap, burst_mix), (20.0, 70.0, base_load * cap, base_mix)]
+    sent = sim_sent(replicas, seqs, segments, warmup, seed)
+    return {"seed": seed, "fleet": fleet, "mix": mix, "base_rps": round(base_load * cap, 2),
+            "burst_rps": round(factor * cap, 2), "burst_s": burst_s,
+            **burst_figures(sent, base_s, base_s + burst_s, base_s + burst_s + after_s)}
 
 
 def main() -> None:
@@ -271,7 +398,18 @@ def main() -> None:
     ap.add_argument("--burst-seconds", type=float, default=30.0, help="the 10× burst of the burst question")
     ap.add_argument("--after-seconds", type=float, default=60.0, help="mixed load after the burst, to watch recovery")
     ap.add_argument("--base-load", type=float, default=0.5, help="mixed load before and after the burst, × capacity")
+    ap.add_argument("--simulate", default=None, metavar="SEEDS",
+                    help="comma-separated seeds: the burst question in the simulator instead (one JSON object each)")
+    ap.add_argument("--fleet", default="2xL4", help=f"with --simulate, comma-separated: {', '.join(SIM_FLEETS)}")
+    ap.add_argument("--mix", default="issue", help=f"with --simulate, comma-separated: {', '.join(SIM_MIXES)}")
     args = ap.parse_args()
+    if args.simulate:
+        for fleet in args.fleet.split(","):
+            for mix in args.mix.split(","):
+                for seed in (int(s) for s in args.simulate.split(",") if s):
+                    print(json.dumps(simulated(seed, fleet, mix, args.base_load, args.factor, args.baseline_seconds,
+                                               args.burst_seconds, args.after_seconds)), flush=True)
+        return
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
     with tempfile.TemporaryDirectory() as tmp:
