@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from tests.sim.helpers import sim_config
 from turbogate.cli import app as cli_app
 from turbogate.emulator.app import EmulatorApp
-from turbogate.engine import EngineLoop, Request
+from turbogate.emulator.runner import StreamItem
+from turbogate.engine import Engine, EngineLoop, Request
 from turbogate.perf.profiles import get_profile
 from turbogate.sim.build import build_replicas
 from turbogate.sim.cli import profiled_fleet
@@ -48,6 +49,43 @@ def sim_finish_times(loop: EngineLoop) -> dict[str, float]:
     return done
 
 
+def sim_first_token_times(loop: EngineLoop) -> dict[str, float]:
+    """Every request submitted at once at t = 0; when the sim's replica reports each first token."""
+    for req in REQUESTS:
+        loop.submit(req, 0.0)
+    first: dict[str, float] = {}
+    while (end := loop.next_time()) is not None:
+        first.update((rid, end) for rid in loop.advance(end).first_token)
+    return first
+
+
+async def emulator_first_chunk_times(app: EmulatorApp) -> dict[str, float]:
+    """The same requests streamed through the emulator's runner at time scale 0: the model time at which
+    each stream's first chunk is handed out."""
+    await app.startup()
+    runner = app.runner
+    assert runner is not None
+    first: dict[str, float] = {}
+
+    class Stamped(asyncio.Queue[StreamItem | None]):
+        def __init__(self, rid: str) -> None:
+            super().__init__()
+            self.rid = rid
+
+        def put_nowait(self, item: StreamItem | None) -> None:
+            first.setdefault(self.rid, runner.model_now())
+            super().put_nowait(item)
+
+    try:
+        handles = [runner.submit(req, stream=True) for req in REQUESTS]
+        for h in handles:  # before the engine task delivers its first step
+            h.queue = Stamped(h.request_id)
+        await asyncio.wait_for(asyncio.gather(*(h.done for h in handles)), timeout=60)
+    finally:
+        await app.shutdown()
+    return first
+
+
 async def emulator_finish_times(app: EmulatorApp) -> dict[str, float]:
     """The same requests through the emulator's runner at time scale 0 (its clock: the model's)."""
     await app.startup()
@@ -72,7 +110,8 @@ def test_vllm_v0_emulator_carries_v0_scheduling_and_the_default_the_plain_engine
     assert (default.config.chunked_prefill, default.config.num_scheduler_steps) != (v0.chunked_prefill,
                                                                                     v0.num_scheduler_steps)
     assert emulated.config == replace(default.config, chunked_prefill=v0.chunked_prefill,
-                                      num_scheduler_steps=v0.num_scheduler_steps)
+                                      num_scheduler_steps=v0.num_scheduler_steps,
+                                      output_lag_steps=v0.output_lag_steps)
     assert emulated.deployment.factors == v0.factors
 
 
@@ -90,3 +129,32 @@ async def test_emulator_and_sim_answer_at_the_same_model_times_under_vllm_v0(
     assert app.engine.stats().steps == rep.loop.engine.stats().steps
     # the case tells the schedulers apart: the default profile's engine answers at other times
     assert sim_finish_times(sim_replica("vllm-v1").loop) != pytest.approx(expected)
+
+
+async def test_emulator_and_sim_show_the_first_token_after_vllm_v0s_output_lag(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The profile's output lag holds each first token one step in the engine both instruments run:
+    the emulator's first chunk and the sim's first token come at the same model time, one step after
+    the step that sampled it (what ``plan burst`` and the fidelity replay answer)."""
+    rep = sim_replica("vllm-v0")
+    assert rep.config.output_lag_steps == get_profile("vllm-v0").output_lag_steps == 1
+    group = sim_config().fleet.pools[0].replicas[0]
+    app = emulator(monkeypatch, "--engine-profile", "vllm-v0", "--gpu", group.gpu, "--model", group.model,
+                   "--max-num-seqs", str(group.max_num_seqs),
+                   "--max-num-batched-tokens", str(group.max_num_batched_tokens))
+    expected = sim_first_token_times(rep.loop)
+    assert set(expected) == {r.request_id for r in REQUESTS}
+    assert await emulator_first_chunk_times(app) == pytest.approx(expected)
+
+    # Without the lag the same engine, stepping at the same times, shows each first token at the end of
+    # the step that sampled it: the lagged one is the end of the step after that.
+    plain = EngineLoop(Engine(rep.deployment, replace(rep.config, output_lag_steps=0)))
+    for req in REQUESTS:
+        plain.submit(req, 0.0)
+    ends: list[float] = []
+    sampled: dict[str, float] = {}
+    while (end := plain.next_time()) is not None:
+        sampled.update((rid, end) for rid in plain.advance(end).first_token)
+        ends.append(end)
+    for rid, at in expected.items():
+        assert at == pytest.approx(ends[ends.index(sampled[rid]) + 1])

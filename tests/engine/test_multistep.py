@@ -3,6 +3,8 @@ multi-step runs of decodes (``EngineConfig.chunked_prefill``, ``num_scheduler_st
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from turbogate.engine import Engine, EngineConfig, Request, StepResult
@@ -85,3 +87,47 @@ def test_output_lag_delays_the_first_token_by_one_step_under_multi_step() -> Non
 def test_config_rejects_zero_scheduler_steps() -> None:
     with pytest.raises(ValueError, match="num_scheduler_steps"):
         EngineConfig(num_scheduler_steps=0)
+
+
+def test_the_engine_applies_the_output_lag_as_the_replay_driver_did() -> None:
+    """``EngineConfig.output_lag_steps``: the engine reports a first token that many steps later, so every
+    driver (replay, sim, emulator) sees it then; the replay's own lag on a plain config gives the same times."""
+    base = EngineConfig(max_num_seqs=8, max_num_batched_tokens=4096, chunked_prefill=False, num_scheduler_steps=4)
+    lengths = fixed(100, 20)
+    by_driver = open_arrivals(DEP, base, 5, lengths, rate=20.0, output_lag=1)
+    by_engine = open_arrivals(DEP, replace(base, output_lag_steps=1), 5, lengths, rate=20.0)
+    plain = open_arrivals(DEP, base, 5, lengths, rate=20.0)
+    assert by_engine.timings == by_driver.timings
+    assert by_engine.ttft("mean") > plain.ttft("mean")
+    assert by_engine.e2e("mean") == pytest.approx(plain.e2e("mean"))
+
+
+def test_a_held_first_token_is_out_a_step_later_or_with_its_finish() -> None:
+    eng = Engine(DEP, EngineConfig(max_num_seqs=8, max_num_batched_tokens=4096, output_lag_steps=1))
+    eng.add_request(Request("a", 100, 5), 0.0)
+    eng.add_request(Request("one", 50, 1), 0.0)  # its only token is its last: out with its finish
+    first = eng.step(0.0)
+    assert first.first_token == ["one"] and [f.request_id for f in first.finished] == ["one"]
+    assert eng.output_tokens("a") == 0  # sampled, not yet seen by the client
+    second = eng.step(first.end)
+    assert second.first_token == ["a"] and eng.output_tokens("a") == 2
+    assert eng.step(second.end).first_token == []
+
+
+def test_an_aborted_request_never_reports_its_held_first_token() -> None:
+    eng = Engine(DEP, EngineConfig(max_num_seqs=8, max_num_batched_tokens=4096, output_lag_steps=2))
+    eng.add_request(Request("a", 100, 9), 0.0)
+    eng.add_request(Request("b", 100, 9), 0.0)
+    now = eng.step(0.0).end
+    assert eng.abort("a")
+    seen: list[str] = []
+    for _ in range(3):
+        step = eng.step(now)
+        now = step.end
+        seen += step.first_token
+    assert seen == ["b"]
+
+
+def test_config_rejects_a_negative_output_lag() -> None:
+    with pytest.raises(ValueError, match="output_lag_steps"):
+        EngineConfig(output_lag_steps=-1)

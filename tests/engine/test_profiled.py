@@ -14,10 +14,11 @@ V0 = get_profile("vllm-v0")
 
 
 def test_vllm_v0_carries_its_scheduling_terms_under_any_limits() -> None:
-    assert (V0.chunked_prefill, V0.num_scheduler_steps) != (EngineConfig().chunked_prefill,
-                                                           EngineConfig().num_scheduler_steps)
+    assert (V0.chunked_prefill, V0.num_scheduler_steps, V0.output_lag_steps) != (
+        EngineConfig().chunked_prefill, EngineConfig().num_scheduler_steps, EngineConfig().output_lag_steps)
     for cfg in (profile_config("vllm-v0"), profile_config(V0, 8, 2048, policy="priority", num_gpu_blocks=64)):
-        assert (cfg.chunked_prefill, cfg.num_scheduler_steps) == (V0.chunked_prefill, V0.num_scheduler_steps)
+        assert (cfg.chunked_prefill, cfg.num_scheduler_steps, cfg.output_lag_steps) == (
+            V0.chunked_prefill, V0.num_scheduler_steps, V0.output_lag_steps)
     given = profile_config(V0, 8, 2048, policy="priority", num_gpu_blocks=64)
     assert (given.max_num_seqs, given.max_num_batched_tokens, given.policy, given.num_gpu_blocks) == (
         8, 2048, "priority", 64)
@@ -31,7 +32,8 @@ def test_profiles_without_v0_terms_build_the_plain_config(name: str) -> None:
     assert cfg == EngineConfig(max_num_seqs=8, max_num_batched_tokens=2048, policy="priority", num_gpu_blocks=64)
     # and vllm-v0 differs from it in its scheduling terms only
     v0 = profile_config(V0, 8, 2048, policy="priority", num_gpu_blocks=64)
-    assert replace(v0, chunked_prefill=cfg.chunked_prefill, num_scheduler_steps=cfg.num_scheduler_steps) == cfg
+    assert replace(v0, chunked_prefill=cfg.chunked_prefill, num_scheduler_steps=cfg.num_scheduler_steps,
+                   output_lag_steps=cfg.output_lag_steps) == cfg
 
 
 def test_only_the_profiles_own_budget_rises_to_max_num_seqs() -> None:
@@ -43,7 +45,10 @@ def test_only_the_profiles_own_budget_rises_to_max_num_seqs() -> None:
 
 def test_first_token_waits_ttft_steps_only_where_the_engine_does_not_run_multi_step() -> None:
     assert V0.factors.ttft_steps != V0.output_lag_steps
-    assert first_token_wait_steps(V0.factors, profile_config(V0), V0.output_lag_steps) == V0.output_lag_steps
+    # the engine built for the profile applies the lag itself: a driver adds none
+    assert first_token_wait_steps(V0.factors, profile_config(V0), V0.output_lag_steps) == 0
+    plain = replace(profile_config(V0), output_lag_steps=0)
+    assert first_token_wait_steps(V0.factors, plain, V0.output_lag_steps) == V0.output_lag_steps
     for prof in ENGINE_PROFILES.values():
         if prof.num_scheduler_steps == 1:
             assert first_token_wait_steps(prof.factors, profile_config(prof), 0) == prof.factors.ttft_steps

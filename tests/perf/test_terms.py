@@ -155,6 +155,8 @@ def test_vllm_v0_runs_its_own_scheduling_in_the_engine_and_ttft_steps_only_in_th
     v0, v1 = get_profile("vllm-v0"), get_profile("vllm-v1")
     cfg = profile_config(v0)
     assert (cfg.chunked_prefill, cfg.num_scheduler_steps, cfg.max_num_batched_tokens) == (False, 10, 4096)
+    assert cfg.output_lag_steps == v0.output_lag_steps
+    cfg = replace(cfg, output_lag_steps=0)  # the lag below is the driver's, to compare with and without it
     assert (profile_config(v1).chunked_prefill, profile_config(v1).num_scheduler_steps) == (True, 1)
     dep = with_profile(deployment(H100, LLAMA_8B), v0)
     assert dep.factors.ttft_steps > 0

@@ -27,6 +27,6 @@ def test_vllm_v0_replicas_run_v0_scheduling_and_the_default_profile_the_plain_en
     for rep in v0_reps:
         assert rep.deployment.factors == v0.factors
         assert rep.config == replace(plain, chunked_prefill=v0.chunked_prefill,
-                                     num_scheduler_steps=v0.num_scheduler_steps)
+                                     num_scheduler_steps=v0.num_scheduler_steps, output_lag_steps=v0.output_lag_steps)
         assert rep.loop.engine.config == rep.config
     assert v0_reps[0].config != plain

@@ -26,13 +26,17 @@ def profile_config(profile: EngineProfile | str, max_num_seqs: int | None = None
     budget = max_num_batched_tokens or max(prof.max_num_batched_tokens, seqs)
     return EngineConfig(max_num_seqs=seqs, max_num_batched_tokens=budget, policy=policy,
                         num_gpu_blocks=num_gpu_blocks, chunked_prefill=prof.chunked_prefill,
-                        num_scheduler_steps=prof.num_scheduler_steps)
+                        num_scheduler_steps=prof.num_scheduler_steps, output_lag_steps=prof.output_lag_steps)
 
 
 def first_token_wait_steps(factors: PerfFactors, config: EngineConfig, output_lag_steps: int) -> float:
-    """Steps a first token waits beyond its prefill before the client sees it.
+    """Steps a driver holds a first token beyond what the engine reports, before the client sees it.
 
     ``factors.ttft_steps`` is the closed form's stand-in for multi-step scheduling; an engine that
-    runs multi-step itself already waits for its run, so only the output processor's lag remains.
+    runs multi-step itself already waits for its run, so only the output processor's lag remains,
+    and the engine applies ``config.output_lag_steps`` of it itself (``Engine`` reports the first
+    token that much later): only a lag beyond the config's is left to the driver.
     """
-    return factors.ttft_steps if config.num_scheduler_steps == 1 else float(output_lag_steps)
+    if config.num_scheduler_steps == 1:
+        return factors.ttft_steps
+    return float(max(0, output_lag_steps - config.output_lag_steps))

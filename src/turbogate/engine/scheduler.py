@@ -13,7 +13,9 @@ A step is planned at its start (:meth:`Engine.schedule`) and takes effect at its
 vLLM V0's scheduling is a configuration (``EngineConfig``): without chunked prefill, steps 2 and 3
 come first and a step that schedules any prefill holds no decodes; with ``num_scheduler_steps = k``,
 a step of decodes only starts a run of k, planned at once, that admits nothing (vLLM 0.6's
-multi-step scheduling, which forces a single step where a prefill is scheduled).
+multi-step scheduling, which forces a single step where a prefill is scheduled); with
+``output_lag_steps`` a first token is reported that many steps after the step that sampled it
+(vLLM V0's asynchronous output processor), or with the request's finish if that comes first.
 
 KV blocks of ``block_size`` tokens are allocated for the tokens computed in the step.  When
 they run out the engine preempts by recompute: the victim (the newest admission under FCFS,
@@ -90,6 +92,8 @@ class Engine:
         self._step_decode = 0
         self._decoding = True  # the step in flight advances the decoders
         self._run_left = 0  # steps left in a multi-step run (EngineConfig.num_scheduler_steps)
+        self._lag = self.config.output_lag_steps
+        self._held: dict[str, int] = {}  # first tokens not yet out: request id -> steps left (output lag)
         #: DCGM-like busy shares of its steps, which the emulator exports and the simulator scrapes.
         self.busy = BusyMeter(deployment)
 
@@ -124,8 +128,11 @@ class Engine:
         return request_id in self._by_id
 
     def output_tokens(self, request_id: str) -> int:
-        """Output tokens the request has produced so far (KeyError once finished or aborted)."""
+        """Output tokens the request has produced so far, 0 while its first is held back by the output lag
+        (KeyError once finished or aborted)."""
         seq = self._by_id[request_id]
+        if request_id in self._held:
+            return 0
         return self._decode.output(seq) if seq.state == DECODE else seq.output
 
     def held_blocks(self) -> int:
@@ -170,6 +177,7 @@ class Engine:
         seq = self._by_id.pop(request_id, None)
         if seq is None:
             return False
+        self._held.pop(request_id, None)
         state = seq.state
         if state == DECODE:
             self._decode.leave(seq)
@@ -389,9 +397,32 @@ class Engine:
         if finished:
             self._finished += len(finished)
             self._victims.compact(decode.count + len(self._prefill))
+        if self._lag:
+            first = self._lagged(first, finished)
         self._generation_tokens += new_tokens
         self._steps += 1
         self._busy_time += self._duration
         self._sched = []
         return StepResult(self._start, self._duration, first, finished, self._preempted, self._first_sched,
                           self._step_prefill, self._step_decode, new_tokens)
+
+    def _lagged(self, sampled: list[str], finished: list[Finished]) -> list[str]:
+        """The first tokens that reach the client at this step's end: those held ``output_lag_steps`` steps,
+        and a held one whose request finished (its last output is processed at once).  ``sampled`` are
+        this step's new first tokens; they are held from now."""
+        held = self._held
+        out: list[str] = []
+        if held:
+            for rid in tuple(held):
+                left = held[rid] - 1
+                if left < 1:
+                    del held[rid]
+                    out.append(rid)
+                else:
+                    held[rid] = left
+        for rid in sampled:
+            held[rid] = self._lag
+        for done in finished:
+            if held.pop(done.request_id, None) is not None:
+                out.append(done.request_id)
+        return out

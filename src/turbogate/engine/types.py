@@ -41,6 +41,9 @@ class EngineConfig:
     num_scheduler_steps: vLLM V0's multi-step scheduling (``--num-scheduler-steps k``): a step of
         decodes only starts a run of k such steps, planned at once, in which nothing is admitted;
         a step with prefill in it is a single step.  1 = plan every step (vLLM V1, SGLang).
+    output_lag_steps: steps a request's first token waits after the step that sampled it before the
+        client sees it (vLLM V0's asynchronous output processor handles step i's outputs while step
+        i + 1 runs: 1); the engine reports it in ``StepResult.first_token`` that much later.
     """
 
     max_num_seqs: int = 256
@@ -50,6 +53,7 @@ class EngineConfig:
     num_gpu_blocks: int | None = None  # None = what the deployment's memory allows
     chunked_prefill: bool = True
     num_scheduler_steps: int = 1
+    output_lag_steps: int = 0
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
@@ -68,6 +72,8 @@ class EngineConfig:
             raise ValueError("block_size must be >= 1")
         if self.num_scheduler_steps < 1:
             raise ValueError("num_scheduler_steps must be >= 1")
+        if self.output_lag_steps < 0:
+            raise ValueError("output_lag_steps must be >= 0")
 
 
 class Finished(NamedTuple):
@@ -87,7 +93,7 @@ class StepResult(NamedTuple):
 
     start: float
     duration: float
-    first_token: list[str]  # produced their first output token in this step
+    first_token: list[str]  # their first output token reaches the client at this step's end (after the output lag)
     finished: list[Finished]
     preempted: list[str]  # sent back to the waiting queue, KV freed (recompute later)
     scheduled_first: list[str]  # left the waiting queue for the first time (queue time ends at ``start``)
