@@ -1,14 +1,18 @@
-"""A step from 0.2× to 2× of capacity in the simulator (issue 38), four seeds per fleet: two of
-``benchmarks/surge.py``'s fleets (the L4 one with its 0.2 time scale as a 5-s scrape interval in
-engine time, and the 30 %-Turbo H100 one), default tier policy, ``max_num_seqs`` configured.
+"""A step from 0.2× to 2× of capacity in the simulator (issue 38), four seeds per fleet:
+``benchmarks/surge.py``'s fleets (each time scale as the scrape interval in engine time: the
+L4 one's 0.2 as 5 s), default tier policy, ``max_num_seqs`` configured.
 
 What holds here, in every seed: no Turbo request is refused (what the pool cannot give Turbo is
 served Standard at once, first in Standard's line); the Standard requests served at 2× meet
 Standard's 5-s objective; on the 30 %-Turbo H100 fleet Turbo's p95 in every 5-s window after the
 step, the first included, stays within 1.5× of unloaded.  On the L4 fleet only from the second
 window on, and only within 2× (1.5× in two seeds of four): its first window reaches 1.6–4.5× in
-two seeds of four (docs/gateway.md, "Surges and graceful degradation").  At 0.2× from the cold
-gateway, every tier's p95 TTFT stays within 1.5× of Turbo's on both fleets.
+two seeds of four (docs/gateway.md, "Surges and graceful degradation").  On the A100 fleet
+(512-token prompts, a prefill 4.8 decode steps) the lower tiers' prefills are gated by what one
+costs Turbo (sched/surge.py ``prefill_gate``): its worst window stays within 5× (3.1–4.1×; 7.3–19×
+with an eighth of the batch as the gate), not 1.5×: Turbo's own prefills meeting each other
+already reach 1.2–2.1× (``benchmarks/surge.py --floor-only``).  At 0.2× from the cold gateway,
+every tier's p95 TTFT stays within 1.5× of Turbo's on the L4 and H100 fleets.
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ FLEETS: dict[str, dict[str, Any]] = {
                mix="turbo=0.2,standard=0.7,relax=0.1"),
     "h100": dict(gpu="H100-SXM", seqs=8, replicas=3, scrape_s=1.0, prompt=128, output=256,
                  mix="turbo=0.3,standard=0.6,relax=0.1"),
+    # Its 1.5 time scale: a 1-s scrape interval is 2/3 s of engine time.
+    "a100": dict(gpu="A100-80G-SXM", seqs=32, replicas=2, scrape_s=1.0 / 1.5, prompt=512, output=128,
+                 mix="turbo=0.25,standard=0.6,relax=0.15"),
 }
 
 
@@ -73,11 +80,16 @@ def test_a_step_to_twice_capacity_on_the_l4_fleet_holds_after_the_first_window()
     assert sorted(later)[1] <= 1.5 and max(later) <= 2.0, later
 
 
+def test_on_the_a100_fleet_the_lower_tiers_prefills_are_kept_from_turbos_steps() -> None:
+    worst = [max(turbo_ratios("a100", seed, first=True)) for seed in range(1, 5)]
+    assert max(worst) <= 5.0, worst
+
+
 def test_a_cold_gateway_at_a_fifth_of_capacity_does_not_hold_the_lower_tiers_back() -> None:
     """Before the pool's service time is measured, Turbo's headroom has no evidence to be sized
     on (sched/headroom.py): the lower tiers go at once, as Turbo does."""
     worst = []
-    for name in FLEETS:
+    for name in ("l4", "h100"):
         for seed in range(1, 5):
             records, hold, _ = run(name, seed)
             light = [r for r in records if r.scheduled_s < hold and r.ok and r.ttft_s is not None]

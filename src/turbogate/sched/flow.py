@@ -45,6 +45,7 @@ from turbogate.sched.metering import BudgetBook, LimitRefusal
 from turbogate.sched.picker import Health, Picker, Replica, ScrapeFailed
 from turbogate.sched.policy import FlowPolicy, PoolSpec, TenantSpec
 from turbogate.sched.regions import RegionPolicy, Regions
+from turbogate.sched.surge import answer_paced, prefill_left, prefill_sent
 from turbogate.sched.tiering import served_tier
 from turbogate.sched.tiers import TIERS, Tier
 from turbogate.sched.turbo_supply import EXCESS_REASONS
@@ -255,9 +256,7 @@ class Flow:
             self._leave_upstream(req)  # it leaves the replica that failed
         move(req, event, _UPSTREAM)
         self.picker.on_dispatch(replica)
-        replica.awaiting_first += 1
-        if req.stream and req.served is not _TURBO:
-            replica.lower_prefills += 1  # (sched/surge.py prefill_gate)
+        prefill_sent(replica, req)  # (sched/surge.py prefill_gate)
         if self.hung.dispatched(req, replica, now) < self._wake_floor:
             self.timers_epoch += 1
         req.replica = replica
@@ -277,9 +276,7 @@ class Flow:
         """``req`` no longer waits for its replica's first byte (L2 counts those: a replica
         busy with a prefill makes a Turbo request wait a longer engine step)."""
         if req.phase is _UPSTREAM and req.replica is not None:
-            req.replica.awaiting_first -= 1
-            if req.stream and req.served is not _TURBO:
-                req.replica.lower_prefills -= 1
+            prefill_left(req.replica, req)
 
     def _close(self, req: FlowRequest, event: FlowEvent, status: int, now: float, *,
                count_service: bool = False) -> None:
@@ -307,9 +304,9 @@ class Flow:
         if not accepts(req, _FIRST_BYTE):
             return []
         self.hung.first_byte(req, now)
+        req.first_byte_at = now
         self._leave_upstream(req)
         move(req, _FIRST_BYTE, _ANSWERING)
-        req.first_byte_at = now
         if self.guards and req.pool in self.guards:
             self.guards[req.pool].first_byte(req.served is _TURBO, now - req.arrival, now)
         if self.l3 and headers_at is not None and req.dispatched_at is not None:
@@ -325,6 +322,7 @@ class Flow:
             self.hung.finished(req, now)
             if status == 200:
                 self.lengths.observe(req.model, req.completion_tokens)
+                answer_paced(replica, req, now)
             self.picker.on_response(replica, status, now - (req.dispatched_at or now), now)
         self._close(req, _FINISHED, status, now, count_service=status < 500)
         if self.guards and status < 500 and req.pool in self.guards:

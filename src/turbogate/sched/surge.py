@@ -17,13 +17,24 @@ gateway learnt in the quiet minute before it is what meets it.  Two of those les
   and an engine runs their prompts' prefills before a Turbo request's (its own queue is FIFO):
   Turbo's time to first token grows by several prefill steps although a slot was free for it.
   ``prefill_gate`` bounds the lower tiers' streams awaiting a first token per replica, so the
-  engine's prefill backlog stays within about one step and Turbo joins the next one.
+  engine's prefill backlog stays within about one step and Turbo joins the next one.  How many
+  depends on what a prefill costs against a decode step, which the flow measures per replica
+  (``prefill_sent``, ``prefill_left``, ``answer_paced``): where one prompt's prefill is several
+  decode steps (512 tokens on an A100: 4.8), one lower-tier prefill ahead of Turbo already
+  costs it half its unloaded time to first token.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from typing import TYPE_CHECKING
+
+from turbogate.sched.tiers import Tier
+
+if TYPE_CHECKING:
+    from turbogate.sched.actions import FlowRequest
+    from turbogate.sched.replica import Replica
 
 #: Arrivals the fast rate is measured over: few enough to follow a step within a second at
 #: the benchmarks' rates, enough that one Poisson clump does not read as a surge for long.
@@ -34,6 +45,16 @@ SHARE_ALPHA = 0.002
 #: truth; the bound it gives the headroom is half again as much, so a lull in a steady rate
 #: (a long gap among sixteen Poisson arrivals) seldom reads as a fall.
 RECENT_MARGIN = 1.5
+#: Weight of one sample in a replica's first-token time and time per output token.
+TIMING_ALPHA = 0.1
+#: Decode steps in a stream's ``first_s`` besides its prompt's work: on average half a running
+#: step waited out, and the step that runs its prefill, decodes included.
+PREFILL_STEP_SHARE = 1.5
+#: What the lower tiers' prefills ahead of Turbo's may add to it, as a share of its unloaded TTFT
+#: (the surge target is 1.5×).
+TURBO_EXTRA_WAIT = 0.5
+
+_TURBO = Tier.TURBO
 
 
 class ArrivalPace:
@@ -90,11 +111,63 @@ class ArrivalPace:
         return fast if fast > averaged else averaged
 
 
-def prefill_gate(engine_seqs: int) -> int:
-    """Most lower-tier streams that may await their first token at one replica at once: an
-    eighth of its batch (at least 2), so their prefills fit about one engine step.  Only for an
-    engine whose batch is known: a slow start grows its limit on the lower tiers' traffic."""
-    return max(2, math.ceil(engine_seqs / 8))
+def prefill_gate(engine_seqs: int, first_s: float = 0.0, step_s: float = 0.0) -> int:
+    """Most lower-tier streams that may await their first token at one replica at once.  Only for
+    an engine whose batch is known: a slow start grows its limit on the lower tiers' traffic.
+
+    An eighth of its batch (at least 2), so their prefills fit about one engine step; fewer where
+    a prefill is dear.  ``first_s``: the replica's time to a first token for a stream sent while
+    none awaited one there (about Turbo's unloaded TTFT: the rest of a decode step, then a step
+    with its prefill); ``step_s``: its time per output token (a decode step).  A lower-tier
+    prefill ahead of Turbo's adds ``first_s - 1.5 step_s`` to it (its share of a step); the first
+    of them is usually already in the engine's running step, which Turbo waits out anyway, so
+    the gate lets one more than half of ``first_s`` allows.  Without both measures, the eighth."""
+    count = max(2, math.ceil(engine_seqs / 8))
+    extra = first_s - PREFILL_STEP_SHARE * step_s
+    if first_s <= 0.0 or step_s <= 0.0 or extra <= 0.0:
+        return count
+    return min(count, 1 + int(TURBO_EXTRA_WAIT * first_s / extra))
+
+
+def prefill_sent(replica: Replica, req: FlowRequest) -> None:
+    """``req`` was sent to ``replica`` and awaits its first token (counted for L2)."""
+    if req.stream:
+        if replica.awaiting_first == 0:
+            replica.lone = req.id  # nothing ahead of its prefill: its first token times the replica
+        if req.served is not _TURBO:
+            replica.lower_prefills += 1
+    replica.awaiting_first += 1
+
+
+def prefill_left(replica: Replica, req: FlowRequest) -> None:
+    """``req`` no longer awaits ``replica``'s first token: it came (``req.first_byte_at`` set), or
+    the attempt ended without one."""
+    replica.awaiting_first -= 1
+    if not req.stream:
+        return
+    if req.served is not _TURBO:
+        replica.lower_prefills -= 1
+    if replica.lone == req.id:
+        replica.lone = -1
+        if req.first_byte_at is not None and req.dispatched_at is not None:
+            replica.first_s = _ewma(replica.first_s, req.first_byte_at - req.dispatched_at)
+            _regate(replica)
+
+
+def answer_paced(replica: Replica, req: FlowRequest, now: float) -> None:
+    """``req``'s stream ended whole at ``now``: its time per output token is the replica's pace."""
+    if req.stream and req.first_byte_at is not None and req.completion_tokens > 1:
+        replica.step_s = _ewma(replica.step_s, (now - req.first_byte_at) / (req.completion_tokens - 1))
+        _regate(replica)
+
+
+def _ewma(value: float, sample: float) -> float:
+    return sample if value <= 0.0 else value + TIMING_ALPHA * (sample - value)
+
+
+def _regate(replica: Replica) -> None:
+    if replica.engine_seqs is not None and replica.scraped:
+        replica.prefill_gate = prefill_gate(replica.engine_seqs, replica.first_s, replica.step_s)
 
 
 def turbo_deficit(top_rate: float, service_s: float | None, top_in_flight: int) -> int:

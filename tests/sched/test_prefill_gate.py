@@ -1,0 +1,97 @@
+"""The lower tiers' prefill gate (sched/surge.py ``prefill_gate``), measured per replica by the
+flow: a stream sent while none awaited a first token there times the replica's first token, a
+whole stream its time per output token, and the gate lets through as many lower-tier prefills
+as Turbo's time to a first token can take (pure core, a fake clock)."""
+
+from __future__ import annotations
+
+from turbogate.config import parse_config
+from turbogate.configpolicy import flow_policy
+from turbogate.sched import Dispatch, Flow, FlowRequest, PoolSpec, ReplicaSpec, Tier
+from turbogate.sched.surge import prefill_gate
+
+
+def test_without_measures_the_gate_is_an_eighth_of_the_batch() -> None:
+    assert prefill_gate(32) == 4
+    assert prefill_gate(8) == 2
+    assert prefill_gate(32, first_s=0.08) == 4  # no pace measured yet
+    assert prefill_gate(32, first_s=0.01, step_s=0.01) == 4  # first token within 1.5 steps: no prefill cost seen
+
+
+def test_a_dear_prefill_lets_one_lower_tier_prefill_through_a_cheap_one_more() -> None:
+    # A 512-token prefill 4.8 decode steps long: one lower prefill ahead costs Turbo 0.76 of its TTFT.
+    assert prefill_gate(32, first_s=0.078, step_s=0.0125) == 1
+    # A 256-token one (0.7 of a step): its cost is a third of the TTFT; the second one waits.
+    assert prefill_gate(16, first_s=0.147, step_s=0.067) == 2
+    # Never more than the eighth of the batch, however cheap.
+    assert prefill_gate(8, first_s=0.0122, step_s=0.0066) == 2
+
+
+def flow_of(seqs: int | None) -> Flow:
+    replica: dict[str, object] = {"url": "http://x"}
+    if seqs is not None:
+        replica["max_num_seqs"] = seqs
+    config = parse_config({
+        "tenants": [{"name": "t", "key_sha256": "0" * 64, "tiers": ["turbo", "standard", "relax"]}],
+        "pools": [{"name": "p", "models": ["m"], "replicas": [replica]}],
+    })
+    pool = PoolSpec("p", ("m",), (ReplicaSpec("r0", max_num_seqs=seqs),))
+    return Flow(flow_policy(config, pools=[pool]))
+
+
+def send(flow: Flow, tier: Tier, now: float) -> tuple[FlowRequest, bool]:
+    """Open and admit a stream; whether it was dispatched at once."""
+    req = flow.open(tenant="t", model="m", tier_body=tier.value, stream=True, now=now)
+    assert isinstance(req, FlowRequest)
+    return req, any(isinstance(a, Dispatch) and a.req is req for a in flow.arrive(req, now))
+
+
+def answer(flow: Flow, req: FlowRequest, first_at: float, tokens: int, step_s: float) -> float:
+    """The replica answers ``req``: its first token at ``first_at``, ``tokens`` in all, a step apart."""
+    flow.first_byte(req, first_at)
+    end = first_at + (tokens - 1) * step_s
+    req.completion_tokens = tokens
+    flow.finished(req, end)
+    return end
+
+
+def test_the_flow_measures_the_replica_and_narrows_the_gate_where_a_prefill_is_dear() -> None:
+    flow = flow_of(32)
+    replica = flow.picker.get("r0")
+    assert replica.prefill_gate == 4
+    now = 0.0
+    for _ in range(3):  # alone on the replica: each times its first token and its pace
+        req, sent = send(flow, Tier.STANDARD, now)
+        assert sent
+        now = answer(flow, req, now + 0.078, 128, 0.0125) + 1.0
+    assert abs(replica.first_s - 0.078) < 1e-9 and abs(replica.step_s - 0.0125) < 1e-9
+    assert replica.prefill_gate == 1
+    first, sent = send(flow, Tier.STANDARD, now)
+    assert sent
+    second, sent = send(flow, Tier.STANDARD, now + 0.001)
+    assert not sent  # waits in the gateway while the first one's prefill is under way
+    turbo, sent = send(flow, Tier.TURBO, now + 0.002)
+    assert sent  # Turbo is never gated
+    flow.first_byte(first, now + 0.08)  # its prefill is done; Turbo's is still under way
+    assert replica.lower_prefills == 0 and replica.awaiting_first == 1
+    assert turbo.replica is replica and second.replica is None
+
+
+def test_a_stream_sent_behind_another_prefill_does_not_time_the_replica() -> None:
+    flow = flow_of(32)
+    replica = flow.picker.get("r0")
+    first, _ = send(flow, Tier.STANDARD, 0.0)
+    second, _ = send(flow, Tier.TURBO, 0.01)
+    flow.first_byte(first, 0.08)
+    flow.first_byte(second, 0.5)  # it waited behind the first: not the replica's first-token time
+    assert abs(replica.first_s - 0.08) < 1e-9
+
+
+def test_a_replica_whose_batch_is_not_known_has_no_gate() -> None:
+    flow = flow_of(None)
+    replica = flow.picker.get("r0")
+    now = 0.0
+    for _ in range(3):
+        req, _ = send(flow, Tier.STANDARD, now)
+        now = answer(flow, req, now + 0.078, 128, 0.0125) + 1.0
+    assert replica.first_s > 0.0 and replica.prefill_gate == 1 << 30  # its slow start needs the lower tiers
