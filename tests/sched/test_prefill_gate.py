@@ -19,7 +19,7 @@ def test_without_measures_the_gate_is_an_eighth_of_the_batch() -> None:
 
 
 def test_a_dear_prefill_lets_one_lower_tier_prefill_through_a_cheap_one_more() -> None:
-    # A 512-token prefill 4.8 decode steps long: one lower prefill ahead costs Turbo 0.76 of its TTFT.
+    # A 512-token prefill adding 4.8 decode steps to a step: one lower prefill ahead costs Turbo 0.76 of its TTFT.
     assert prefill_gate(32, first_s=0.078, step_s=0.0125) == 1
     # A 256-token one (0.7 of a step): its cost is a third of the TTFT; the second one waits.
     assert prefill_gate(16, first_s=0.147, step_s=0.067) == 2

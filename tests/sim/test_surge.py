@@ -8,10 +8,10 @@ Standard's 5-s objective; on the 30 %-Turbo H100 fleet Turbo's p95 in every 5-s 
 step, the first included, stays within 1.5× of unloaded.  On the L4 fleet only from the second
 window on, and only within 2× (1.5× in two seeds of four): its first window reaches 1.6–4.5× in
 two seeds of four (docs/gateway.md, "Surges and graceful degradation").  On the A100 fleet
-(512-token prompts, a prefill 4.8 decode steps) the lower tiers' prefills are gated by what one
-costs Turbo (sched/surge.py ``prefill_gate``): its worst window stays within 5× (3.1–4.1×; 7.3–19×
-with an eighth of the batch as the gate), not 1.5×: Turbo's own prefills meeting each other
-already reach 1.2–2.1× (``benchmarks/surge.py --floor-only``).  At 0.2× from the cold gateway,
+(512-token prompts: a prefill adds 4.8 decode steps to a step) the lower tiers' prefills are
+gated by what one costs Turbo (sched/surge.py ``prefill_gate``): its worst window stays within
+5× (3.1–4.1×; 7.3–19× with an eighth of the batch as the gate), not 1.5×: Turbo's own prefills
+meeting each other already reach 1.2–2.1× (``benchmarks/surge.py --floor-only``).  At 0.2× from the cold gateway,
 every tier's p95 TTFT stays within 1.5× of Turbo's on the L4 and H100 fleets.
 """
 

@@ -20,7 +20,7 @@ gateway learnt in the quiet minute before it is what meets it.  Two of those les
   engine's prefill backlog stays within about one step and Turbo joins the next one.  How many
   depends on what a prefill costs against a decode step, which the flow measures per replica
   (``prefill_sent``, ``prefill_left``, ``answer_paced``): where one prompt's prefill is several
-  decode steps (512 tokens on an A100: 4.8), one lower-tier prefill ahead of Turbo already
+  decode steps (512 tokens add 4.8 to an A100 step), one lower-tier prefill ahead of Turbo already
   costs it half its unloaded time to first token.
 """
 
