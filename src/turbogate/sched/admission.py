@@ -26,6 +26,7 @@ How the next request is chosen (``next_dispatch``):
   ``capacity_share × slots`` and — the *priority holdback* — the pool's total in-flight count
   is under ``max_utilization × slots``: lower tiers stop short of full use so that headroom
   stays for Turbo arrivals, which then start at once instead of waiting for a completion.
+  A tier below Standard's line leaves Standard room for its own arrivals (tier_queue.py).
 * **Fairness within a tier.**  Tenants share by start-time fair queueing on tokens
   (sched/tier_queue.py).
 * The holdback's headroom is sized in sched/headroom.py; the values L1 takes and gives are in
@@ -34,7 +35,6 @@ How the next request is chosen (``next_dispatch``):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 from turbogate.sched.codel import ControlledDelay
@@ -42,7 +42,7 @@ from turbogate.sched.concurrency import LOWER_TIERS_BAR
 from turbogate.sched.headroom import Headroom
 from turbogate.sched.surge import turbo_deficit
 from turbogate.sched.ticket import Admitted, Shed, State, TenantPolicy, Ticket, TierPolicy, clamp_retry
-from turbogate.sched.tier_queue import TierQueue, count_down
+from turbogate.sched.tier_queue import TierQueue, count_down, holdback_line, room_kept, whole_slots
 from turbogate.sched.tiers import RANK, TIERS, Tier
 from turbogate.sched.turbo_supply import TurboSupply
 
@@ -58,23 +58,6 @@ SHARE_ALPHA = 0.005
 _ANY_TENANT = TenantPolicy()
 _QUEUED, _DISPATCHED, _DONE = State.QUEUED, State.DISPATCHED, State.DONE
 _TOP = TIERS[0]
-
-
-def _whole_slots(share: float, slots: int) -> int:
-    """``share`` of ``slots`` in whole slots, at least one: on a 2-slot pool 85 % keeps one slot
-    free, on a 1-slot pool the tier can still run (epsilon: 0.29 × 100 must give 29, not 28)."""
-    return max(1, math.floor(share * slots + 1e-9))
-
-
-def _line(policy: TierPolicy, base: int, ceiling: int, top_share: float) -> int:
-    """The pool's in-flight count below which a tier dispatches while the holdback is on: its
-    utilization line on ``base`` slots, no higher than the lower tiers' ``ceiling`` — and, for a
-    tier whose line is below the highest lower tier's (``top_share``: Relax under Standard), no
-    nearer the ceiling than it is to that line.  Else, whenever Turbo's headroom brings the
-    ceiling under both lines, both tiers stop at the same count, and a Relax backlog (a burst's,
-    draining for a minute) fills every slot Standard's arrivals would find free."""
-    own = _whole_slots(policy.max_utilization, base)
-    return max(1, min(own, ceiling - max(0, _whole_slots(top_share, base) - own)))
 
 
 class Admission:
@@ -98,9 +81,12 @@ class Admission:
         self.holdback = True
         self._queues: dict[Tier, TierQueue] = {t: TierQueue() for t in TIERS}
         self._order = [(t, self._queues[t], self.policies[t]) for t in TIERS]
-        #: The highest holdback line among the lower tiers that have one (``_line``).
+        #: The highest holdback line among the lower tiers that have one (tier_queue.py ``holdback_line``).
         self._top_line = max((p.max_utilization for t, p in self.policies.items()
                               if t is not _TOP and p.max_utilization < 1.0), default=0.0)
+        #: The tier with that line (Standard): the tiers below leave room for its arrivals.
+        self._kept_for = next((q for t, q, p in self._order if t is not _TOP and p.max_utilization < 1.0
+                               and p.max_utilization == self._top_line), None)
         # Per tier, the queues at its rank or above (a request's predicted wait counts them).
         self._at_or_above = {t: tuple(self._queues[u] for u in TIERS[: RANK[t] + 1]) for t in TIERS}
         for _tier, queue, policy in self._order:  # nobody is owed anything before the first dispatch
@@ -158,9 +144,12 @@ class Admission:
         return self._room(now, top_rate, slots, self.service_estimate_s)
 
     def _top_rate(self, now: float, slots: int) -> float:
-        # While the lower tiers queue (more than one request: an arrival that finds nothing queued
-        # is decided as if alone, sched/flow.py's fused path), the pool is saturated.
-        saturated = self.queued - self._queues[_TOP].length > 1
+        # While Standard queues (more than one request: an arrival that finds nothing queued is
+        # decided as if alone, sched/flow.py's fused path), the pool is saturated.  Not Relax: it
+        # queues below its line while Standard's room is kept, and a Turbo headroom sized as if
+        # saturated lowers that line further (Relax waited 30 s at half load in the toy fleet).
+        kept_for = self._kept_for
+        saturated = (kept_for.length if kept_for else self.queued - self._queues[_TOP].length) > 1
         return self._headroom.top_rate(now, slots, self.service_estimate_s if saturated else None)
 
     def _holding(self, now: float, top_rate: float) -> bool:
@@ -181,7 +170,7 @@ class Admission:
         there are no engine's, and Turbo waits for them at 2× overload."""
         room = self._headroom.slots(now, top_rate, base, service)
         if self.learning:
-            return min(room, _whole_slots(1.0 - LOWER_TIERS_BAR, base))
+            return min(room, whole_slots(1.0 - LOWER_TIERS_BAR, base))
         return room
 
     def snapshot(self) -> dict[str, dict[str, float]]:
@@ -227,6 +216,8 @@ class Admission:
         queue = self._queues[tier]
         tenant = self.tenants.get(ticket.tenant) or _ANY_TENANT
         self._headroom.arrived(tier is _TOP, now)
+        if queue is self._kept_for:
+            queue.arrivals.add(now)
         active = self._active.get(ticket.tenant, 0)
         if tenant.max_in_flight is not None and active >= tenant.max_in_flight:
             return Shed(429, "tenant_limit", self.retry_after_s(tier, slots),
@@ -279,9 +270,19 @@ class Admission:
             top_rate = self._top_rate(now, slots)
             if self._holding(now, top_rate):
                 base = slots if proven is None or proven > slots else proven
-                if in_flight >= _line(policy, base, self._ceiling(now, base, top_rate), self._top_line):
+                ceiling = self._ceiling(now, base, top_rate)
+                if in_flight >= holdback_line(policy, base, ceiling, self._top_line, self._kept(now, base, policy)):
                     return False
-        return self._queues[tier].in_flight < _whole_slots(policy.capacity_share, slots)
+        return self._queues[tier].in_flight < whole_slots(policy.capacity_share, slots)
+
+    def _kept(self, now: float, base: int, policy: TierPolicy) -> int:
+        """For a tier whose line is below Standard's: the slots of ``base`` it leaves free for
+        Standard's arrivals (sched/tier_queue.py ``room_kept``; 0 for Standard and Turbo).  None
+        while ``learning``: slow start grows only on what the lower tiers run (``_room``)."""
+        queue, service = self._kept_for, self.service_estimate_s
+        if queue is None or policy.max_utilization >= self._top_line or not service or self.learning:
+            return 0
+        return room_kept(queue, now, base, service, self._headroom.risk, self._headroom.staffing)
 
     def predicted_wait_s(self, tier: Tier, slots: int) -> float | None:
         """Queue time a new ``tier`` request should expect: the work queued at its rank or
@@ -324,9 +325,9 @@ class Admission:
                 continue
             line = slots
             if held and policy.max_utilization < 1.0:
-                line = _line(policy, base, ceiling, self._top_line)
+                line = holdback_line(policy, base, ceiling, self._top_line, self._kept(now, base, policy))
             due = queue.share < policy.min_share
-            cap = _whole_slots(policy.capacity_share, slots)
+            cap = whole_slots(policy.capacity_share, slots)
             # An owed tier takes the turn of the tier above it, with that tier's line: it never
             # reaches into headroom kept for a tier that is not waiting.
             # Turbo served Standard for want of supply (``Ticket.first``) goes first in Standard's

@@ -1,4 +1,5 @@
-"""One tier's queue inside L1: its tickets in start-time fair order among tenants.
+"""One tier's queue inside L1: its tickets in start-time fair order among tenants, and the
+holdback line below which it dispatches.
 
 Tenants share a tier by start-time fair queueing on tokens: a request's tag is ``max(tier
 virtual time, tenant's previous finish tag)`` and the tenant's finish tag grows by ``cost /
@@ -11,16 +12,50 @@ ahead of the fair order.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from turbogate.sched.ticket import State, Ticket
+from turbogate.sched.headroom import Rate, headroom_slots
+from turbogate.sched.surge import turbo_deficit
+from turbogate.sched.ticket import State, Ticket, TierPolicy
 
 #: Tenants' finish tags kept before those already in the past are forgotten.
 FINISH_TAGS_KEPT = 4096
 #: The least cost and weight fair queueing divides by.
 _TINY = 1e-9
 _QUEUED = State.QUEUED
+
+
+def whole_slots(share: float, slots: int) -> int:
+    """``share`` of ``slots`` in whole slots, at least one: on a 2-slot pool 85 % keeps one slot
+    free, on a 1-slot pool the tier can still run (epsilon: 0.29 × 100 must give 29, not 28)."""
+    return max(1, math.floor(share * slots + 1e-9))
+
+
+def holdback_line(policy: TierPolicy, base: int, ceiling: int, top_share: float, kept: int = 0) -> int:
+    """The pool's in-flight count below which a tier dispatches while the holdback is on: its
+    utilization line on ``base`` slots, no higher than the lower tiers' ``ceiling`` — and, for a
+    tier whose line is below the highest lower tier's (``top_share``: Relax under Standard), no
+    nearer the ceiling than it is to that line, nor than ``kept`` (the slots the tier above needs
+    free for its own arrivals to start at once).  Else a Relax backlog (a burst's, draining for a
+    minute) holds the pool at Relax's line, and Standard's arrivals wait for completions
+    whenever they come faster than the few slots between the lines absorb."""
+    own = whole_slots(policy.max_utilization, base)
+    above = whole_slots(top_share, base)
+    if own >= above:
+        return max(1, min(own, ceiling))
+    return max(1, min(own, ceiling - max(above - own, kept)))
+
+
+def room_kept(queue: TierQueue, now: float, base: int, service_s: float, risk: float, staffing: bool) -> int:
+    """The slots of ``base`` the tiers below ``queue``'s (Standard's) line leave free for its
+    arrivals, sized as Turbo's headroom is (sched/headroom.py, surge.py): room for its swing at
+    the wait risk ``risk``, and the slots a dip in its occupancy left, which a Relax backlog
+    would fill and hold a whole service time while Standard's arrivals climb back."""
+    rate = queue.arrivals.read(now)
+    return (headroom_slots(rate, base / service_s, risk, base, staffing)
+            + turbo_deficit(rate, service_s, queue.in_flight))
 
 
 def count_down(counts: dict[str, int], key: str) -> None:
@@ -42,6 +77,8 @@ class TierQueue:
     share_floor: float = 0.0  # the lowest share falls: one dispatch short of min_share (owed, but by one)
     finish: dict[str, float] = field(default_factory=dict)
     queued_by_tenant: dict[str, int] = field(default_factory=dict)
+    #: Arrivals per second, counted only for the tier the lower tiers leave room for (Standard).
+    arrivals: Rate = field(default_factory=Rate)
 
     def head(self) -> Ticket | None:
         """The queued ticket that goes next (tickets that left the queue are dropped lazily)."""
