@@ -78,3 +78,23 @@ def test_limits_go_through_the_store_to_a_restarted_process(kind: str, tmp_path:
             await store.close()
 
     asyncio.run(scenario())
+
+
+def test_a_replica_whose_batch_is_known_takes_the_prefill_times_it_has_not_measured() -> None:
+    """Its limit starts at ``max_num_seqs`` (nothing to take), but the times that size the lower
+    tiers' prefill gate are measured only while no stream awaits a first token there, seldom
+    under an overload: a process started then takes them (sched/learned.py, sched/surge.py)."""
+    learnt = learnt_picker(["a"], 13).get("a")
+    learnt.first_s, learnt.step_s = 0.078, 0.0125
+    text = encode(learnt, 1000.0)
+    assert text is not None
+    cold = cold_picker(["a"]).get("a")
+    cold.engine_seqs = 32
+    cold.ssthresh = cold.limit = 32.0  # as start_limit leaves a replica whose batch is known
+    cold.prefill_gate = 4
+    assert adopt(cold, text, 1001.0)
+    assert (cold.first_s, cold.step_s, cold.prefill_gate, cold.limit) == (0.078, 0.0125, 1, 32.0)
+    assert not adopt(cold, text, 1002.0)  # its own measures from now on
+    older = cold_picker(["a"]).get("a")
+    assert adopt(older, " ".join(text.split()[:4]), 1001.0)  # a store written without the times
+    assert older.limit == 13 and older.first_s == 0.0

@@ -9,8 +9,14 @@ writes for its replicas, and what one whose replica is still in slow start takes
 then starts where the fleet already is (within the replica's cap and its ``max_num_seqs``), and
 a queue seen afterwards still cuts it as usual (sched/concurrency.py).
 
-Text: ``"limit ssthresh proven written_at"`` (``inf`` for a threshold not found yet).  A state
-older than ``MAX_AGE_S`` is ignored: the engine may have been reconfigured since.
+The replica's measured first-token time and time per output token, which size the lower tiers'
+prefill gate (sched/surge.py ``prefill_gate``), travel with it: under an overload a replica seldom
+has no stream awaiting a first token, the moment they are measured in, so a process started then
+takes them from the store where it has none of its own.
+
+Text: ``"limit ssthresh proven written_at first_s step_s"`` (``inf`` for a threshold not found
+yet, 0 for a time not measured; the first four alone are read too).  A state older than
+``MAX_AGE_S`` is ignored: the engine may have been reconfigured since.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import math
 
 from turbogate.sched.replica import Replica
+from turbogate.sched.surge import regate
 
 MAX_AGE_S = 600.0
 
@@ -27,25 +34,38 @@ def encode(replica: Replica, wall_now: float) -> str | None:
     or still at a slow start's beginning)."""
     if not replica.scraped or replica.load is None or (math.isinf(replica.ssthresh) and replica.proven < 1.0):
         return None
-    return f"{replica.limit:.3f} {replica.ssthresh:.3f} {replica.proven:.3f} {wall_now:.3f}"
+    return (f"{replica.limit:.3f} {replica.ssthresh:.3f} {replica.proven:.3f} {wall_now:.3f} "
+            f"{replica.first_s:.6f} {replica.step_s:.6f}")
 
 
 def adopt(replica: Replica, text: str, wall_now: float) -> bool:
-    """Take the stored state when ``replica`` is still in slow start (it has learned nothing of its
-    own that contradicts it); True if taken."""
+    """Take the stored limit when ``replica`` is still in slow start (it has learned nothing of its
+    own that contradicts it), and the stored times when it has measured none; True if taken."""
     try:
-        limit, ssthresh, proven, written_at = (float(x) for x in text.split())
+        values = [float(x) for x in text.split()]
     except ValueError:
         return False
-    if not math.isinf(replica.ssthresh) or wall_now - written_at > MAX_AGE_S or limit < 1.0:
+    if len(values) not in (4, 6) or wall_now - values[3] > MAX_AGE_S:
         return False
+    limit, ssthresh, proven = values[:3]
+    timed = len(values) == 6 and _adopt_times(replica, values[4], values[5])
+    if not math.isinf(replica.ssthresh) or limit < 1.0:
+        return timed
     if replica.cap is not None:
         limit = min(limit, float(replica.cap))
     if replica.engine_seqs is not None:
         limit = min(limit, float(replica.engine_seqs))
     if limit <= replica.limit and math.isinf(ssthresh):
-        return False  # it knows as much already
+        return timed  # it knows as much of the limit already
     replica.limit = limit
     replica.ssthresh = min(ssthresh, limit) if not math.isinf(ssthresh) else limit
     replica.proven = min(max(proven, replica.proven), limit)
+    return True
+
+
+def _adopt_times(replica: Replica, first_s: float, step_s: float) -> bool:
+    if replica.first_s > 0.0 or first_s <= 0.0 or step_s <= 0.0:
+        return False
+    replica.first_s, replica.step_s = first_s, step_s
+    regate(replica)
     return True

@@ -151,21 +151,22 @@ def prefill_left(replica: Replica, req: FlowRequest) -> None:
         replica.lone = -1
         if req.first_byte_at is not None and req.dispatched_at is not None:
             replica.first_s = _ewma(replica.first_s, req.first_byte_at - req.dispatched_at)
-            _regate(replica)
+            regate(replica)
 
 
 def answer_paced(replica: Replica, req: FlowRequest, now: float) -> None:
     """``req``'s stream ended whole at ``now``: its time per output token is the replica's pace."""
     if req.stream and req.first_byte_at is not None and req.completion_tokens > 1:
         replica.step_s = _ewma(replica.step_s, (now - req.first_byte_at) / (req.completion_tokens - 1))
-        _regate(replica)
+        regate(replica)
 
 
 def _ewma(value: float, sample: float) -> float:
     return sample if value <= 0.0 else value + TIMING_ALPHA * (sample - value)
 
 
-def _regate(replica: Replica) -> None:
+def regate(replica: Replica) -> None:
+    """Size ``replica``'s gate on its measures (a replica whose batch is not known has none)."""
     if replica.engine_seqs is not None and replica.scraped:
         replica.prefill_gate = prefill_gate(replica.engine_seqs, replica.first_s, replica.step_s)
 
