@@ -217,7 +217,7 @@ class Admission:
         tenant = self.tenants.get(ticket.tenant) or _ANY_TENANT
         self._headroom.arrived(tier is _TOP, now)
         if queue is self._kept_for:
-            queue.arrivals.add(now)
+            queue.arrived(now)
         active = self._active.get(ticket.tenant, 0)
         if tenant.max_in_flight is not None and active >= tenant.max_in_flight:
             return Shed(429, "tenant_limit", self.retry_after_s(tier, slots),

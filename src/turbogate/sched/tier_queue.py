@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from turbogate.sched.headroom import Rate, headroom_slots
-from turbogate.sched.surge import turbo_deficit
+from turbogate.sched.surge import PACE_WINDOW, RECENT_MARGIN, turbo_deficit
 from turbogate.sched.ticket import State, Ticket, TierPolicy
 
 #: Tenants' finish tags kept before those already in the past are forgotten.
@@ -53,7 +54,7 @@ def room_kept(queue: TierQueue, now: float, base: int, service_s: float, risk: f
     arrivals, sized as Turbo's headroom is (sched/headroom.py, surge.py): room for its swing at
     the wait risk ``risk``, and the slots a dip in its occupancy left, which a Relax backlog
     would fill and hold a whole service time while Standard's arrivals climb back."""
-    rate = queue.arrivals.read(now)
+    rate = queue.arrival_rate(now)
     return (headroom_slots(rate, base / service_s, risk, base, staffing)
             + turbo_deficit(rate, service_s, queue.in_flight))
 
@@ -77,8 +78,23 @@ class TierQueue:
     share_floor: float = 0.0  # the lowest share falls: one dispatch short of min_share (owed, but by one)
     finish: dict[str, float] = field(default_factory=dict)
     queued_by_tenant: dict[str, int] = field(default_factory=dict)
-    #: Arrivals per second, counted only for the tier the lower tiers leave room for (Standard).
+    #: Arrivals, counted only for the tier the lower tiers leave room for (Standard): a rate
+    #: over ``RATE_TAU_S`` and the times of the last few.
     arrivals: Rate = field(default_factory=Rate)
+    recent: deque[float] = field(default_factory=lambda: deque(maxlen=PACE_WINDOW))
+
+    def arrived(self, now: float) -> None:
+        self.arrivals.add(now)
+        self.recent.append(now)
+
+    def arrival_rate(self, now: float) -> float:
+        """Arrivals per second: the average, or less once the last few arrivals say the rate
+        fell (by ``RECENT_MARGIN``, as surge.py follows Turbo's down): after a burst or an
+        overload the average stays high for tens of seconds, and Relax would starve meanwhile."""
+        rate, recent = self.arrivals.read(now), self.recent
+        if len(recent) == PACE_WINDOW and now > recent[0]:
+            rate = min(rate, RECENT_MARGIN * (PACE_WINDOW - 1) / (now - recent[0]))
+        return rate
 
     def head(self) -> Ticket | None:
         """The queued ticket that goes next (tickets that left the queue are dropped lazily)."""
