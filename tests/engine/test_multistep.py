@@ -78,7 +78,7 @@ def test_a_run_ends_early_when_its_decodes_are_done() -> None:
 def test_output_lag_delays_the_first_token_by_one_step_under_multi_step() -> None:
     config = EngineConfig(max_num_seqs=8, max_num_batched_tokens=4096, chunked_prefill=False, num_scheduler_steps=4)
     plain = open_arrivals(DEP, config, 1, fixed(100, 20))
-    lagged = open_arrivals(DEP, config, 1, fixed(100, 20), output_lag=1)
+    lagged = open_arrivals(DEP, replace(config, output_lag_steps=1), 1, fixed(100, 20))
     step = DEP.decode_step_time(1, 100)  # the prompt is cached; the first token is not yet
     assert lagged.ttft() == pytest.approx(plain.ttft() + step, rel=1e-6)
     assert lagged.e2e() == pytest.approx(plain.e2e())
@@ -89,15 +89,13 @@ def test_config_rejects_zero_scheduler_steps() -> None:
         EngineConfig(num_scheduler_steps=0)
 
 
-def test_the_engine_applies_the_output_lag_as_the_replay_driver_did() -> None:
+def test_the_engine_applies_the_output_lag_under_load() -> None:
     """``EngineConfig.output_lag_steps``: the engine reports a first token that many steps later, so every
-    driver (replay, sim, emulator) sees it then; the replay's own lag on a plain config gives the same times."""
+    driver (replay, sim, emulator) sees it then; the finishes do not move."""
     base = EngineConfig(max_num_seqs=8, max_num_batched_tokens=4096, chunked_prefill=False, num_scheduler_steps=4)
     lengths = fixed(100, 20)
-    by_driver = open_arrivals(DEP, base, 5, lengths, rate=20.0, output_lag=1)
     by_engine = open_arrivals(DEP, replace(base, output_lag_steps=1), 5, lengths, rate=20.0)
     plain = open_arrivals(DEP, base, 5, lengths, rate=20.0)
-    assert by_engine.timings == by_driver.timings
     assert by_engine.ttft("mean") > plain.ttft("mean")
     assert by_engine.e2e("mean") == pytest.approx(plain.e2e("mean"))
 

@@ -156,13 +156,13 @@ def test_vllm_v0_runs_its_own_scheduling_in_the_engine_and_ttft_steps_only_in_th
     cfg = profile_config(v0)
     assert (cfg.chunked_prefill, cfg.num_scheduler_steps, cfg.max_num_batched_tokens) == (False, 10, 4096)
     assert cfg.output_lag_steps == v0.output_lag_steps
-    cfg = replace(cfg, output_lag_steps=0)  # the lag below is the driver's, to compare with and without it
+    cfg = replace(cfg, output_lag_steps=0)  # to compare with and without the lag below
     assert (profile_config(v1).chunked_prefill, profile_config(v1).num_scheduler_steps) == (True, 1)
     dep = with_profile(deployment(H100, LLAMA_8B), v0)
     assert dep.factors.ttft_steps > 0
     # Under multi-step the engine waits for the run itself; ttft_steps would count that wait twice.
-    as_v0 = burst(dep, cfg, 1, 256, 32, output_lag=0)
-    no_wait = burst(dep.with_factors(ttft_steps=0.0), cfg, 1, 256, 32, output_lag=0)
+    as_v0 = burst(dep, cfg, 1, 256, 32)
+    no_wait = burst(dep.with_factors(ttft_steps=0.0), cfg, 1, 256, 32)
     assert as_v0.ttft() == pytest.approx(no_wait.ttft())
-    lagged = burst(dep, cfg, 1, 256, 32, output_lag=v0.output_lag_steps)
+    lagged = burst(dep, replace(cfg, output_lag_steps=v0.output_lag_steps), 1, 256, 32)
     assert lagged.ttft() > as_v0.ttft()

@@ -48,7 +48,7 @@ def burst_cmd(
         dep = profiled(deployment(get_gpu(gpu), resolve_model(model), tp=tp, weight_dtype=dtype, kv_dtype=kv_dtype,
                                   gpu_mem_util=gpu_mem_util), engine_profile, gpu_profile)
         config = profile_config(prof, max_num_seqs, max_num_batched_tokens)
-        run = burst(dep, config, requests, prompt_tokens, output_tokens, prof.output_lag_steps)
+        run = burst(dep, config, requests, prompt_tokens, output_tokens)
         steady = saturation(dep, prompt_tokens, output_tokens, config.max_num_seqs, config.max_num_batched_tokens)
     except (TurbogateError, ValueError) as exc:
         raise BadInput(str(exc), getattr(exc, "hint", None)) from None  # one line, exit 2 (clierrors.py)

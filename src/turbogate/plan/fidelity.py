@@ -114,16 +114,14 @@ SHAREGPT_LOG_SIGMA = 0.6
 def engine_run(cell: PublishedCell, profile: EngineProfile, requests_cap: int = 0) -> ReplayResult:
     dep = cell_deployment(cell, profile)
     config = profile_config(profile)
-    lag = profile.output_lag_steps
     lengths = (uniform(cell.isl, cell.osl) if cell.lengths == "uniform"
                else lognormal(cell.isl, cell.osl, SHAREGPT_LOG_SIGMA) if cell.lengths == "sharegpt-mean"
                else fixed(cell.isl, cell.osl))
     n = min(cell.load.requests, requests_cap) if requests_cap else cell.load.requests
     if cell.load.kind == "concurrency":
         return closed_loop(dep, config, cell.load.concurrency, max(n, cell.load.concurrency), lengths,
-                           output_spread=CLOSED_LOOP_OUTPUT_SPREAD, output_lag=lag)
-    return open_arrivals(dep, config, n, lengths, rate=cell.load.rate if cell.load.kind == "rate" else 0.0,
-                         output_lag=lag)
+                           output_spread=CLOSED_LOOP_OUTPUT_SPREAD)
+    return open_arrivals(dep, config, n, lengths, rate=cell.load.rate if cell.load.kind == "rate" else 0.0)
 
 
 def engine(cell: PublishedCell, profile: EngineProfile, requests_cap: int = 0) -> Prediction:

@@ -111,10 +111,12 @@ def _stat(values: list[float], stat: str) -> float:
 class _Driver:
     """Feeds an engine requests as they become ready and records their first and last tokens."""
 
-    def __init__(self, dep: Deployment, config: EngineConfig, output_lag: int = 0) -> None:
+    def __init__(self, dep: Deployment, config: EngineConfig) -> None:
         self.engine = Engine(dep, config)
         self.dep = dep
-        self.ttft_steps = first_token_wait_steps(dep.factors, config, output_lag)
+        # The engine reports a first token after the config's output lag itself; the driver holds it only
+        # for the closed form's stand-in for multi-step scheduling, where the engine runs single steps.
+        self.ttft_steps = first_token_wait_steps(dep.factors, config, config.output_lag_steps)
         self.ready: list[tuple[float, int, Request, float]] = []  # (ready time, order, request, arrival)
         self.arrival: dict[str, float] = {}
         self.first: dict[str, float] = {}
@@ -161,15 +163,15 @@ class _Driver:
 
 
 def open_arrivals(dep: Deployment, config: EngineConfig, n: int, lengths: LengthDraw, rate: float = 0.0,
-                  seed: int = 0, output_lag: int = 0) -> ReplayResult:
+                  seed: int = 0) -> ReplayResult:
     """``n`` requests arriving at ``rate`` per second (Poisson), or all at t = 0 when ``rate`` is 0.
 
-    ``output_lag``: under multi-step scheduling, steps a sampled token takes to reach the client (vLLM
-    V0's asynchronous output processor handles step i's tokens while step i + 1 runs: 1)."""
+    A first token reaches the client ``config.output_lag_steps`` steps after the step that sampled it
+    (the engine applies it: vLLM V0's asynchronous output processor, 1)."""
     if n < 1:
         raise ValueError("n must be >= 1")
     rng = random.Random(seed)
-    driver = _Driver(dep, config, output_lag)
+    driver = _Driver(dep, config)
     t = 0.0
     for i in range(n):
         if rate > 0 and i:
@@ -180,7 +182,7 @@ def open_arrivals(dep: Deployment, config: EngineConfig, n: int, lengths: Length
 
 
 def closed_loop(dep: Deployment, config: EngineConfig, concurrency: int, n: int, lengths: LengthDraw,
-                seed: int = 0, output_spread: float = 0.0, output_lag: int = 0) -> ReplayResult:
+                seed: int = 0, output_spread: float = 0.0) -> ReplayResult:
     """``concurrency`` clients send ``n`` requests in all, each the moment its previous one ends.
 
     ``output_spread`` s draws each output length uniformly within ±s of the drawn one (seeded).  With
@@ -191,7 +193,7 @@ def closed_loop(dep: Deployment, config: EngineConfig, concurrency: int, n: int,
     if concurrency < 1 or n < 1:
         raise ValueError("concurrency and n must be >= 1")
     rng = random.Random(seed)
-    driver = _Driver(dep, config, output_lag)
+    driver = _Driver(dep, config)
     sent = 0
 
     # Clients start evenly spread over one request's time at this load (the decode step of the whole
@@ -237,10 +239,9 @@ def lognormal(mean_prompt: int, mean_output: int, sigma: float) -> LengthDraw:
     return draw
 
 
-def burst(dep: Deployment, config: EngineConfig, n: int, prompt: int, output: int,
-          output_lag: int = 0) -> ReplayResult:
+def burst(dep: Deployment, config: EngineConfig, n: int, prompt: int, output: int) -> ReplayResult:
     """``n`` requests of ``prompt``/``output`` tokens sent at once (the finite-burst question)."""
-    return open_arrivals(dep, config, n, fixed(prompt, output), output_lag=output_lag)
+    return open_arrivals(dep, config, n, fixed(prompt, output))
 
 
 __all__: Sequence[str] = ("ReplayResult", "Timing", "burst", "closed_loop", "fixed", "lognormal", "open_arrivals",
