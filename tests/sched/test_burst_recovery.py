@@ -5,7 +5,8 @@ fills the pool up to its holdback line, so Standard's arrivals find free only th
 Relax's line and Standard's: when those are fewer than Standard's own swing, Standard waits for
 completions, and its TTFT is slow again long after its first window back
 (benchmarks/overload_soak.py).  Relax stops short of the room Standard's arrivals need
-(sched/tier_queue.py ``room_kept``).  Pure core: admission alone, then the toy fleet.
+while its own queue stands (sched/tier_queue.py ``room_kept``, sched/admission.py ``_kept``).
+Pure core: admission alone, then the toy fleet.
 """
 
 from __future__ import annotations
@@ -21,25 +22,25 @@ from turbogate.sched.headroom import staffing_beta
 from .toy_fleet import Served, capacity, run_toy
 
 T, S, R = Tier.TURBO, Tier.STANDARD, Tier.RELAX
-#: The default tiers' shape (config_tenants.py): Standard's line at 0.85, Relax's at 0.7.
+#: The default tiers (config_tenants.py): Standard's line at 0.85, Relax's at 0.7.
 POLICIES = {
-    T: TierPolicy(queue_budget_s=5.0),
-    S: TierPolicy(capacity_share=0.9, max_utilization=0.85, min_share=0.2, queue_budget_s=5.0),
-    R: TierPolicy(capacity_share=0.5, max_utilization=0.7, min_share=0.05, queue_budget_s=60.0),
+    T: TierPolicy(queue_budget_s=5.0, ttft_slo_s=1.0),
+    S: TierPolicy(capacity_share=0.9, max_utilization=0.85, min_share=0.2, queue_budget_s=5.0, ttft_slo_s=5.0),
+    R: TierPolicy(capacity_share=0.5, max_utilization=0.7, min_share=0.05, queue_budget_s=60.0, ttft_slo_s=60.0),
 }
 
 
-def submit(adm: Admission, tier: Tier, now: float, slots: int) -> Ticket:
-    ticket = Ticket("a", tier, now)
+def submit(adm: Admission, tier: Tier, now: float, slots: int, waited: float = 0.0) -> Ticket:
+    ticket = Ticket("a", tier, now - waited)
     assert isinstance(adm.submit(ticket, now, slots), Admitted)
     return ticket
 
 
 def test_a_relax_backlog_leaves_standard_room_for_its_swing() -> None:
     """Standard at 5/s and Turbo at 2/s on 32 slots, each served in 1.5 s; then a Relax backlog
-    takes what it may.  A clump of Standard arrivals as large as its natural swing (square-root
-    staffing at the holdback's wait risk: 7 here, where the lines are 5 slots apart) still
-    starts at once: none waits for a completion."""
+    (its oldest 20 s old, past its CoDel target: a burst's) takes what it may.  A clump of
+    Standard arrivals as large as its natural swing (square-root staffing at the holdback's
+    wait risk: 7 here, where the lines are 5 slots apart) still starts at once: none waits."""
     adm, slots, service = Admission(POLICIES), 32, 1.5
     done: list[tuple[float, int, Ticket]] = []
     now, step = 0.0, 0
@@ -52,7 +53,7 @@ def test_a_relax_backlog_leaves_standard_room_for_its_swing() -> None:
         heapq.heappush(done, (now + service, step, ticket))
         step += 1
         now += 1.0 / 7.0
-    backlog = [submit(adm, R, now, slots) for _ in range(200)]
+    backlog = [submit(adm, R, now, slots, waited=20.0) for _ in range(200)]
     while adm.next_dispatch(now, slots) is not None:
         pass
     assert any(t.dispatched_at is not None for t in backlog)  # Relax runs, short of Standard's room

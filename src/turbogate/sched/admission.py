@@ -145,9 +145,8 @@ class Admission:
 
     def _top_rate(self, now: float, slots: int) -> float:
         # While Standard queues (more than one request: an arrival that finds nothing queued is
-        # decided as if alone, sched/flow.py's fused path), the pool is saturated.  Not Relax: it
-        # queues below its line while Standard's room is kept, and a Turbo headroom sized as if
-        # saturated lowers that line further (Relax waited 30 s at half load in the toy fleet).
+        # decided as if alone, sched/flow.py's fused path), the pool is saturated; Relax queues
+        # below its own line (``_kept``), and a headroom sized as if saturated lowers it further.
         kept_for = self._kept_for
         saturated = (kept_for.length if kept_for else self.queued - self._queues[_TOP].length) > 1
         return self._headroom.top_rate(now, slots, self.service_estimate_s if saturated else None)
@@ -271,16 +270,20 @@ class Admission:
             if self._holding(now, top_rate):
                 base = slots if proven is None or proven > slots else proven
                 ceiling = self._ceiling(now, base, top_rate)
-                if in_flight >= holdback_line(policy, base, ceiling, self._top_line, self._kept(now, base, policy)):
+                if in_flight >= holdback_line(policy, base, ceiling, self._top_line, self._kept(now, base, tier)):
                     return False
         return self._queues[tier].in_flight < whole_slots(policy.capacity_share, slots)
 
-    def _kept(self, now: float, base: int, policy: TierPolicy) -> int:
-        """For a tier whose line is below Standard's: the slots of ``base`` it leaves free for
-        Standard's arrivals (sched/tier_queue.py ``room_kept``; 0 for Standard and Turbo).  None
-        while ``learning``: slow start grows only on what the lower tiers run (``_room``)."""
-        queue, service = self._kept_for, self.service_estimate_s
-        if queue is None or policy.max_utilization >= self._top_line or not service or self.learning:
+    def _kept(self, now: float, base: int, tier: Tier) -> int:
+        """For a tier below Standard's line with a backlog (its oldest above its CoDel target): the
+        slots of ``base`` it leaves free for Standard's arrivals (tier_queue.py ``room_kept``);
+        none while ``learning``: slow start grows only on what the lower tiers run (``_room``)."""
+        queue, service, codel = self._kept_for, self.service_estimate_s, self._codel.get(tier)
+        if (queue is None or codel is None or not service or self.learning
+                or self.policies[tier].max_utilization >= self._top_line):
+            return 0
+        codel.standing(self._queues[tier].head(), now)
+        if codel.above_since is None:
             return 0
         return room_kept(queue, now, base, service, self._headroom.risk, self._headroom.staffing)
 
@@ -325,7 +328,7 @@ class Admission:
                 continue
             line = slots
             if held and policy.max_utilization < 1.0:
-                line = holdback_line(policy, base, ceiling, self._top_line, self._kept(now, base, policy))
+                line = holdback_line(policy, base, ceiling, self._top_line, self._kept(now, base, _tier))
             due = queue.share < policy.min_share
             cap = whole_slots(policy.capacity_share, slots)
             # An owed tier takes the turn of the tier above it, with that tier's line: it never
