@@ -49,13 +49,19 @@ def holdback_line(policy: TierPolicy, base: int, ceiling: int, top_share: float,
     return max(1, min(own, ceiling - max(above - own, kept)))
 
 
+#: Standard's room is sized for this share of Turbo's wait risk: Standard is judged on every 4-s
+#: window's p95 after a burst (about twenty requests each, some 250 a minute), so one request in
+#: a hundred waiting still spoils a few windows a minute; at a tenth, seldom one.
+ROOM_RISK_SHARE = 0.1
+
+
 def room_kept(queue: TierQueue, now: float, base: int, service_s: float, risk: float, staffing: bool) -> int:
     """The slots of ``base`` the tiers below ``queue``'s (Standard's) line leave free for its
     arrivals, sized as Turbo's headroom is (sched/headroom.py, surge.py): room for its swing at
-    the wait risk ``risk``, and the slots a dip in its occupancy left, which a Relax backlog
-    would fill and hold a whole service time while Standard's arrivals climb back."""
+    ``ROOM_RISK_SHARE`` of the wait risk ``risk``, and the slots a dip in its occupancy left,
+    which a Relax backlog would fill and hold a whole service time while Standard climbs back."""
     rate = queue.arrival_rate(now)
-    return (headroom_slots(rate, base / service_s, risk, base, staffing)
+    return (headroom_slots(rate, base / service_s, ROOM_RISK_SHARE * risk, base, staffing)
             + turbo_deficit(rate, service_s, queue.in_flight))
 
 
