@@ -29,7 +29,8 @@ SHARE_INTERVAL_S = 2.0
 
 
 async def take_learned(picker: Picker, store: Store) -> int:
-    """Adopt the stored limits for replicas still in slow start; how many were taken."""
+    """Adopt the stored limits for replicas still in slow start, and the stored first-token and
+    output-token times where a replica has measured none (sched/learned.py); how many were taken."""
     try:
         stored = await store.learned_limits()
     except StoreUnavailable:
