@@ -14,7 +14,10 @@ p95 TTFT; per minute of the trace: throughput (all tiers and per tier); sim agai
     python benchmarks/trace_fidelity.py [--window 0:600] [--loads 0.8,1.5] [--gpu A100-80G-SXM] [--seqs 16]
                                         [--out runs/trace-fidelity]
 
-prints one JSON object: each load's figures side by side, ``max_rel_err`` and ``within_10pct``.
+prints one JSON object: each load's figures side by side, ``max_rel_err`` and ``within_10pct`` over the
+tiers (what the issue asks), and the same for every request together (``all_tiers_rel_err``,
+``all_tiers_within_10pct``): the mixture's p95 falls where its curve is steep (between Turbo's
+tail and Standard's), so a few per cent in Standard's tail can move it by more than 10 %.
 """
 
 from __future__ import annotations
@@ -95,11 +98,13 @@ def _r(x: float | None, n: int = 4) -> float | None:
 
 def compare(bench: Summary, sim: Summary) -> dict[str, Any]:
     tiers: dict[str, Any] = {}
-    worst = {"ttft_p50": 0.0, "ttft_p95": 0.0, "throughput_per_minute": 0.0}
+    per_tier = {"ttft_p50": 0.0, "ttft_p95": 0.0, "throughput_per_minute": 0.0}
+    together = dict(per_tier)
     for tier in bench.tiers:
         gb, gs = bench.overall[tier], sim.overall.get(tier)
         if gs is None:
             continue
+        worst = together if tier == ALL else per_tier
         row: dict[str, Any] = {"requests": gb.requests, "shed_bench": gb.shed, "shed_sim": gs.shed}
         for stat in ("p50", "p95"):
             b, s = gb.pct("ttft", stat), gs.pct("ttft", stat)
@@ -117,8 +122,10 @@ def compare(bench: Summary, sim: Summary) -> dict[str, Any]:
                 worst["throughput_per_minute"] = max(worst["throughput_per_minute"], err)
         row["throughput_per_step"] = minutes
         tiers[tier] = row
-    return {"tiers": tiers, "max_rel_err": {k: round(v, 4) for k, v in worst.items()},
-            "within_10pct": all(v <= 0.10 for v in worst.values())}
+    return {"tiers": tiers, "max_rel_err": {k: round(v, 4) for k, v in per_tier.items()},
+            "within_10pct": all(v <= 0.10 for v in per_tier.values()),
+            "all_tiers_rel_err": {k: round(v, 4) for k, v in together.items()},
+            "all_tiers_within_10pct": all(v <= 0.10 for v in together.values())}
 
 
 def run(trace: Path, window: str, loads: list[float], gpu: str, seqs: int, seed: int,
@@ -154,6 +161,7 @@ def run(trace: Path, window: str, loads: list[float], gpu: str, seqs: int, seed:
     worst = {k: max(r["max_rel_err"][k] for r in out["loads"]) for k in out["loads"][0]["max_rel_err"]}
     out["max_rel_err"] = worst
     out["within_10pct"] = all(r["within_10pct"] for r in out["loads"])
+    out["all_tiers_within_10pct"] = all(r["all_tiers_within_10pct"] for r in out["loads"])
     return out
 
 
