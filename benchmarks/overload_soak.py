@@ -307,16 +307,6 @@ def _faster(dep: Any, k: float) -> Any:
     return replace(dep, gpu=gpu, factors=f)
 
 
-def sim_capacity(replicas: int, seqs: int) -> float:
-    """Requests/s the fleet completes at saturation, in wall seconds at ``SCALE`` (capacity_rps)."""
-    from turbogate.engine import EngineConfig
-    from turbogate.engine.capacity import saturated_rate
-    from turbogate.perf import deployment, get_gpu, resolve_model
-
-    dep = deployment(get_gpu(GPU), resolve_model(MODEL))
-    return replicas * saturated_rate(dep, EngineConfig(max_num_seqs=seqs), PROMPT, OUTPUT) / SCALE
-
-
 Segments = list[tuple[float, float, float, tuple[tuple[str, float], ...]]]
 
 
@@ -375,7 +365,7 @@ def simulated(seed: int, fleet: str, mix: str, base_load: float, factor: float, 
               after_s: float) -> dict[str, Any]:
     """The burst question for one seed in virtual time (see the module docstring)."""
     replicas, seqs = SIM_FLEETS[fleet]
-    cap = sim_capacity(replicas, seqs)
+    cap = capacity_rps(replicas, seqs)
     burst_mix, base_mix = SIM_MIXES[mix]
     segments = [(0.0, base_s, base_load * cap, base_mix), (base_s, burst_s, factor * cap, burst_mix),
                 (base_s, burst_s, base_load * cap, base_mix), (base_s + burst_s, after_s, base_load * cap, base_mix)]

@@ -51,11 +51,11 @@ KEY = "sk-isolation"
 MIX = "turbo=0.2,standard=0.75,relax=0.05"
 
 
-def capacity_rps(replicas: int = 2) -> float:
+def capacity_rps(replicas: int = 2, seqs: int = SEQS) -> float:
     """Requests/s the fleet completes at saturation, from the engine model in virtual time,
     converted to wall time at ``SCALE``."""
     dep = deployment(get_gpu(GPU), resolve_model(MODEL))  # the emulator's defaults (bf16, 0.9 of memory)
-    return replicas * saturated_rate(dep, EngineConfig(max_num_seqs=SEQS), PROMPT, OUTPUT) / SCALE
+    return replicas * saturated_rate(dep, EngineConfig(max_num_seqs=seqs), PROMPT, OUTPUT) / SCALE
 
 
 def bench(url: str, qps: float, duration: float, out: Path) -> list[dict[str, object]]:

@@ -39,7 +39,7 @@ import math
 
 from turbogate.sched.load import ReplicaLoad
 from turbogate.sched.replica import PickerConfig, Replica
-from turbogate.sched.surge import prefill_gate
+from turbogate.sched.surge import regate
 
 #: The share of a limit that proves it full: below the holdback line (0.85 of the limit), so the
 #: lower tiers alone can reach it.
@@ -57,7 +57,7 @@ def start_limit(replica: Replica, cfg: PickerConfig) -> None:
         start = replica.engine_seqs
     replica.limit = float(min(start, replica.cap) if replica.cap is not None else start)
     if replica.engine_seqs is not None and replica.scraped:
-        replica.prefill_gate = prefill_gate(replica.engine_seqs)
+        regate(replica)
         replica.ssthresh = replica.limit  # the engine's configuration proves what slow start would find
         replica.proven = replica.limit
 

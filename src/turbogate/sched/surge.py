@@ -57,6 +57,15 @@ TURBO_EXTRA_WAIT = 0.5
 _TURBO = Tier.TURBO
 
 
+def window_rate(times: deque[float], now: float) -> float | None:
+    """Arrivals per second over the last ``PACE_WINDOW`` arrival ``times`` (oldest first) up to
+    ``now``, or None before there are that many (or while they share one instant)."""
+    if len(times) < PACE_WINDOW:
+        return None
+    span = now - times[0]
+    return (len(times) - 1) / span if span > 0 else None
+
+
 class ArrivalPace:
     """The recent rate of all arrivals, the top tier's long-run share of them, and the top tier's
     own last ``PACE_WINDOW`` arrivals (to follow its rate down as fast as up)."""
@@ -81,20 +90,13 @@ class ArrivalPace:
 
     def total_rate(self, now: float) -> float:
         """Arrivals per second over the last ``PACE_WINDOW`` of them; decays through a silence."""
-        times = self._times
-        if len(times) < PACE_WINDOW:
-            return 0.0
-        span = now - times[0]
-        return (len(times) - 1) / span if span > 0 else 0.0
+        return window_rate(self._times, now) or 0.0
 
     def top_bound(self, now: float) -> float | None:
         """An upper bound on the top tier's rate from its own last ``PACE_WINDOW`` arrivals (their
         rate × ``RECENT_MARGIN``), or None before there are that many."""
-        times = self._top_times
-        if len(times) < PACE_WINDOW:
-            return None
-        span = now - times[0]
-        return RECENT_MARGIN * (len(times) - 1) / span if span > 0 else None
+        rate = window_rate(self._top_times, now)
+        return None if rate is None else RECENT_MARGIN * rate
 
     def top_rate(self, now: float, averaged: float) -> float:
         """The top tier's rate for the holdback: its ``averaged`` rate, or more while all arrivals

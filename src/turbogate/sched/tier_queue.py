@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from turbogate.sched.headroom import Rate, headroom_slots
-from turbogate.sched.surge import PACE_WINDOW, RECENT_MARGIN, turbo_deficit
+from turbogate.sched.surge import PACE_WINDOW, RECENT_MARGIN, turbo_deficit, window_rate
 from turbogate.sched.ticket import State, Ticket, TierPolicy
 
 #: Tenants' finish tags kept before those already in the past are forgotten.
@@ -97,10 +97,8 @@ class TierQueue:
         """Arrivals per second: the average, or less once the last few arrivals say the rate
         fell (by ``RECENT_MARGIN``, as surge.py follows Turbo's down): after a burst or an
         overload the average stays high for tens of seconds, and Relax would starve meanwhile."""
-        rate, recent = self.arrivals.read(now), self.recent
-        if len(recent) == PACE_WINDOW and now > recent[0]:
-            rate = min(rate, RECENT_MARGIN * (PACE_WINDOW - 1) / (now - recent[0]))
-        return rate
+        rate, recent = self.arrivals.read(now), window_rate(self.recent, now)
+        return rate if recent is None else min(rate, RECENT_MARGIN * recent)
 
     def head(self) -> Ticket | None:
         """The queued ticket that goes next (tickets that left the queue are dropped lazily)."""
