@@ -1,0 +1,63 @@
+"""benchmarks/overload_soak.py's recovery measure (issue 43) says what it counts: the strict
+recovery (every later window within 2x), the first window back, and how often later windows are
+slow against how often they are with no burst at all.  Virtual time only: no process, no clock."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture
+def soak(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(BENCH))
+    import overload_soak
+
+    return overload_soak
+
+
+def test_later_slow_windows_are_counted_against_the_steady_share(soak: ModuleType) -> None:
+    """Standard at 2/s, 2x limit 0.1 s; slow (0.5 s) requests sent 2 s and 30 s after the burst's
+    end: the first window back starts after the first slow one, the late one spoils the strict
+    recovery, and the share of later windows it spoils is reported beside the steady share."""
+    end, until = 100.0, 160.0
+    sent = [(end + k * 0.5, "standard", 0.05) for k in range(120)]
+    sent += [(end + 2.0, "standard", 0.5), (end + 30.0, "standard", 0.5)]
+    recovery, first, slow, later = soak.recovery_s(sent, "standard", end, until, 0.1)
+    assert first == 2.5  # the first window that no longer holds the 2-s request
+    assert slow == [[26.5, 30.0]] and recovery == 30.5
+    after = soak.window_verdicts(sent, "standard", end + first, until, 0.1)[1:]
+    assert later == soak.slow_share(after) and 0 < later < 0.1
+
+
+def test_steady_share_from_the_windows_before_the_burst_without_a_control_run(soak: ModuleType) -> None:
+    """A slow request before the burst makes some of the windows before it slow: that is the steady
+    share a real run (no control run) sets later windows against; an unanswered request counts."""
+    sent = [(k * 0.25, "standard", 0.05) for k in range(80)] + [(5.0, "standard", math.inf)]
+    sent += [(20.0 + k * 0.25, "standard", 0.05) for k in range(160)]
+    fig = soak.burst_figures(sent, 20.0, 20.0, 60.0)
+    assert fig["steady_from"] == "before_burst"
+    assert fig["slow_share_steady"]["standard"] == fig["slow_share_before_burst"]["standard"] > 0
+    assert fig["slow_share_after_back"]["standard"] == 0.0
+    assert fig["pass"]["standard_back_within_10s_at_steady_rate"]
+
+
+def test_simulated_burst_reports_both_measures_and_its_definition() -> None:
+    out = subprocess.run([sys.executable, str(BENCH / "overload_soak.py"), "--simulate", "1", "--fleet", "2xL4",
+                          "--mix", "issue"], check=True, capture_output=True, text=True, timeout=240)
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1, out.stdout
+    fig = json.loads(lines[0])
+    assert fig["steady_from"] == "no_burst_run" and "strict" in fig["recovery_definition"]
+    for tier in ("turbo", "standard"):
+        assert fig["first_window_back_s"][tier] is not None
+        assert 0.0 <= fig["slow_share_steady"][tier] <= 1.0 and 0.0 <= fig["slow_share_after_back"][tier] <= 1.0
+        assert f"{tier}_back_within_10s_at_steady_rate" in fig["pass"] and f"{tier}_within_10s" in fig["pass"]
