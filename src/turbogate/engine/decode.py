@@ -13,18 +13,22 @@ Every decoding sequence gains one token per step, so none is touched per step:
   buckets by ``c_off mod block_size``, so the step's new blocks are one bucket.
 
 Stale calendar entries (members that left by preemption or abort) are skipped when their clock comes.
+A ``reserve`` (:class:`~turbogate.engine.reserve.Reservation`, SGLang's admission) is told of every
+join and leave.
 """
 
 from __future__ import annotations
 
+from turbogate.engine.reserve import Reservation
 from turbogate.engine.seq import DECODE, Seq
 
 
 class DecodeSet:
-    __slots__ = ("_buckets", "_done", "block_size", "clock", "context", "count")
+    __slots__ = ("_buckets", "_done", "block_size", "clock", "context", "count", "reserve")
 
-    def __init__(self, block_size: int) -> None:
+    def __init__(self, block_size: int, reserve: Reservation | None = None) -> None:
         self.block_size = block_size
+        self.reserve = reserve
         self.clock = 0
         self.count = 0
         self.context = 0
@@ -44,6 +48,8 @@ class DecodeSet:
         self._buckets[seq.bucket][seq] = seq.blocks
         self.count += 1
         self.context += seq.computed
+        if self.reserve is not None:
+            self.reserve.join(seq)
         at = seq.req.output_tokens + seq.out_off
         due = self._done.get(at)
         if due is None:
@@ -60,6 +66,8 @@ class DecodeSet:
         del self._buckets[seq.bucket][seq]
         self.count -= 1
         self.context -= seq.computed
+        if self.reserve is not None:
+            self.reserve.leave(seq)
 
     def output(self, seq: Seq) -> int:
         return self.clock - seq.out_off

@@ -26,7 +26,8 @@ def profile_config(profile: EngineProfile | str, max_num_seqs: int | None = None
     budget = max_num_batched_tokens or max(prof.max_num_batched_tokens, seqs)
     return EngineConfig(max_num_seqs=seqs, max_num_batched_tokens=budget, policy=policy,
                         num_gpu_blocks=num_gpu_blocks, chunked_prefill=prof.chunked_prefill,
-                        num_scheduler_steps=prof.num_scheduler_steps, output_lag_steps=prof.output_lag_steps)
+                        num_scheduler_steps=prof.num_scheduler_steps, output_lag_steps=prof.output_lag_steps,
+                        reserve_outputs=prof.reserve_outputs)
 
 
 def first_token_wait_steps(factors: PerfFactors, config: EngineConfig, output_lag_steps: int) -> float:

@@ -16,6 +16,8 @@ a step of decodes only starts a run of k, planned at once, that admits nothing (
 multi-step scheduling, which forces a single step where a prefill is scheduled); with
 ``output_lag_steps`` a first token is reported that many steps after the step that sampled it
 (vLLM V0's asynchronous output processor), or with the request's finish if that comes first.
+SGLang's is one too: prefill first as V0's, with ``reserve_outputs`` admitting a waiting request only
+if every running request's output still fits the KV cache (:mod:`turbogate.engine.reserve`).
 
 KV blocks of ``block_size`` tokens are allocated for the tokens computed in the step.  When
 they run out the engine preempts by recompute: the victim (the newest admission under FCFS,
@@ -42,6 +44,7 @@ from turbogate.engine.blocks import BlockManager
 from turbogate.engine.busy import BusyMeter
 from turbogate.engine.decode import DecodeSet
 from turbogate.engine.queues import Victims, WaitingQueue
+from turbogate.engine.reserve import Reservation
 from turbogate.engine.seq import DECODE, GONE, PREFILL, WAITING, Seq
 from turbogate.engine.types import EngineConfig, EngineStats, Finished, Request, StepResult
 from turbogate.errors import TurbogateError
@@ -69,7 +72,8 @@ class Engine:
         priority = self.config.policy == "priority"
         self._waiting = WaitingQueue(priority)
         self._victims = Victims(priority)
-        self._decode = DecodeSet(self.config.block_size)
+        self._reserve = Reservation(blocks, self.config.block_size) if self.config.reserve_outputs else None
+        self._decode = DecodeSet(self.config.block_size, self._reserve)
         self._prefill: list[Seq] = []  # running, still prefilling, in admission order
         self._by_id: dict[str, Seq] = {}
         self._order = itertools.count()
@@ -94,6 +98,7 @@ class Engine:
         self._run_left = 0  # steps left in a multi-step run (EngineConfig.num_scheduler_steps)
         self._lag = self.config.output_lag_steps
         self._held: dict[str, int] = {}  # first tokens not yet out: request id -> steps left (output lag)
+        self._full = False  # reserve_outputs: the waiting head did not fit; none is tried until a request leaves
         #: DCGM-like busy shares of its steps, which the emulator exports and the simulator scrapes.
         self.busy = BusyMeter(deployment)
 
@@ -184,6 +189,7 @@ class Engine:
         elif state == PREFILL:
             self._prefill.remove(seq)  # a chunk scheduled in the step in flight is skipped at its end
         seq.state = GONE
+        self._full = False
         if state == WAITING:
             self._waiting.discard()
         if seq.blocks:
@@ -205,6 +211,7 @@ class Engine:
         self._waiting.push(seq, front=True)
         self._num_preemptions += 1
         self._preempted.append(seq.req.request_id)
+        self._full = False
 
     def _cache_hit(self, seq: Seq) -> int:
         """Tokens of a preempted request whose KV is still in free blocks (0 for a new one).
@@ -269,12 +276,21 @@ class Engine:
 
         # 3. Waiting requests, while nothing was preempted and limits allow.
         waiting = self._waiting
-        if not preempted and waiting.count:
+        if not preempted and waiting.count and not self._full:
             room = self._max_seqs - decode.count - len(self._prefill)
+            reserve = self._reserve
+            others: list[tuple[int, int]] = []  # reserve: the requests beside the decoders, as it counts them
             while budget > 0 and room > 0:
                 head = waiting.peek()
                 if head is None:
                     break
+                if reserve is not None:
+                    if not others:
+                        others = [reserve.state(seq, decode.clock) for seq in self._prefill]
+                    others.append(reserve.state(head, decode.clock))
+                    if not reserve.fits(others):
+                        self._full = True
+                        break
                 # A waiting request holds no blocks; a preempted one may find its prefix still cached.
                 hit = self._cache_hit(head) if head.cache_full else 0  # (the common case, without the call)
                 new = min(head.num_tokens - hit, budget)
@@ -395,6 +411,7 @@ class Engine:
         if completed:
             self._prefill = [seq for seq in self._prefill if seq.state == PREFILL]
         if finished:
+            self._full = False
             self._finished += len(finished)
             self._victims.compact(decode.count + len(self._prefill))
         if self._lag:

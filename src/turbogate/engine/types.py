@@ -44,6 +44,9 @@ class EngineConfig:
     output_lag_steps: steps a request's first token waits after the step that sampled it before the
         client sees it (vLLM V0's asynchronous output processor handles step i's outputs while step
         i + 1 runs: 1); the engine reports it in ``StepResult.first_token`` that much later.
+    reserve_outputs: SGLang's admission (:mod:`turbogate.engine.reserve`): a waiting request is admitted
+        only if it and every running request can produce their remaining output in the KV cache; with
+        ``chunked_prefill`` False this is SGLang's prefill-first scheduling of batched prefills.
     """
 
     max_num_seqs: int = 256
@@ -54,6 +57,7 @@ class EngineConfig:
     chunked_prefill: bool = True
     num_scheduler_steps: int = 1
     output_lag_steps: int = 0
+    reserve_outputs: bool = False
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:

@@ -34,6 +34,7 @@ class EngineProfile:
     chunked_prefill: bool = True  # False: a step that prefills holds no decodes (vLLM V0's default scheduler)
     num_scheduler_steps: int = 1  # vLLM V0's multi-step scheduling: decode steps planned at once
     output_lag_steps: int = 0  # steps a sampled token waits to reach the client (stepped engine, multi-step)
+    reserve_outputs: bool = False  # SGLang's admission: only while every running request's output fits the KV
 
 
 _COMMON_FIT = "the fitting half of perf/data/published_cells.yaml"
@@ -66,11 +67,12 @@ _PROFILES: tuple[EngineProfile, ...] = (
                    "--num-scheduler-steps 10, max_num_batched_tokens = max_model_len 4096 (no chunked prefill)",
         chunked_prefill=False, num_scheduler_steps=10, output_lag_steps=1),
     EngineProfile(
-        "sglang", "SGLang (0.3 – 0.4): one-token KV pages, FlashInfer attention, chunked prefill 8192.",
+        "sglang", "SGLang (0.3 – 0.4): prefill-first batches admitted with their outputs reserved, chunk 8192.",
         PerfFactors(frontend_s=0.0, frontend_per_token_s=0.00002, bw_scale=1.0, mfu_scale=0.9, kv_bw_efficiency=0.2,
                     tp_allreduce_s=0.00008, tp_allreduce_growth_s=0.000013, decode_allreduce_s=0.00003,
                     ridge_exponent=4.0),
-        2048, 8192, f"sglang cells of {_COMMON_FIT}, with both instruments' error in the loss"),
+        2048, 8192, f"sglang cells of {_COMMON_FIT}, with both instruments' error in the loss",
+        chunked_prefill=False, reserve_outputs=True),
     EngineProfile(
         "trtllm", "TensorRT-LLM (trtllm-bench, NIM): in-process C++ runtime, custom all-reduce.",
         PerfFactors(frontend_s=0.005, frontend_per_token_s=0.00003, bw_scale=0.875, mfu_scale=1.1,
