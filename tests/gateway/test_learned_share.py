@@ -1,21 +1,36 @@
 """Learned per-replica limits live in the store and are shared by the processes sharing it
 (issue 38 point 3): a restarted or added process whose replicas are still in slow start takes
-what the others learnt instead of slow-starting from ``initial_limit``."""
+what the others learnt instead of slow-starting from ``initial_limit``; and a pool's service
+time, which sizes Turbo's headroom, where the process has measured none."""
 
 from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from turbogate.gateway.learned_share import give_learned, take_learned
-from turbogate.sched import PickerConfig, ReplicaLoad
-from turbogate.sched.learned import MAX_AGE_S, adopt, encode
+from turbogate.sched import PickerConfig, ReplicaLoad, Tier
+from turbogate.sched.admission import Admission, Admitted, Ticket
+from turbogate.sched.learned import MAX_AGE_S, adopt, encode, pool_key
 from turbogate.sched.picker import Picker, Replica
 from turbogate.store.memory import MemoryStore
 from turbogate.store.sqlite import SqliteStore
+
+
+@dataclass
+class Core:
+    """What gateway/learned_share.py reads of the flow: its picker and each pool's admission."""
+
+    picker: Picker
+    pools: dict[str, Admission] = field(default_factory=lambda: {"p": Admission({})})
+
+    def admissions(self) -> Iterable[tuple[str, Admission]]:
+        return self.pools.items()
 
 
 def learnt_picker(ids: list[str], limit_after: int) -> Picker:
@@ -68,12 +83,18 @@ def test_limits_go_through_the_store_to_a_restarted_process(kind: str, tmp_path:
         store = MemoryStore() if kind == "memory" else SqliteStore(tmp_path / "s.sqlite3")
         await store.open()
         try:
-            before = learnt_picker(["a", "b"], 11)
+            before = Core(learnt_picker(["a", "b"], 11))
+            served = before.pools["p"]
+            for i in range(5):  # the pool's service time, measured
+                served.on_complete(_queued(served), 2.0 + 0.1 * i)
             await give_learned(before, store)
-            after = cold_picker(["a", "b", "c"])
-            assert await take_learned(after, store) == 2
-            assert [after.get(r).limit for r in ("a", "b", "c")] == [11, 11, 8]
-            assert await take_learned(after, store) == 0  # taken once: no longer in slow start
+            assert set(await store.learned_limits()) == {"a", "b", pool_key("p")}
+            after = Core(cold_picker(["a", "b", "c"]))
+            assert after.pools["p"].service_estimate_s is None
+            assert await take_learned(after, store) == 3
+            assert [after.picker.get(r).limit for r in ("a", "b", "c")] == [11, 11, 8]
+            assert after.pools["p"].service_estimate_s == before.pools["p"].service_estimate_s
+            assert await take_learned(after, store) == 0  # taken once: no longer in slow start, measured
         finally:
             await store.close()
 
@@ -98,3 +119,11 @@ def test_a_replica_whose_batch_is_known_takes_the_prefill_times_it_has_not_measu
     older = cold_picker(["a"]).get("a")
     assert adopt(older, " ".join(text.split()[:4]), 1001.0)  # a store written without the times
     assert older.limit == 13 and older.first_s == 0.0
+
+
+def _queued(admission: Admission) -> Ticket:
+    """A Standard request queued and dispatched at 0 on ``admission``'s 8 slots."""
+    assert isinstance(admission.submit(Ticket("t", Tier.STANDARD, 0.0), 0.0, 8), Admitted)
+    ticket = admission.next_dispatch(0.0, 8)
+    assert ticket is not None
+    return ticket

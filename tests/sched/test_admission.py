@@ -425,7 +425,7 @@ def _state(adm: Admission) -> tuple[object, ...]:
     return (adm.snapshot(), adm.in_flight, adm.queued, adm._seq, dict(adm._active), dict(adm.dispatched),
             {t: (q.share, dict(q.finish), {k: v for k, v in q.queued_by_tenant.items() if v}, q.in_flight,
                  None if (h := q.head()) is None else (h.id, h.vtag)) for t, q in queues.items()},
-            adm._headroom.arrivals.value, adm._headroom.arrivals.at, adm._service_ewma_s, adm._samples)
+            adm._headroom.arrivals.value, adm._headroom.arrivals.at, adm.service.value, adm.service.samples)
 
 
 @settings(max_examples=150, deadline=None)

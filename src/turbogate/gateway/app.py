@@ -158,7 +158,7 @@ class GatewayApp(AsgiApp):
                                                  cfg.metrics.port)
             await self._metrics_server.start()
         await self.meter.start()
-        await start_learned(self.rt.flow.picker, self.meter.store)  # a restart is not a cold start
+        await start_learned(self.rt.flow, self.meter.store)  # a restart is not a cold start
         primary = self.meter.store.primary
         if isinstance(primary, RedisStore):  # usage records must outlive a Redis restart (docs/metering.md)
             with contextlib.suppress(StoreUnavailable):  # unreachable: the store's own warnings say so
@@ -168,7 +168,7 @@ class GatewayApp(AsgiApp):
         loop = self.serving.loop = asyncio.get_running_loop()
         self.rt.tasks = [loop.create_task(scrape_loop(self.rt, self.driver)),
                          loop.create_task(sweep(self.serving.watches, self.driver)),
-                         loop.create_task(share_loop(self.rt.flow.picker, self.meter.store))]
+                         loop.create_task(share_loop(self.rt.flow, self.meter.store))]
         self.driver.run(())  # arm the flow's timer now: warm-ups and round-trip probes are due at start
 
     async def shutdown(self) -> None:

@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from turbogate.sched.codel import ControlledDelay
 from turbogate.sched.concurrency import LOWER_TIERS_BAR
 from turbogate.sched.headroom import Headroom
+from turbogate.sched.service_time import ServiceTime
 from turbogate.sched.surge import turbo_deficit
 from turbogate.sched.ticket import Admitted, Shed, State, TenantPolicy, Ticket, TierPolicy, clamp_retry
 from turbogate.sched.tier_queue import TierQueue, count_down, holdback_line, room_kept, whole_slots
@@ -97,9 +98,8 @@ class Admission:
         self.in_flight = 0
         #: Tickets waiting in any tier.
         self.queued = 0
-        self._service_ewma_s = 0.0
-        self._samples = 0
-        self._min_samples = min_samples
+        #: Dispatch-to-completion time (another process's, until this one has measured its own).
+        self.service = ServiceTime(min_samples)
         self.dispatched: dict[Tier, int] = dict.fromkeys(TIERS, 0)
         self._headroom = Headroom(headroom_risk, headroom_staffing)
         #: A replica of the pool is still in slow start (its limit counts whole in ``proven``):
@@ -123,8 +123,9 @@ class Admission:
 
     @property
     def service_estimate_s(self) -> float | None:
-        """EWMA of dispatch-to-completion time, once enough requests have completed."""
-        return self._service_ewma_s if self._samples >= self._min_samples else None
+        """EWMA of dispatch-to-completion time, once trusted (sched/service_time.py)."""
+        service = self.service  # read on every dispatch: no second property call
+        return service.value if service.samples >= service.min_samples else None
 
     @property
     def headroom_risk(self) -> float:
@@ -416,10 +417,7 @@ class Admission:
             queue.in_flight -= 1
             self.in_flight -= 1
             if count_service and ticket.dispatched_at is not None:
-                sample = max(0.0, now - ticket.dispatched_at)
-                self._samples += 1
-                alpha = 0.2 if self._samples > 1 else 1.0
-                self._service_ewma_s += alpha * (sample - self._service_ewma_s)
+                self.service.add(max(0.0, now - ticket.dispatched_at))
             ticket.state = _DONE
             count_down(self._active, ticket.tenant)
         elif ticket.state is _QUEUED:

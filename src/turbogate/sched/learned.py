@@ -1,5 +1,5 @@
-"""A replica's learned concurrency limit as text for the store, and what a process that starts
-cold takes from it (pure: the wall-clock time is passed in).
+"""A replica's learned concurrency limit (and its pool's service time) as text for the store, and
+what a process that starts cold takes from it (pure: the wall-clock time is passed in).
 
 A gateway restarted during an overload, or a worker or gateway process added to a fleet's
 front, would otherwise learn every replica's limit again from ``initial_limit`` by slow start
@@ -17,6 +17,13 @@ takes them from the store where it has none of its own.
 Text: ``"limit ssthresh proven written_at first_s step_s"`` (``inf`` for a threshold not found
 yet, 0 for a time not measured; the first four alone are read too).  A state older than
 ``MAX_AGE_S`` is ignored: the engine may have been reconfigured since.
+
+A pool's dispatch-to-completion time (sched/service_time.py), which sizes Turbo's headroom and
+supply, goes under ``pool_key(pool)`` as ``"service_s written_at"`` and is taken, within the same
+age, by a process that has measured none (``encode_pool``, ``adopt_pool``): without it a process
+started during an overload keeps no room for Turbo in its first seconds.  Only what describes the
+engines travels, not what one process sees of the traffic (its arrival rates: processes sharing
+a store each see their own part of it).
 """
 
 from __future__ import annotations
@@ -24,9 +31,13 @@ from __future__ import annotations
 import math
 
 from turbogate.sched.replica import Replica
+from turbogate.sched.service_time import ServiceTime
 from turbogate.sched.surge import regate
 
 MAX_AGE_S = 600.0
+#: Prefix of a pool's key among the replicas' (a replica's text never parses as a pool's, nor
+#: the other way round, should a replica be named so).
+POOL_PREFIX = "pool:"
 
 
 def encode(replica: Replica, wall_now: float) -> str | None:
@@ -69,3 +80,24 @@ def _adopt_times(replica: Replica, first_s: float, step_s: float) -> bool:
     replica.first_s, replica.step_s = first_s, step_s
     regate(replica)
     return True
+
+
+def pool_key(pool: str) -> str:
+    return POOL_PREFIX + pool
+
+
+def encode_pool(service: ServiceTime, wall_now: float) -> str | None:
+    """A pool's service-time estimate as text, or None while it has none it trusts."""
+    estimate = service.estimate_s
+    return None if estimate is None or estimate <= 0.0 else f"{estimate:.6f} {wall_now:.3f}"
+
+
+def adopt_pool(service: ServiceTime, text: str, wall_now: float) -> bool:
+    """Take the stored estimate when this process trusts none of its own; True if taken."""
+    try:
+        values = [float(x) for x in text.split()]
+    except ValueError:
+        return False
+    if len(values) != 2 or not math.isfinite(values[0]) or wall_now - values[1] > MAX_AGE_S:
+        return False
+    return service.adopt(values[0])
