@@ -23,6 +23,10 @@ Per fleet, the JSON reports:
   started again on the same port with the same store: the largest window p95 ratio from the
   third scrape interval after it answers again (target ≤ 1.5); requests sent while it was down
   fail (``turbo_errors_at_2x``);
+- ``simulated_restart``: the restart in the simulator (``RESTART_DOWN_S`` down; the engines abort
+  what the stopped gateway held, and the new core takes what the old one wrote to the store
+  through ``gateway/learned_share.py``), four seeds: the largest window p95 ratio from the third
+  scrape interval after it is back, beside the same windows of the same run uninterrupted;
 - the bench's dispatch lag (p99), so a run that measured the machine says so;
 - ``engine_floor``: the same step in the simulator (virtual time: the emulator's engine model
   behind the gateway's own core, four seeds), once as measured here and once with Turbo *alone*
@@ -43,7 +47,9 @@ gateway must hold on by itself (docs/engines.md, "Priority inside the engine").
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -62,19 +68,26 @@ from turbogate.bench.options import build_load
 from turbogate.config import _default_tiers, hash_key, parse_config
 from turbogate.engine import EngineConfig
 from turbogate.engine.capacity import saturated_rate
+from turbogate.gateway.learned_share import give_learned, take_learned
 from turbogate.perf import deployment, get_gpu, resolve_model
 from turbogate.procs import Service, start_emulator, start_gateway
 from turbogate.results.io import read_jsonl
 from turbogate.results.percentile import percentile
-from turbogate.sim.build import SimConfig
+from turbogate.sched.actions import FlowRequest, Respond
+from turbogate.sched.flow import Flow
+from turbogate.sched.load import ReplicaLoad
+from turbogate.sim.build import SimConfig, build_simulation
+from turbogate.sim.core import Call, Simulation
 from turbogate.sim.fleet import parse_fleet
-from turbogate.sim.run import simulate
+from turbogate.store.memory import MemoryStore
 
 KEY = "sk-surge"
 MODEL = "llama-3.1-8b"
 WINDOW_S = 5.0
 SCRAPE_S = 1.0  # the gateway's default scrape interval
 RESTART_AFTER_S = 10.0
+#: The simulated restart's gateway answers again this long after it stopped (wall seconds).
+RESTART_DOWN_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -204,9 +217,12 @@ def analyse(records: list[dict[str, Any]], fleet: Fleet, hold_s: float, from_s: 
     return out
 
 
-def simulated(fleet: Fleet, hold_s: float, seed: int, turbo_alone: bool) -> list[dict[str, Any]]:
+def simulated(fleet: Fleet, hold_s: float, seed: int, turbo_alone: bool,
+              restart_at_s: float | None = None) -> list[dict[str, Any]]:
     """The stepped run in the simulator, its records as the bench writes them in wall seconds:
-    the mixed load, or Turbo alone at its share of it."""
+    the mixed load, or Turbo alone at its share of it; ``restart_at_s`` (wall): the gateway's core
+    stopped then and a new one started ``RESTART_DOWN_S`` later with what the old one left in the
+    store (``_Restart``)."""
     scale = fleet.scale
     share = float(dict(kv.split("=") for kv in fleet.mix.split(","))["turbo"])
     cap = fleet.capacity_rps() * scale  # engine seconds
@@ -224,14 +240,94 @@ def simulated(fleet: Fleet, hold_s: float, seed: int, turbo_alone: bool) -> list
                       prompt_tokens=str(fleet.prompt), output_tokens=str(fleet.output), dataset=None, no_seed=False,
                       tiers="turbo=1" if turbo_alone else fleet.mix, n_api_keys=1, random_seed=seed, slo=None,
                       knee_method="throughput", knee_k=2.0, knee_metric="e2e", fleet_cost=1.0, tier_cost=None)
+    sim, _ = build_simulation(SimConfig(gateway=gateway, fleet=sim_fleet, load=load, api_keys=(KEY,)))
+    if restart_at_s is not None:
+        _Restart(sim, restart_at_s / scale, RESTART_DOWN_S / scale)
     out = []
-    for r in simulate(SimConfig(gateway=gateway, fleet=sim_fleet, load=load, api_keys=(KEY,))).records:
+    for r in sorted(sim.run(), key=lambda r: r.id):
         d = r.to_dict()
         for key in ("scheduled_s", "ttft_s", "e2e_s", "end_s"):
             if d.get(key) is not None:
                 d[key] = float(d[key]) * scale
         out.append(d)
     return out
+
+
+class _Restart:
+    """A gateway restarted inside a simulated run: at ``stop_at`` the core's requests end (the
+    engines abort them, their clients get an error), arrivals fail for ``down_s``, and then a
+    new ``Flow`` serves, first scraping every replica and taking what the old one wrote to the
+    store (``hand_over`` and ``take_over``), as ``gateway/app.py`` starts.  The run's loop reads
+    the core through this object, so it follows the swap."""
+
+    def __init__(self, sim: Simulation, stop_at: float, down_s: float) -> None:
+        self.sim = sim
+        self.core: Flow | None = sim.flow
+        self.policy = sim.flow.policy
+        self.calls: list[Call] = []
+        self.store = MemoryStore()
+        sim.flow = self  # type: ignore[assignment]
+        sim._push(stop_at, self._stop, None)
+        sim._push(stop_at + down_s, self._start, None)
+
+    def __getattr__(self, name: str) -> Any:
+        core = self.__dict__["core"]
+        if core is None:
+            return _down
+        return getattr(core, name)
+
+    def open(self, **kw: Any) -> FlowRequest | Respond:
+        if self.core is None:
+            return Respond(None, 502, "gateway_down", "connection refused: the gateway is restarting")
+        r = self.core.open(**kw)
+        if not isinstance(r, Respond):
+            self.calls.append(kw["handle"])
+        return r
+
+    def wake_at(self) -> float:
+        return math.inf if self.core is None else self.core.wake_at()
+
+    def _stop(self, now: float, _: None) -> None:
+        assert self.core is not None
+        hand_over(self.core, self.store)
+        sim = self.sim
+        for call in self.calls:
+            rep = call.rep
+            if rep is not None and rep.on.pop(call.rid, None) is not None:
+                rep.loop.abort(call.rid, now)
+            sim._close(call, now + sim.c2g, 502, "HTTP 502: the gateway stopped")
+        self.calls = []
+        self.core = None
+
+    def _start(self, now: float, _: None) -> None:
+        sim = self.sim
+        core = self.core = Flow(self.policy)
+        sim._flow_replica = {rid: core.picker.get(rid) for rid in sim.replicas}
+        sim._armed = math.inf
+        for rep in sim._scraped:
+            engine = rep.loop.engine
+            busy = rep.busy_fractions(now)
+            sim._act(core.scraped(rep.id, ReplicaLoad(
+                running=engine.num_running, waiting=engine.waiting_gauge, kv_usage=engine.blocks.usage,
+                tensor_active=busy.tensor_active, dram_active=busy.dram_active), now), now)
+        take_over(core, self.store)
+        sim._act(core.tick(now), now)
+
+
+def _down(*_args: Any, **_kw: Any) -> list[Any]:
+    """What the stopped gateway answers to any event: nothing."""
+    return []
+
+
+def hand_over(flow: Flow, store: MemoryStore) -> None:
+    """What ``flow``'s process writes to the store (``gateway/learned_share.py``, as it does every
+    ``SHARE_INTERVAL_S``)."""
+    asyncio.run(give_learned(flow, store))
+
+
+def take_over(flow: Flow, store: MemoryStore) -> int:
+    """What a process starting with ``store`` takes from it (``gateway/learned_share.py``)."""
+    return asyncio.run(take_learned(flow, store))
 
 
 def engine_floor(fleet: Fleet, hold_s: float, seeds: Sequence[int] = (1, 2, 3, 4)) -> dict[str, Any]:
@@ -248,6 +344,25 @@ def engine_floor(fleet: Fleet, hold_s: float, seeds: Sequence[int] = (1, 2, 3, 4
         alone.append(ratio(worst, base))
     return {"seeds": list(seeds), "simulated_max_window_p95_ratio": mixed, "turbo_alone_max_window_p95_ratio": alone,
             "turbo_alone_median": _median(alone), "simulated_median": _median(mixed)}
+
+
+def simulated_restart(fleet: Fleet, hold_s: float, seeds: Sequence[int] = (1, 2, 3, 4)) -> dict[str, Any]:
+    """Per seed, the restart run in the simulator (``run_fleet``'s: a longer overload, the gateway's
+    core stopped ``RESTART_AFTER_S`` into it and back ``RESTART_DOWN_S`` later with what the old one
+    wrote to the store): the largest window p95 ratio from the third scrape interval after it is
+    back, and the same windows' of the same run uninterrupted (what a restart should cost: nothing)."""
+    long_hold = hold_s + RESTART_AFTER_S + 3 * SCRAPE_S
+    stop = long_hold + RESTART_AFTER_S
+    counted_from = stop + RESTART_DOWN_S + 3 * SCRAPE_S
+    restarted: list[float | None] = []
+    uninterrupted: list[float | None] = []
+    for seed in seeds:
+        for runs, at in ((restarted, stop), (uninterrupted, None)):
+            records = simulated(fleet, long_hold, seed, turbo_alone=False, restart_at_s=at)
+            runs.append(analyse(records, fleet, long_hold, from_s=counted_from)["max_window_p95_ratio"])
+    return {"seeds": list(seeds), "counted_from_s": round(counted_from - long_hold, 2),
+            "restarted_max_window_p95_ratio": restarted, "uninterrupted_max_window_p95_ratio": uninterrupted,
+            "restarted_median": _median(restarted), "uninterrupted_median": _median(uninterrupted)}
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -308,6 +423,8 @@ def run_fleet(fleet: Fleet, hold_s: float, folder: Path, restart: bool, policy: 
                                  "turbo_errors_at_2x": r["turbo_errors_at_2x"]}
         result["loadavg"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
         result["engine_floor"] = engine_floor(fleet, hold_s)
+        if restart:
+            result["simulated_restart"] = simulated_restart(fleet, hold_s)
         return result
     finally:
         for e in emulators:
@@ -321,7 +438,8 @@ def main() -> None:
     ap.add_argument("--no-restart", action="store_true", help="skip the restarted-gateway run")
     ap.add_argument("--keep", type=Path, default=None, help="keep the run folders and logs here")
     ap.add_argument("--floor-only", action="store_true",
-                    help="only the simulated engine_floor per fleet (seconds, no real processes)")
+                    help="only the simulated engine_floor and simulated_restart per fleet (seconds, no real "
+                         "processes)")
     ap.add_argument("--scheduling-policy", choices=("fcfs", "priority"), default="fcfs",
                     help="the engines' scheduling policy (and the pool's): priority as vLLM's")
     args = ap.parse_args()
@@ -333,7 +451,9 @@ def main() -> None:
                            "scheduling_policy": args.scheduling_policy, "fleets": {}}
     if args.floor_only:
         print(json.dumps({"hold_s": args.hold, "window_s": WINDOW_S,
-                          "fleets": {n: {"engine_floor": engine_floor(FLEETS[n], args.hold)} for n in names}}))
+                          "fleets": {n: {"engine_floor": engine_floor(FLEETS[n], args.hold),
+                                         "simulated_restart": simulated_restart(FLEETS[n], args.hold)}
+                                     for n in names}}))
         return
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep or Path(tmp)
