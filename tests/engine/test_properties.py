@@ -41,9 +41,9 @@ configs = {
 
 
 def _setup(workload: list[Spec], blocks: int, max_seqs: int, budget: int,
-           policy: str) -> tuple[Engine, dict[str, Spec]]:
+           policy: str, sglang: bool = False) -> tuple[Engine, dict[str, Spec]]:
     eng = Engine(DEP, EngineConfig(max_num_seqs=max_seqs, max_num_batched_tokens=budget, policy=policy,  # type: ignore[arg-type]
-                                   num_gpu_blocks=blocks))
+                                   num_gpu_blocks=blocks, chunked_prefill=not sglang, reserve_outputs=sglang))
     capacity = blocks * 16
     # Every request fits the KV cache alone (the engine refuses the others; tested elsewhere).
     for spec in workload:
@@ -52,9 +52,10 @@ def _setup(workload: list[Spec], blocks: int, max_seqs: int, budget: int,
 
 
 @settings(max_examples=150, deadline=None)
-@given(**configs)
-def test_engine_invariants(workload: list[Spec], blocks: int, max_seqs: int, budget: int, policy: str) -> None:
-    eng, by_id = _setup(workload, blocks, max_seqs, budget, policy)
+@given(**configs, sglang=st.booleans())
+def test_engine_invariants(workload: list[Spec], blocks: int, max_seqs: int, budget: int, policy: str,
+                           sglang: bool) -> None:
+    eng, by_id = _setup(workload, blocks, max_seqs, budget, policy, sglang)
     produced: dict[str, int] = dict.fromkeys(by_id, 0)
     first_tokens: dict[str, int] = dict.fromkeys(by_id, 0)
     finished: dict[str, int] = {}
@@ -88,6 +89,8 @@ def test_engine_invariants(workload: list[Spec], blocks: int, max_seqs: int, bud
         assert stats.running <= max_seqs
         assert (eng.num_running, eng.num_waiting) == (stats.running, stats.waiting)
         assert result.prefill_tokens + result.decode_seqs <= budget
+        if sglang:  # prefill first (a step that prefills holds no decodes), outputs reserved (nothing preempted)
+            assert not (result.prefill_tokens and result.decode_seqs) and not result.preempted
         assert result.duration >= 0.0
 
         preempted_ever.update(result.preempted)

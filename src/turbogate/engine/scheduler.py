@@ -284,7 +284,7 @@ class Engine:
                 head = waiting.peek()
                 if head is None:
                     break
-                if reserve is not None:
+                if reserve is not None and (decode.count or self._prefill):  # alone, any request fits
                     if not others:
                         others = [reserve.state(seq, decode.clock) for seq in self._prefill]
                     others.append(reserve.state(head, decode.clock))
