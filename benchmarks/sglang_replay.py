@@ -2,9 +2,11 @@
 (``turbogate.perf.published``: datacrunch-research/h200-benchmarks @ c091ef53, Llama-3.3-70B bf16 on 4x H200,
 TP4).  Prints ONE JSON object.  It diagnoses the five offline cells; nothing is tuned on them.
 
-The stepped engine schedules like vLLM V1.  The SGLang build those runs used (early 2025) differs in ways its
-source documents (``python/sglang/srt/managers/scheduler.py`` and ``schedule_policy.py`` of that time), and
-this script replays them, so a miss that survives the replay is not the scheduler's:
+The stepped engine schedules like vLLM V1 unless its profile says otherwise (under the ``sglang`` profile it
+runs the first two rules below itself: ``engine/reserve.py``).  The SGLang build those runs used (early
+2025) differs in ways its source documents (``python/sglang/srt/managers/scheduler.py`` and
+``schedule_policy.py`` of that time), and this script replays them, so a miss that survives the replay is not
+the scheduler's:
 
 * prefill first: whenever a waiting request fits, the next step is a prefill batch and it runs alone (mixed
   chunked prefill is off by default); decode steps run only when nothing can be admitted;
