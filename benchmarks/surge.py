@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -73,12 +72,10 @@ from turbogate.perf import deployment, get_gpu, resolve_model
 from turbogate.procs import Service, start_emulator, start_gateway
 from turbogate.results.io import read_jsonl
 from turbogate.results.percentile import percentile
-from turbogate.sched.actions import FlowRequest, Respond
 from turbogate.sched.flow import Flow
-from turbogate.sched.load import ReplicaLoad
 from turbogate.sim.build import SimConfig, build_simulation
-from turbogate.sim.core import Call, Simulation
 from turbogate.sim.fleet import parse_fleet
+from turbogate.sim.restart import GatewayRestart
 from turbogate.store.memory import MemoryStore
 
 KEY = "sk-surge"
@@ -222,7 +219,7 @@ def simulated(fleet: Fleet, hold_s: float, seed: int, turbo_alone: bool,
     """The stepped run in the simulator, its records as the bench writes them in wall seconds:
     the mixed load, or Turbo alone at its share of it; ``restart_at_s`` (wall): the gateway's core
     stopped then and a new one started ``RESTART_DOWN_S`` later with what the old one left in the
-    store (``_Restart``)."""
+    store (``sim/restart.py``)."""
     scale = fleet.scale
     share = float(dict(kv.split("=") for kv in fleet.mix.split(","))["turbo"])
     cap = fleet.capacity_rps() * scale  # engine seconds
@@ -242,7 +239,9 @@ def simulated(fleet: Fleet, hold_s: float, seed: int, turbo_alone: bool,
                       knee_method="throughput", knee_k=2.0, knee_metric="e2e", fleet_cost=1.0, tier_cost=None)
     sim, _ = build_simulation(SimConfig(gateway=gateway, fleet=sim_fleet, load=load, api_keys=(KEY,)))
     if restart_at_s is not None:
-        _Restart(sim, restart_at_s / scale, RESTART_DOWN_S / scale)
+        store = MemoryStore()
+        GatewayRestart(sim, restart_at_s / scale, RESTART_DOWN_S / scale,
+                       hand_over=lambda flow: hand_over(flow, store), take_over=lambda flow: take_over(flow, store))
     out = []
     for r in sorted(sim.run(), key=lambda r: r.id):
         d = r.to_dict()
@@ -251,72 +250,6 @@ def simulated(fleet: Fleet, hold_s: float, seed: int, turbo_alone: bool,
                 d[key] = float(d[key]) * scale
         out.append(d)
     return out
-
-
-class _Restart:
-    """A gateway restarted inside a simulated run: at ``stop_at`` the core's requests end (the
-    engines abort them, their clients get an error), arrivals fail for ``down_s``, and then a
-    new ``Flow`` serves, first scraping every replica and taking what the old one wrote to the
-    store (``hand_over`` and ``take_over``), as ``gateway/app.py`` starts.  The run's loop reads
-    the core through this object, so it follows the swap."""
-
-    def __init__(self, sim: Simulation, stop_at: float, down_s: float) -> None:
-        self.sim = sim
-        self.core: Flow | None = sim.flow
-        self.policy = sim.flow.policy
-        self.calls: list[Call] = []
-        self.store = MemoryStore()
-        sim.flow = self  # type: ignore[assignment]
-        sim._push(stop_at, self._stop, None)
-        sim._push(stop_at + down_s, self._start, None)
-
-    def __getattr__(self, name: str) -> Any:
-        core = self.__dict__["core"]
-        if core is None:
-            return _down
-        return getattr(core, name)
-
-    def open(self, **kw: Any) -> FlowRequest | Respond:
-        if self.core is None:
-            return Respond(None, 502, "gateway_down", "connection refused: the gateway is restarting")
-        r = self.core.open(**kw)
-        if not isinstance(r, Respond):
-            self.calls.append(kw["handle"])
-        return r
-
-    def wake_at(self) -> float:
-        return math.inf if self.core is None else self.core.wake_at()
-
-    def _stop(self, now: float, _: None) -> None:
-        assert self.core is not None
-        hand_over(self.core, self.store)
-        sim = self.sim
-        for call in self.calls:
-            rep = call.rep
-            if rep is not None and rep.on.pop(call.rid, None) is not None:
-                rep.loop.abort(call.rid, now)
-            sim._close(call, now + sim.c2g, 502, "HTTP 502: the gateway stopped")
-        self.calls = []
-        self.core = None
-
-    def _start(self, now: float, _: None) -> None:
-        sim = self.sim
-        core = self.core = Flow(self.policy)
-        sim._flow_replica = {rid: core.picker.get(rid) for rid in sim.replicas}
-        sim._armed = math.inf
-        for rep in sim._scraped:
-            engine = rep.loop.engine
-            busy = rep.busy_fractions(now)
-            sim._act(core.scraped(rep.id, ReplicaLoad(
-                running=engine.num_running, waiting=engine.waiting_gauge, kv_usage=engine.blocks.usage,
-                tensor_active=busy.tensor_active, dram_active=busy.dram_active), now), now)
-        take_over(core, self.store)
-        sim._act(core.tick(now), now)
-
-
-def _down(*_args: Any, **_kw: Any) -> list[Any]:
-    """What the stopped gateway answers to any event: nothing."""
-    return []
 
 
 def hand_over(flow: Flow, store: MemoryStore) -> None:

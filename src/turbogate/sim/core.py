@@ -370,19 +370,22 @@ class Simulation:
     def _probed(self, now: float, rep: SimReplica) -> None:
         self._act(self.flow.probed(rep.id, not (rep.down or rep.frozen), now), now)
 
+    @staticmethod
+    def _load_of(rep: SimReplica, now: float) -> ReplicaLoad | ScrapeFailed:
+        """What a scrape of ``rep`` reads at ``now``."""
+        if rep.down:
+            return ScrapeFailed(kind="connect")
+        if rep.frozen:
+            return ScrapeFailed(kind="timeout")
+        engine = rep.loop.engine  # O(1) gauges, as vLLM's: stats() also measures fragmentation
+        busy = rep.busy_fractions(now)  # DCGM's, scraped beside the engine's (sched/phase.py reads them)
+        return ReplicaLoad(running=engine.num_running, waiting=engine.waiting_gauge, kv_usage=engine.blocks.usage,
+                           tensor_active=busy.tensor_active, dram_active=busy.dram_active)
+
     def _scrape(self, now: float, _: None) -> None:
         stale = self.staleness
         for rep in self._scraped:
-            if rep.down:
-                load: ReplicaLoad | ScrapeFailed = ScrapeFailed(kind="connect")
-            elif rep.frozen:
-                load = ScrapeFailed(kind="timeout")
-            else:
-                engine = rep.loop.engine  # O(1) gauges, as vLLM's: stats() also measures fragmentation
-                busy = rep.busy_fractions(now)  # DCGM's, scraped beside the engine's (sched/phase.py reads them)
-                load = ReplicaLoad(running=engine.num_running, waiting=engine.waiting_gauge,
-                                   kv_usage=engine.blocks.usage, tensor_active=busy.tensor_active,
-                                   dram_active=busy.dram_active)
+            load = self._load_of(rep, now)
             if stale > 0:
                 self._push(now + stale, self._deliver, (rep.id, load))
             else:
@@ -392,3 +395,28 @@ class Simulation:
 
     def _deliver(self, now: float, arg: tuple[str, ReplicaLoad | ScrapeFailed]) -> None:
         self._act(self.flow.scraped(arg[0], arg[1], now), now)
+
+    # ---- a gateway stopped and started again mid-run (sim/restart.py drives these) --------------
+
+    def at(self, t: float, fn: Callable[[float], None]) -> None:
+        """Call ``fn(now)`` at virtual time ``t``."""
+        self._push(t, lambda now, _: fn(now), None)
+
+    def drop(self, call: Call, now: float, error: str) -> None:
+        """End ``call`` as a gateway process dying does: its engine aborts it, its client gets a 502."""
+        rep = call.rep
+        if rep is not None and rep.on.pop(call.rid, None) is not None:
+            rep.loop.abort(call.rid, now)
+        self._close(call, now + self.c2g, 502, error)
+
+    def take_over(self, flow: Flow, now: float) -> None:
+        """A new core serves from ``now``: L2's view of each replica is its, and it scrapes every
+        replica once as a starting gateway does (``flow`` is what ``self.flow`` stands for now)."""
+        self._flow_replica = {rid: flow.picker.get(rid) for rid in self.replicas}
+        self._armed = math.inf
+        for rep in self._scraped:
+            self._act(flow.scraped(rep.id, self._load_of(rep, now), now), now)
+
+    def act(self, actions: list[Any], now: float) -> None:
+        """Carry out ``actions`` a core answered outside the loop's own events."""
+        self._act(actions, now)
