@@ -161,3 +161,44 @@ def test_after_a_ten_fold_burst_standard_finds_free_slots_while_relax_drains() -
                  if r.asked is Tier.STANDARD and end + 15.0 <= r.arrival < end + 45.0]
         ratios.append(round(pct(after, 0.95) / pct(before, 0.95), 2))
     assert max(ratios) <= 2.0, ratios
+
+
+def test_turbo_served_standard_past_its_patience_leaves_turbo_half_its_headroom() -> None:
+    """Turbo beyond what the pool can give it is served Standard, first in Standard's line, and
+    once it has waited half of Standard's queue limit it may reach past the lower tiers' ceiling
+    (else the limit refuses it) — into half of Turbo's headroom, not all of it: the other half
+    stays free for Turbo's own next arrivals (tier_queue.py ``patient_reach``)."""
+    import heapq
+
+    from turbogate.sched import Admission, Admitted, Ticket, TierPolicy
+
+    policies = {
+        Tier.TURBO: TierPolicy(queue_budget_s=5.0, ttft_slo_s=1.0),
+        Tier.STANDARD: TierPolicy(capacity_share=0.9, max_utilization=0.85, min_share=0.2, queue_budget_s=5.0,
+                                  ttft_slo_s=5.0),
+        Tier.RELAX: TierPolicy(capacity_share=0.5, max_utilization=0.7, min_share=0.05, queue_budget_s=60.0,
+                               ttft_slo_s=60.0),
+    }
+    adm, slots, service = Admission(policies), 24, 1.5
+    done: list[tuple[float, int, Ticket]] = []
+    now, step = 0.0, 0
+    while now < 30.0:  # Turbo 3/s and Standard 4/s, each served at once in 1.5 s
+        while done and done[0][0] <= now:
+            adm.on_complete(heapq.heappop(done)[2], now)
+        ticket = Ticket("a", Tier.TURBO if step % 7 < 3 else Tier.STANDARD, now)
+        assert isinstance(adm.submit(ticket, now, slots), Admitted)
+        assert adm.next_dispatch(now, slots) is ticket
+        heapq.heappush(done, (now + service, step, ticket))
+        step += 1
+        now += 1.0 / 7.0
+    kept = adm.headroom(now, slots)
+    assert kept >= 4, kept
+    patience = 0.5 * policies[Tier.STANDARD].queue_limit_s
+    for _ in range(slots):  # downgraded Turbo that waited past its patience
+        assert isinstance(adm.submit(Ticket("a", Tier.STANDARD, now - patience - 0.5, first=True), now, slots),
+                          Admitted)
+    while adm.next_dispatch(now, slots) is not None:
+        pass
+    free = slots - adm.in_flight
+    assert free < kept, (free, kept)  # it reached into Turbo's headroom
+    assert free >= kept // 2, (free, kept)  # and left Turbo half of it

@@ -43,7 +43,7 @@ from turbogate.sched.headroom import Headroom
 from turbogate.sched.service_time import ServiceTime
 from turbogate.sched.surge import turbo_deficit
 from turbogate.sched.ticket import Admitted, Shed, State, TenantPolicy, Ticket, TierPolicy, clamp_retry
-from turbogate.sched.tier_queue import TierQueue, count_down, holdback_line, room_kept, whole_slots
+from turbogate.sched.tier_queue import TierQueue, count_down, holdback_line, patient_reach, room_kept, whole_slots
 from turbogate.sched.tiers import RANK, TIERS, Tier
 from turbogate.sched.turbo_supply import TurboSupply
 
@@ -336,13 +336,13 @@ class Admission:
             # reaches into headroom kept for a tier that is not waiting.
             # Turbo served Standard for want of supply (``Ticket.first``) goes first in Standard's
             # line, after any Turbo waiting, up to what leaves Turbo its headroom rather than
-            # Standard's own utilization line; halfway to Standard's queue limit, as far as Turbo
-            # may (sched/turbo_supply.py).
+            # Standard's own utilization line; halfway to Standard's queue limit, into half of
+            # Turbo's headroom (sched/turbo_supply.py, tier_queue.py ``patient_reach``).
             reach = max(line, line_above) if due else line
             if queue.heap[0][0] < 0.0:
                 first = queue.head()
                 if first is not None and first.first:
-                    reach = slots if now - first.arrival > self._first_patience_s else max(line, ceiling)
+                    reach = patient_reach(slots, max(line, ceiling), now - first.arrival > self._first_patience_s)
             if queue.in_flight < cap and (best is None or due) and in_flight < reach:
                 head = queue.head()
                 codel = self._codel.get(_tier)

@@ -49,6 +49,17 @@ def holdback_line(policy: TierPolicy, base: int, ceiling: int, top_share: float,
     return max(1, min(own, ceiling - max(above - own, kept)))
 
 
+def patient_reach(slots: int, reach: int, patient: bool) -> int:
+    """The pool's in-flight count below which a Turbo request served Standard for want of supply
+    (``Ticket.first``) goes: ``reach`` (the lower tiers' ceiling, so Turbo keeps its headroom), or
+    once it is ``patient`` (it waited half of Standard's queue limit, sched/admission.py) half of
+    that headroom too, so it is served before the limit refuses it.  Half, not all: the excess
+    being served must not leave Turbo's own next arrivals no free slot (reaching every slot, a
+    clump of Turbo on the 30 %-Turbo H100 fleet waited 55-100 ms for completions: 5.1x its
+    unloaded TTFT in a simulated window)."""
+    return slots - (slots - reach) // 2 if patient else reach
+
+
 #: Standard's room is sized for this share of Turbo's wait risk: Standard is judged on every 4-s
 #: window's p95 after a burst (about twenty requests each, some 250 a minute), so one request in
 #: a hundred waiting still spoils a few windows a minute; at a tenth, seldom one.
