@@ -31,6 +31,7 @@ Retry-After, recovery within 5 s, Turbo and Standard back within 10 s of the bur
 
     python benchmarks/overload_soak.py [--seconds 60] [--factor 10] [--burst-seconds 30] [--after-seconds 60]
     python benchmarks/overload_soak.py --simulate 1,2,3   # the burst question in virtual time, per seed
+    python benchmarks/overload_soak.py --replay 1,2,3     # the real run's own schedule in virtual time
 
 ``--simulate`` runs the burst question in the simulator instead (no processes, seconds a seed),
 over the gateway's own core with the same config: each replica's engine runs ``1 / SCALE`` times
@@ -41,6 +42,11 @@ sequences) and ``--mix`` (``issue``: the real run's tier mixes; ``std``: a Stand
 mixed load and twice the burst's Relax share), with the same figures as the real run's
 ``burst``.  Before the burst, as the real run's soak does, an overload (2× for 20 s) teaches the
 gateway its replicas' limits and the mixed load follows until the backlog it left is gone.
+
+``--replay SEEDS`` runs, in the same way on the real run's fleet, the schedule the real run sends
+with each seed (``real_schedule``: the same generator and draws, the burst's and the mixed load's
+loops interleaved as the event loop wakes them), so a slow stretch of a real run can be told apart:
+the machine's, or the schedule's (seed 1: twelve Turbo arrivals in 0.86 s, 48.6 s after the burst).
 
 All traffic stays on 127.0.0.1; the client keeps at most ``--max-open`` requests open.
 """
@@ -365,12 +371,14 @@ Segments = list[tuple[float, float, float, tuple[tuple[str, float], ...]]]
 
 
 def sim_sent(replicas: int, seqs: int, segments: Segments, warmup: Segments, seed: int,
-             probe: Any = None, skip: frozenset[int] = frozenset()) -> list[tuple[float, str, float]]:
+             probe: Any = None, skip: frozenset[int] = frozenset(),
+             schedule: list[tuple[float, str]] | None = None) -> list[tuple[float, str, float]]:
     """Run ``segments`` ((start, seconds, rate, mix), rates in wall requests/s) through the
     gateway's core on ``replicas`` faster engines in virtual time, after the unrecorded
     ``warmup`` segments: (send time, tier, TTFT; inf: shed or no first token) per request, as
     ``Load.sent``.  ``probe(sim)``: called before the run.  ``skip``: indices of segments left
-    out, the others' arrivals unchanged (each segment draws its own)."""
+    out, the others' arrivals unchanged (each segment draws its own).  ``schedule``: (send time,
+    tier) of every request instead of the segments' draws (``real_schedule``)."""
     from turbogate.bench.options import build_load
     from turbogate.configpolicy import flow_policy
     from turbogate.engine import Engine, EngineLoop
@@ -399,6 +407,11 @@ def sim_sent(replicas: int, seqs: int, segments: Segments, warmup: Segments, see
                         if offset or part not in skip for r in RequestSource(load(rate, seconds, mix, offset + part)))
         return [r._replace(id=i, t=t, step=0) for i, (t, _, r) in enumerate(merged)]
 
+    if schedule is not None:
+        like = next(iter(RequestSource(load(1.0, 10.0, BASE_MIX, 0))))
+        recorded = [like._replace(id=i, t=t, step=0, tier=tier) for i, (t, tier) in enumerate(schedule)]
+    else:
+        recorded = requests(segments, 0)
     warm = [r._replace(id=-1 - r.id) for r in requests(warmup, 100)]
     warmup_s = max(start + seconds for start, seconds, _, _ in warmup)
     first = segments[0]
@@ -408,7 +421,7 @@ def sim_sent(replicas: int, seqs: int, segments: Segments, warmup: Segments, see
         rep.deployment = _faster(rep.deployment, 1.0 / SCALE)
         rep.loop = EngineLoop(Engine(rep.deployment, rep.config))
     flow = Flow(flow_policy(gateway, pools=specs, mode="turbogate"))
-    sim = Simulation(flow, reps, requests(segments, 0), model=MODEL, tenants=["soak"],
+    sim = Simulation(flow, reps, recorded, model=MODEL, tenants=["soak"],
                      scrape_interval_s=gateway.scrape.interval_s, warmup=warm, warmup_s=warmup_s)
     if probe is not None:
         probe(sim)
@@ -434,6 +447,58 @@ def simulated(seed: int, fleet: str, mix: str, base_load: float, factor: float, 
             **burst_figures(sent, base_s, base_s + burst_s, base_s + burst_s + after_s, steady)}
 
 
+Loop = tuple[float, float, tuple[tuple[str, float], ...], bool]  # next send time, rate, mix, the burst's
+
+
+def real_schedule(seed: int, base_rps: float, burst_rps: float, base_s: float, burst_s: float,
+                  after_s: float) -> tuple[list[tuple[float, str, bool]], float, float]:
+    """The requests ``burst`` sends with ``seed``, as (send time, tier, part of the burst), and
+    when the burst starts and ends: the same draws from the same generator as ``Load.poisson``,
+    in the order its event loop makes them (each wake draws its tier, then the next gap; beside
+    the burst, the mixed load's loop draws its first gap before the burst's; each phase starts
+    when the one before sent its last request).  Times are the schedule's, without the machine."""
+    rng = random.Random(seed + 1)
+
+    def phase(rps: float, seconds: float, at: float) -> list[tuple[float, str, bool]]:
+        names, weights = [n for n, _ in BASE_MIX], [w for _, w in BASE_MIX]
+        out, t = [], 0.0
+        while t < seconds:  # as ``Load.poisson``: the last gap may pass the end, and that request is sent
+            t += rng.expovariate(rps)
+            out.append((at + t, rng.choices(names, weights)[0], False))
+        return out
+
+    sent = phase(base_rps, base_s, 0.0)
+    started = sent[-1][0]
+    loops: list[Loop] = [(started + rng.expovariate(base_rps), base_rps, BASE_MIX, False),
+                         (started + rng.expovariate(burst_rps), burst_rps, MIX, True)]
+    while loops:
+        i = min(range(len(loops)), key=lambda k: loops[k][0])
+        at, rps, mix, bursting = loops[i]
+        sent.append((at, rng.choices([n for n, _ in mix], [w for _, w in mix])[0], bursting))
+        if at >= started + burst_s:
+            del loops[i]
+        else:
+            loops[i] = (at + rng.expovariate(rps), rps, mix, bursting)
+    ended = sent[-1][0]
+    return sent + phase(base_rps, after_s, ended), started, ended
+
+
+def replayed(seed: int, base_load: float, factor: float, base_s: float, burst_s: float,
+             after_s: float) -> dict[str, Any]:
+    """The real run's burst question for ``seed`` (``real_schedule``) on its fleet in virtual time,
+    and the same schedule without the burst's requests for the steady share."""
+    replicas, seqs = SIM_FLEETS["2xL4"]
+    cap = capacity_rps(replicas, seqs)
+    plan, started, ended = real_schedule(seed, base_load * cap, factor * cap, base_s, burst_s, after_s)
+    warmup: Segments = [(0.0, 20.0, 2 * cap, MIX), (20.0, 70.0, base_load * cap, BASE_MIX)]
+    first: Segments = [(0.0, base_s, base_load * cap, BASE_MIX)]
+    sent = sim_sent(replicas, seqs, first, warmup, seed, schedule=[(t, tier) for t, tier, _ in plan])
+    steady = sim_sent(replicas, seqs, first, warmup, seed, schedule=[(t, tier) for t, tier, b in plan if not b])
+    return {"seed": seed, "fleet": "2xL4", "schedule": "real", "base_rps": round(base_load * cap, 2),
+            "burst_rps": round(factor * cap, 2), "burst_s": burst_s,
+            **burst_figures(sent, started, ended, ended + after_s, steady)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=60.0)
@@ -448,7 +513,14 @@ def main() -> None:
                     help="comma-separated seeds: the burst question in the simulator instead (one JSON object each)")
     ap.add_argument("--fleet", default="2xL4", help=f"with --simulate, comma-separated: {', '.join(SIM_FLEETS)}")
     ap.add_argument("--mix", default="issue", help=f"with --simulate, comma-separated: {', '.join(SIM_MIXES)}")
+    ap.add_argument("--replay", default=None, metavar="SEEDS",
+                    help="comma-separated seeds: the real run's own schedule for each in the simulator (2xL4)")
     args = ap.parse_args()
+    if args.replay:
+        for seed in (int(s) for s in args.replay.split(",") if s):
+            print(json.dumps(replayed(seed, args.base_load, args.factor, args.baseline_seconds, args.burst_seconds,
+                                      args.after_seconds)), flush=True)
+        return
     if args.simulate:
         for fleet in args.fleet.split(","):
             for mix in args.mix.split(","):

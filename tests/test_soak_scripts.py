@@ -50,9 +50,10 @@ def test_steady_share_from_the_windows_before_the_burst_without_a_control_run(so
     assert fig["pass"]["standard_back_within_10s_at_steady_rate"]
 
 
-def test_simulated_burst_reports_both_measures_and_its_definition() -> None:
-    out = subprocess.run([sys.executable, str(BENCH / "overload_soak.py"), "--simulate", "1", "--fleet", "2xL4",
-                          "--mix", "issue"], check=True, capture_output=True, text=True, timeout=240)
+@pytest.mark.parametrize("args", [("--simulate", "1", "--fleet", "2xL4", "--mix", "issue"), ("--replay", "1")])
+def test_simulated_burst_reports_both_measures_and_its_definition(args: tuple[str, ...]) -> None:
+    out = subprocess.run([sys.executable, str(BENCH / "overload_soak.py"), *args], check=True, capture_output=True,
+                         text=True, timeout=240)
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 1, out.stdout
     fig = json.loads(lines[0])
@@ -61,3 +62,19 @@ def test_simulated_burst_reports_both_measures_and_its_definition() -> None:
         assert fig["first_window_back_s"][tier] is not None
         assert 0.0 <= fig["slow_share_steady"][tier] <= 1.0 and 0.0 <= fig["slow_share_after_back"][tier] <= 1.0
         assert f"{tier}_back_within_10s_at_steady_rate" in fig["pass"] and f"{tier}_within_10s" in fig["pass"]
+
+
+def test_the_real_runs_schedule_holds_its_seeded_turbo_clump(soak: ModuleType) -> None:
+    """``real_schedule`` draws what ``burst`` sends: seed 1's mixed load after the burst holds ten
+    or more Turbo arrivals within 0.9 s some 46-50 s after the burst's end (the real runs' late
+    slow stretch, traced there by Server-Timing), against about 2.5 Turbo arrivals a second."""
+    cap = soak.capacity_rps()
+    plan, started, ended = soak.real_schedule(1, 0.5 * cap, 10 * cap, 15.0, 30.0, 60.0)
+    assert plan == soak.real_schedule(1, 0.5 * cap, 10 * cap, 15.0, 30.0, 60.0)[0]
+    assert 15.0 <= started < ended and ended - started >= 30.0
+    assert all(started <= t <= ended for t, _, bursting in plan if bursting)
+    turbo = [t - ended for t, tier, bursting in plan if tier == "turbo" and t > ended and not bursting]
+    clumps = [(t, sum(1 for u in turbo if t <= u < t + 0.9)) for t in turbo]
+    at, most = max(clumps, key=lambda c: c[1])
+    assert most >= 10 and 46.0 <= at <= 50.0, (at, most)
+    assert len(turbo) / 60.0 < 3.5
