@@ -68,8 +68,8 @@ _PROFILES: tuple[EngineProfile, ...] = (
         chunked_prefill=False, num_scheduler_steps=10, output_lag_steps=1),
     EngineProfile(
         "sglang", "SGLang (0.3 – 0.4): prefill-first batches admitted with their outputs reserved, chunk 8192.",
-        PerfFactors(frontend_s=0.0, frontend_per_token_s=0.00002, bw_scale=1.0, mfu_scale=0.9, kv_bw_efficiency=0.2,
-                    tp_allreduce_s=0.00008, tp_allreduce_growth_s=0.000013, decode_allreduce_s=0.00003,
+        PerfFactors(frontend_s=0.0, frontend_per_token_s=0.00001, bw_scale=1.05, mfu_scale=0.9, kv_bw_efficiency=0.2,
+                    tp_allreduce_s=0.0001, tp_allreduce_growth_s=0.00002, decode_allreduce_s=0.00004,
                     ridge_exponent=4.0),
         2048, 8192, f"sglang cells of {_COMMON_FIT}, with both instruments' error in the loss",
         chunked_prefill=False, reserve_outputs=True),
