@@ -47,9 +47,9 @@ _VLLM_GPU_SIDE = {"bw_scale": 1.05, "mfu_scale": 0.8, "tp_allreduce_s": 0.000025
                   "ridge_exponent": 2.0}  # fitted as vllm-v0 on both vLLM profiles' cells (same kernels)
 # decode_allreduce_s stays None (the prefill's) for vLLM: searched on the fitting half, no other value lowered
 # vllm-v0's loss.  SGLang's factors were refitted with the stepped engine's error in the loss as well as the
-# closed form's (``--fit sglang --fit-loss both``, docs/plan.md), its decode all-reduce apart: its prefill runs
-# eagerly (an all-reduce costs 80 µs + 13 µs per doubling beyond TP 2 with the launches around it), its decode
-# as CUDA graphs with a one-shot custom all-reduce (30 µs, flat in TP).
+# closed form's (``--fit sglang --fit-loss both``, docs/plan.md), the engine running SGLang's scheduling, its
+# decode all-reduce apart: its prefill runs eagerly (an all-reduce costs 100 µs + 20 µs per doubling beyond TP 2
+# with the launches around it), its decode as CUDA graphs with a one-shot custom all-reduce (40 µs, flat in TP).
 
 _PROFILES: tuple[EngineProfile, ...] = (
     EngineProfile(
