@@ -119,3 +119,33 @@ def test_standard_stays_back_at_its_own_ttft_while_relax_s_backlog_drains() -> N
     assert total > 2000
     assert slow <= 0.01 * total, (slow, total)
     assert turbo_slow == 0
+
+
+def test_a_turbo_clump_beside_a_relax_backlog_does_not_hold_standard_at_the_ceiling() -> None:
+    """Turbo at 3/s and Standard at 4/s on 32 slots, each served in 1.5 s; a Relax backlog takes
+    what it may; then seven Turbo arrivals in 0.86 s (about 2.6 expected), all started at once.
+    Turbo now holds its clump, more than a standard deviation above its expected occupancy: the
+    ceiling no longer keeps Turbo's whole swing free on top of it (sched/surge.py
+    ``turbo_deficit``), so the next Standard arrival, 0.5 s later, starts at once."""
+    adm, slots, service = Admission(POLICIES), 32, 1.5
+    done: list[tuple[float, int, Ticket]] = []
+    now, step = 0.0, 0
+    while now < 30.0:
+        while done and done[0][0] <= now:
+            adm.on_complete(heapq.heappop(done)[2], now)
+        ticket = submit(adm, T if step % 7 < 3 else S, now, slots)
+        assert adm.next_dispatch(now, slots) is ticket
+        heapq.heappush(done, (now + service, step, ticket))
+        step += 1
+        now += 1.0 / 7.0
+    backlog = [submit(adm, R, now, slots, waited=20.0) for _ in range(200)]
+    while adm.next_dispatch(now, slots) is not None:
+        pass
+    assert any(t.dispatched_at is not None for t in backlog)
+    for _ in range(7):
+        now += 0.86 / 7
+        clump = submit(adm, T, now, slots)
+        assert adm.next_dispatch(now, slots) is clump
+    now += 0.5
+    standard = submit(adm, S, now, slots)
+    assert adm.next_dispatch(now, slots) is standard

@@ -202,3 +202,17 @@ def test_turbo_served_standard_past_its_patience_leaves_turbo_half_its_headroom(
     free = slots - adm.in_flight
     assert free < kept, (free, kept)  # it reached into Turbo's headroom
     assert free >= kept // 2, (free, kept)  # and left Turbo half of it
+
+
+def test_a_turbo_clump_in_flight_gives_back_swing_room_only_with_the_credit() -> None:
+    """At 4/s and 1.5 s of service Turbo expects 6 slots (one standard deviation: 2.45).  Below
+    that the deficit is what it lacks; a clump beyond 6 + 2.45 gives back what it holds past
+    that, at most one more standard deviation, and only with ``clump_credit`` (Standard not
+    queueing: sched/admission.py)."""
+    from turbogate.sched.surge import turbo_deficit
+
+    assert turbo_deficit(4.0, 1.5, 2) == turbo_deficit(4.0, 1.5, 2, clump_credit=True) == 2
+    assert turbo_deficit(4.0, 1.5, 8, clump_credit=True) == 0  # within its swing
+    assert turbo_deficit(4.0, 1.5, 10, clump_credit=True) == -1
+    assert turbo_deficit(4.0, 1.5, 15, clump_credit=True) == -2  # one standard deviation at most
+    assert turbo_deficit(4.0, 1.5, 15) == 0

@@ -157,10 +157,11 @@ class Admission:
 
     def _ceiling(self, now: float, base: int, top_rate: float) -> int:
         """The most the lower tiers may hold of ``base`` slots while the holdback is on: never
-        more than leaves Turbo its headroom, and the slots its recent demand lacks."""
+        more than leaves Turbo its headroom, and the slots its demand lacks (``turbo_deficit``)."""
         service = self.service_estimate_s
         return (base - self._room(now, top_rate, base, service)
-                - turbo_deficit(top_rate, service, self._queues[_TOP].in_flight))
+                - turbo_deficit(top_rate, service, self._queues[_TOP].in_flight,
+                                self._kept_for is not None and self._kept_for.length <= 1))
 
     def _room(self, now: float, top_rate: float, base: int, service: float | None) -> int:
         """Turbo's headroom of ``base`` slots.  While ``learning``, no more than the share of

@@ -173,13 +173,24 @@ def regate(replica: Replica) -> None:
         replica.prefill_gate = prefill_gate(replica.engine_seqs, replica.first_s, replica.step_s)
 
 
-def turbo_deficit(top_rate: float, service_s: float | None, top_in_flight: int) -> int:
+def turbo_deficit(top_rate: float, service_s: float | None, top_in_flight: int, clump_credit: bool = False) -> int:
     """Slots the top tier is about to need beyond what it holds: its expected occupancy at
     ``top_rate`` (Little's law: rate × service time), less a standard deviation of its natural
     swing, less what it holds now.  Zero in a steady state; at a surge, the occupancy Turbo
     grows into over the next service time, which the lower tiers would otherwise fill at once
-    and hold for a whole service time (the holdback's own headroom covers only the swing)."""
+    and hold for a whole service time (the holdback's own headroom covers only the swing).
+
+    ``clump_credit`` (while Standard does not queue): a clump of the top tier already in flight,
+    more than a standard deviation above its expected occupancy, is swing the headroom was kept
+    for; what it holds beyond that, up to another standard deviation, comes off the headroom (a
+    negative deficit).  Else the lower tiers' ceiling keeps Turbo's whole swing free on top of a
+    clump it already holds, and beside a Relax backlog Standard waits at the ceiling (issue 43:
+    twelve Turbo arrivals in 0.86 s held Standard 68 ms, one slow 4-s window).  Not while
+    Standard queues: a slot given then is taken at once and held a service time."""
     if service_s is None or top_rate <= 0.0:
         return 0
     expected = top_rate * service_s
-    return max(0, math.ceil(expected - math.sqrt(expected)) - top_in_flight)
+    spread = math.sqrt(expected)
+    if clump_credit and top_in_flight > expected + spread:
+        return -min(int(top_in_flight - expected - spread), int(spread))
+    return max(0, math.ceil(expected - spread) - top_in_flight)
