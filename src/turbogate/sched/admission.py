@@ -64,16 +64,9 @@ _TOP = TIERS[0]
 class Admission:
     """L1 for one pool.  See the module docstring for the policy."""
 
-    def __init__(
-        self,
-        tiers: Mapping[Tier, TierPolicy],
-        tenants: Mapping[str, TenantPolicy] | None = None,
-        *,
-        min_samples: int = 5,
-        tenant_counts: dict[str, int] | None = None,
-        headroom_risk: float = 0.01,
-        headroom_staffing: bool = True,
-    ) -> None:
+    def __init__(self, tiers: Mapping[Tier, TierPolicy], tenants: Mapping[str, TenantPolicy] | None = None, *,
+                 min_samples: int = 5, tenant_counts: dict[str, int] | None = None,
+                 headroom_risk: float = 0.01, headroom_staffing: bool = True) -> None:
         """``tenant_counts`` may be one dict shared by the admissions of several pools, so a
         tenant's ``max_in_flight`` holds across them."""
         self.policies: dict[Tier, TierPolicy] = {t: tiers.get(t, TierPolicy()) for t in TIERS}
@@ -159,9 +152,11 @@ class Admission:
         """The most the lower tiers may hold of ``base`` slots while the holdback is on: never
         more than leaves Turbo its headroom, and the slots its demand lacks (``turbo_deficit``)."""
         service = self.service_estimate_s
+        # A Turbo clump is given back only while Standard does not queue and arrivals fit the slots.
+        calm = bool(self._kept_for is not None and self._kept_for.length <= 1 and service
+                    and self._headroom.pace.total_rate(now) * service < base)
         return (base - self._room(now, top_rate, base, service)
-                - turbo_deficit(top_rate, service, self._queues[_TOP].in_flight,
-                                self._kept_for is not None and self._kept_for.length <= 1))
+                - turbo_deficit(top_rate, service, self._queues[_TOP].in_flight, calm))
 
     def _room(self, now: float, top_rate: float, base: int, service: float | None) -> int:
         """Turbo's headroom of ``base`` slots.  While ``learning``, no more than the share of
