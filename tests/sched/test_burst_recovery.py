@@ -36,19 +36,17 @@ def submit(adm: Admission, tier: Tier, now: float, slots: int, waited: float = 0
     return ticket
 
 
-def test_a_relax_backlog_leaves_standard_room_for_its_swing() -> None:
-    """Standard at 5/s and Turbo at 2/s on 32 slots, each served in 1.5 s; then a Relax backlog
-    (its oldest 20 s old, past its CoDel target: a burst's) takes what it may.  A clump of
-    Standard arrivals as large as its natural swing (square-root staffing at the holdback's
-    wait risk: 7 here, where the lines are 5 slots apart) still starts at once: none waits."""
+def steady_then_relax_backlog(turbo_in_7: int) -> tuple[Admission, float, list[Ticket]]:
+    """7 arrivals a second for 30 s on 32 slots, ``turbo_in_7`` of every 7 Turbo and the rest
+    Standard, each dispatched at once and done 1.5 s later; then a Relax backlog (its oldest 20 s
+    old, past its CoDel target: a burst's) takes what it may.  The admission, the time, the backlog."""
     adm, slots, service = Admission(POLICIES), 32, 1.5
     done: list[tuple[float, int, Ticket]] = []
     now, step = 0.0, 0
-    while now < 30.0:  # a steady load, every request dispatched at once and done a service time later
+    while now < 30.0:
         while done and done[0][0] <= now:
             adm.on_complete(heapq.heappop(done)[2], now)
-        tier = T if step % 7 < 2 else S  # 2 Turbo and 5 Standard in every 7 arrivals, 7/s
-        ticket = submit(adm, tier, now, slots)
+        ticket = submit(adm, T if step % 7 < turbo_in_7 else S, now, slots)
         assert adm.next_dispatch(now, slots) is ticket
         heapq.heappush(done, (now + service, step, ticket))
         step += 1
@@ -56,6 +54,16 @@ def test_a_relax_backlog_leaves_standard_room_for_its_swing() -> None:
     backlog = [submit(adm, R, now, slots, waited=20.0) for _ in range(200)]
     while adm.next_dispatch(now, slots) is not None:
         pass
+    return adm, now, backlog
+
+
+def test_a_relax_backlog_leaves_standard_room_for_its_swing() -> None:
+    """Standard at 5/s and Turbo at 2/s on 32 slots, each served in 1.5 s; then a Relax backlog
+    (its oldest 20 s old, past its CoDel target: a burst's) takes what it may.  A clump of
+    Standard arrivals as large as its natural swing (square-root staffing at the holdback's
+    wait risk: 7 here, where the lines are 5 slots apart) still starts at once: none waits."""
+    adm, now, backlog = steady_then_relax_backlog(turbo_in_7=2)
+    slots, service = 32, 1.5
     assert any(t.dispatched_at is not None for t in backlog)  # Relax runs, short of Standard's room
     swing = math.ceil(staffing_beta(adm.headroom_risk) * math.sqrt(5.0 * service))
     clump = [submit(adm, S, now, slots) for _ in range(swing)]
@@ -127,20 +135,8 @@ def test_a_turbo_clump_beside_a_relax_backlog_does_not_hold_standard_at_the_ceil
     Turbo now holds its clump, more than a standard deviation above its expected occupancy: the
     ceiling no longer keeps Turbo's whole swing free on top of it (sched/surge.py
     ``turbo_deficit``), so the next Standard arrival, 0.5 s later, starts at once."""
-    adm, slots, service = Admission(POLICIES), 32, 1.5
-    done: list[tuple[float, int, Ticket]] = []
-    now, step = 0.0, 0
-    while now < 30.0:
-        while done and done[0][0] <= now:
-            adm.on_complete(heapq.heappop(done)[2], now)
-        ticket = submit(adm, T if step % 7 < 3 else S, now, slots)
-        assert adm.next_dispatch(now, slots) is ticket
-        heapq.heappush(done, (now + service, step, ticket))
-        step += 1
-        now += 1.0 / 7.0
-    backlog = [submit(adm, R, now, slots, waited=20.0) for _ in range(200)]
-    while adm.next_dispatch(now, slots) is not None:
-        pass
+    adm, now, backlog = steady_then_relax_backlog(turbo_in_7=3)
+    slots = 32
     assert any(t.dispatched_at is not None for t in backlog)
     for _ in range(7):
         now += 0.86 / 7
