@@ -296,7 +296,8 @@ RECOVERY_DEFINITION = (
     "slow_share_steady: the same share with no burst at all (simulated: the same arrivals without the "
     "burst, over the same span; real: the windows before the burst, slow_share_before_burst). "
     "back_within_10s_at_steady_rate: the first window back within 10 s and later windows slow no more often "
-    "than the steady share.")
+    "than the steady share. slow_without_burst_s (with a run without the burst): that run's slow stretches, "
+    "as slow_after_back_s, to set beside them.")
 
 
 def burst_figures(sent: list[tuple[float, str, float]], started: float, ended: float, until: float,
@@ -313,6 +314,7 @@ def burst_figures(sent: list[tuple[float, str, float]], started: float, ended: f
     share_after: dict[str, float | None] = {}
     share_before: dict[str, float | None] = {}
     share_steady: dict[str, float | None] = {}
+    slow_steady: dict[str, list[list[float]]] = {}
     for t, _ in BASE_MIX:
         base = before[t]
         if base is None:
@@ -323,11 +325,14 @@ def burst_figures(sent: list[tuple[float, str, float]], started: float, ended: f
         share_before[t] = slow_share(window_verdicts(sent, t, first_at, started, 2 * base))
         share_steady[t] = (share_before[t] if steady is None
                            else slow_share(window_verdicts(steady, t, ended, until, 2 * base)))
+        if steady is not None:  # when the run without the burst is slow: the schedule's own clumps
+            slow_steady[t] = recovery_s(steady, t, ended, until, 2 * base)[2]
     at_steady = {t: _within(first_back[t], 10.0) and share_after[t] is not None and share_steady[t] is not None
                  and share_after[t] <= share_steady[t] for t in ("turbo", "standard")}  # type: ignore[operator]
     return {"p95_ttft_before_s": {t: None if v is None else round(v, 4) for t, v in before.items()},
             "recovery_s": recovery, "first_window_back_s": first_back, "slow_after_back_s": slow_after,
             "slow_share_after_back": share_after, "slow_share_steady": share_steady,
+            **({"slow_without_burst_s": slow_steady} if steady is not None else {}),
             "slow_share_before_burst": share_before,
             "steady_from": "no_burst_run" if steady is not None else "before_burst",
             "window_s": WINDOW_S, "recovery_definition": RECOVERY_DEFINITION,

@@ -58,6 +58,7 @@ def test_simulated_burst_reports_both_measures_and_its_definition(args: tuple[st
     assert len(lines) == 1, out.stdout
     fig = json.loads(lines[0])
     assert fig["steady_from"] == "no_burst_run" and "strict" in fig["recovery_definition"]
+    assert set(fig["slow_without_burst_s"]) == {"turbo", "standard", "relax"}
     for tier in ("turbo", "standard"):
         assert fig["first_window_back_s"][tier] is not None
         assert 0.0 <= fig["slow_share_steady"][tier] <= 1.0 and 0.0 <= fig["slow_share_after_back"][tier] <= 1.0
