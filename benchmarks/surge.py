@@ -75,7 +75,7 @@ from turbogate.results.percentile import percentile
 from turbogate.sched.flow import Flow
 from turbogate.sim.build import SimConfig, build_simulation
 from turbogate.sim.fleet import parse_fleet
-from turbogate.sim.restart import GatewayRestart
+from turbogate.sim.restart import restart_gateway
 from turbogate.store.memory import MemoryStore
 
 KEY = "sk-surge"
@@ -240,8 +240,8 @@ def simulated(fleet: Fleet, hold_s: float, seed: int, turbo_alone: bool,
     sim, _ = build_simulation(SimConfig(gateway=gateway, fleet=sim_fleet, load=load, api_keys=(KEY,)))
     if restart_at_s is not None:
         store = MemoryStore()
-        GatewayRestart(sim, restart_at_s / scale, RESTART_DOWN_S / scale,
-                       hand_over=lambda flow: hand_over(flow, store), take_over=lambda flow: take_over(flow, store))
+        restart_gateway(sim, restart_at_s / scale, RESTART_DOWN_S / scale,
+                        hand_over=lambda flow: hand_over(flow, store), take_over=lambda flow: take_over(flow, store))
     out = []
     for r in sorted(sim.run(), key=lambda r: r.id):
         d = r.to_dict()

@@ -93,6 +93,9 @@ class Simulation:
         self._more = True  # the schedule has more requests
         self._progress = progress
         self._fed = True  # the Flow was fed an event since its wake-up time was last read
+        #: Until then the gateway is down: arrivals are refused and it hears nothing (sim/restart.py).
+        self.down_until = -math.inf
+        self._calls: list[Call] | None = None  # every call opened, kept only for a restart
         for t, rid, up in outages:
             self._push(t + warmup_s, self._up if up else self._down, self.replicas[rid])
         for t, rid in freezes:
@@ -109,7 +112,7 @@ class Simulation:
         self._next_arrival()
         if self._scraped:
             self._push(0.0, self._scrape, None)
-        heap, pop, flow = self._heap, heapq.heappop, self.flow
+        heap, pop = self._heap, heapq.heappop
         progress, every, n = self._progress, PROGRESS_EVERY, 0
         while heap and (self._open or self._more):
             t, _, fn, arg = pop(heap)
@@ -117,7 +120,7 @@ class Simulation:
             if not self._fed:
                 continue  # e.g. an engine step with no news: the Flow's timers are as they were
             self._fed = False
-            w = flow.wake_at()
+            w = self.flow.wake_at()  # read each time: a restart swaps the Flow
             if w < self._armed:
                 # Never before now, nor again within a timer tick of the last tick: a timer the
                 # Flow leaves due must not spin the loop at one instant.
@@ -177,6 +180,9 @@ class Simulation:
         self._next_arrival()
         self._open += 1
         call = Call(req, req.t + (self._t0 if req.id >= 0 else 0.0))
+        if now < self.down_until:
+            self._close(call, now + self.c2g, 502, "HTTP 502: connection refused: the gateway is restarting")
+            return
         tier = req.tier
         regions = self.regions
         region = regions.region_of(req.id) if regions is not None else None
@@ -189,6 +195,8 @@ class Simulation:
             self._close(call, now + self.c2g, r.status, f"HTTP {r.status}: {r.message}")
             return
         call.flow = r
+        if self._calls is not None:
+            self._calls.append(call)
         if regions is not None:
             call.leg = regions.leg_s(region, r.pool)
         limits = self.limits
@@ -365,10 +373,12 @@ class Simulation:
         rep.gen += 1  # its next step never comes
 
     def _rtt_measured(self, now: float, rep: SimReplica) -> None:
-        self._act(self.flow.rtt_measured(rep.id, None if rep.down or rep.frozen else 2 * rep.delay, now), now)
+        if now >= self.down_until:
+            self._act(self.flow.rtt_measured(rep.id, None if rep.down or rep.frozen else 2 * rep.delay, now), now)
 
     def _probed(self, now: float, rep: SimReplica) -> None:
-        self._act(self.flow.probed(rep.id, not (rep.down or rep.frozen), now), now)
+        if now >= self.down_until:
+            self._act(self.flow.probed(rep.id, not (rep.down or rep.frozen), now), now)
 
     @staticmethod
     def _load_of(rep: SimReplica, now: float) -> ReplicaLoad | ScrapeFailed:
@@ -388,13 +398,14 @@ class Simulation:
             load = self._load_of(rep, now)
             if stale > 0:
                 self._push(now + stale, self._deliver, (rep.id, load))
-            else:
+            elif now >= self.down_until:
                 self._act(self.flow.scraped(rep.id, load, now), now)
         if self._open or self._more:
             self._push(now + self.scrape_interval, self._scrape, None)
 
     def _deliver(self, now: float, arg: tuple[str, ReplicaLoad | ScrapeFailed]) -> None:
-        self._act(self.flow.scraped(arg[0], arg[1], now), now)
+        if now >= self.down_until:
+            self._act(self.flow.scraped(arg[0], arg[1], now), now)
 
     # ---- a gateway stopped and started again mid-run (sim/restart.py drives these) --------------
 
@@ -402,16 +413,24 @@ class Simulation:
         """Call ``fn(now)`` at virtual time ``t``."""
         self._push(t, lambda now, _: fn(now), None)
 
-    def drop(self, call: Call, now: float, error: str) -> None:
-        """End ``call`` as a gateway process dying does: its engine aborts it, its client gets a 502."""
-        rep = call.rep
-        if rep is not None and rep.on.pop(call.rid, None) is not None:
-            rep.loop.abort(call.rid, now)
-        self._close(call, now + self.c2g, 502, error)
+    def keep_calls(self) -> None:
+        """From now on, remember every call opened (``drop_all``)."""
+        self._calls = []
+
+    def drop_all(self, now: float, error: str) -> None:
+        """End every open call as a gateway process dying does: its engine aborts it, its client
+        gets a 502."""
+        for call in self._calls or ():
+            rep = call.rep
+            if rep is not None and rep.on.pop(call.rid, None) is not None:
+                rep.loop.abort(call.rid, now)
+            self._close(call, now + self.c2g, 502, error)
+        self._calls = []
 
     def take_over(self, flow: Flow, now: float) -> None:
-        """A new core serves from ``now``: L2's view of each replica is its, and it scrapes every
-        replica once as a starting gateway does (``flow`` is what ``self.flow`` stands for now)."""
+        """``flow`` serves from ``now``: L2's view of each replica is its, and it scrapes every
+        replica once as a starting gateway does."""
+        self.flow = flow
         self._flow_replica = {rid: flow.picker.get(rid) for rid in self.replicas}
         self._armed = math.inf
         for rep in self._scraped:
