@@ -25,7 +25,7 @@ Per fleet, the JSON reports:
   fail (``turbo_errors_at_2x``);
 - ``simulated_restart``: the restart in the simulator (``RESTART_DOWN_S`` down; the engines abort
   what the stopped gateway held, and the new core takes what the old one wrote to the store
-  through ``gateway/learned_share.py``), four seeds: the largest window p95 ratio from the third
+  through ``sched/learned_share.py``, as the gateway's does), four seeds: the largest window p95 ratio from the third
   scrape interval after it is back, beside the same windows of the same run uninterrupted;
 - the bench's dispatch lag (p99), so a run that measured the machine says so;
 - ``engine_floor``: the same step in the simulator (virtual time: the emulator's engine model
@@ -47,7 +47,6 @@ gateway must hold on by itself (docs/engines.md, "Priority inside the engine").
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import statistics
@@ -67,16 +66,14 @@ from turbogate.bench.options import build_load
 from turbogate.config import _default_tiers, hash_key, parse_config
 from turbogate.engine import EngineConfig
 from turbogate.engine.capacity import saturated_rate
-from turbogate.gateway.learned_share import give_learned, take_learned
 from turbogate.perf import deployment, get_gpu, resolve_model
 from turbogate.procs import Service, start_emulator, start_gateway
 from turbogate.results.io import read_jsonl
 from turbogate.results.percentile import percentile
-from turbogate.sched.flow import Flow
+from turbogate.sched.learned_share import take, written
 from turbogate.sim.build import SimConfig, build_simulation
 from turbogate.sim.fleet import parse_fleet
 from turbogate.sim.restart import restart_gateway
-from turbogate.store.memory import MemoryStore
 
 KEY = "sk-surge"
 MODEL = "llama-3.1-8b"
@@ -239,9 +236,10 @@ def simulated(fleet: Fleet, hold_s: float, seed: int, turbo_alone: bool,
                       knee_method="throughput", knee_k=2.0, knee_metric="e2e", fleet_cost=1.0, tier_cost=None)
     sim, _ = build_simulation(SimConfig(gateway=gateway, fleet=sim_fleet, load=load, api_keys=(KEY,)))
     if restart_at_s is not None:
-        store = MemoryStore()
+        store: dict[str, str] = {}  # the shared store, in memory; one wall clock for both processes
         restart_gateway(sim, restart_at_s / scale, RESTART_DOWN_S / scale,
-                        hand_over=lambda flow: hand_over(flow, store), take_over=lambda flow: take_over(flow, store))
+                        hand_over=lambda flow: store.update(written(flow, 0.0)),
+                        take_over=lambda flow: take(flow, store, 0.0))
     out = []
     for r in sorted(sim.run(), key=lambda r: r.id):
         d = r.to_dict()
@@ -250,17 +248,6 @@ def simulated(fleet: Fleet, hold_s: float, seed: int, turbo_alone: bool,
                 d[key] = float(d[key]) * scale
         out.append(d)
     return out
-
-
-def hand_over(flow: Flow, store: MemoryStore) -> None:
-    """What ``flow``'s process writes to the store (``gateway/learned_share.py``, as it does every
-    ``SHARE_INTERVAL_S``)."""
-    asyncio.run(give_learned(flow, store))
-
-
-def take_over(flow: Flow, store: MemoryStore) -> int:
-    """What a process starting with ``store`` takes from it (``gateway/learned_share.py``)."""
-    return asyncio.run(take_learned(flow, store))
 
 
 def engine_floor(fleet: Fleet, hold_s: float, seeds: Sequence[int] = (1, 2, 3, 4)) -> dict[str, Any]:
