@@ -50,7 +50,8 @@ async def unary_latency(targets: dict[str, str], n: int) -> dict[str, list[float
 def _load_worker(url: str, concurrency: int, seconds: float, queue: mp.Queue) -> None:  # type: ignore[type-arg]
     # The load uses the gateway's own lean client: aiohttp's client cost about as much CPU per
     # request as the gateway itself, and on a small machine the load generator shares its cores.
-    from turbogate.httpclient import UpstreamError, UpstreamPool
+    from turbogate.errors import UpstreamError
+    from turbogate.httpclient import UpstreamPool
 
     async def run() -> tuple[int, int]:
         client = UpstreamPool(url, headers={"Authorization": f"Bearer {KEY}"})
@@ -124,7 +125,8 @@ def _fixed_worker(url: str, conns: int, seconds: float, realtime: bool, queue: m
                   stream: bool = False) -> None:
     """``conns`` keep-alive connections, each sending the same small chat back to back (like wrk);
     with ``stream``, a 32-token stream read to its last chunk."""
-    from turbogate.httpclient import UpstreamError, UpstreamPool
+    from turbogate.errors import UpstreamError
+    from turbogate.httpclient import UpstreamPool
 
     async def run() -> tuple[list[float], int]:
         client = UpstreamPool(url, headers={"Authorization": f"Bearer {KEY}"})
@@ -166,8 +168,7 @@ def _fixed_worker(url: str, conns: int, seconds: float, realtime: bool, queue: m
     lat, errors = asyncio.run(run())
     ms = sorted(x * 1000 for x in lat)
     queue.put({"requests": len(ms), "errors": errors, "rps": round(len(ms) / seconds, 1),
-               "p50_ms": round(percentile(ms, 50), 3) if ms else None,
-               "p99_ms": round(percentile(ms, 99), 3) if ms else None})
+               "p50_ms": _rounded(percentile(ms, 50), 3), "p99_ms": _rounded(percentile(ms, 99), 3)})
 
 
 def set_realtime(pid: int, on: bool) -> bool:
@@ -280,3 +281,7 @@ def emulated_gateway(work: Path, gpu: str, model: str, replicas: int, seqs: int,
 def rel_err(sim: float | None, bench: float | None) -> float | None:
     """|sim − bench| ÷ bench; None when either is missing or bench is 0."""
     return None if sim is None or bench is None or bench == 0 else abs(sim - bench) / bench
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)

@@ -117,8 +117,7 @@ class Admission:
     @property
     def service_estimate_s(self) -> float | None:
         """EWMA of dispatch-to-completion time, once trusted (sched/service_time.py)."""
-        service = self.service  # read on every dispatch: no second property call
-        return service.value if service.samples >= service.min_samples else None
+        return self.service.estimate_s
 
     @property
     def headroom_risk(self) -> float:
