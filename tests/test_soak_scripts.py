@@ -63,7 +63,7 @@ def test_recovery_beyond_steady_excuses_only_the_slow_windows_the_control_shares
     fig = soak.burst_figures(shared, end, end, until, steady)
     assert fig["recovery_s"]["standard"] == 30.5 and fig["recovery_beyond_steady_s"]["standard"] == 0.0
     assert fig["pass"]["standard_within_10s_beyond_steady"] and not fig["pass"]["standard_within_10s"]
-    own = shared + [(end + 40.0, "standard", 0.5)]
+    own = [*shared, (end + 40.0, "standard", 0.5)]
     fig = soak.burst_figures(own, end, end, until, steady)
     assert fig["recovery_beyond_steady_s"]["standard"] == 40.5
     assert not fig["pass"]["standard_within_10s_beyond_steady"]
