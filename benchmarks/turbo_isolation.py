@@ -18,7 +18,12 @@ Prints one JSON object:
 ``--simulate`` runs the set-up in the simulator instead (no processes, about a second a seed):
 the same fleet and config, the emulator's engine profile, the scrape interval of 1 s at the time
 scale (5 s of engine time), 0.2× then 2× in one run of two ``--warmup + --duration`` steps, the
-2× step measured after its first ``--warmup`` seconds; figures in wall seconds.
+2× step measured after its first ``--warmup`` seconds; figures in wall seconds.  That run keeps
+engine time, so every other time of the gateway's (each tier's objective, queue budget and CoDel
+target, Turbo's patience) is five times shorter against the engines than in the real run.
+``--wall-time`` runs the engines five times faster instead (as the emulator's ``--time-scale``
+does, ``soak_virtual._faster``), so virtual seconds are the real run's wall seconds and the
+gateway's times mean the same: the faithful run (docs/sim.md, "Time-scaled fleets").
 """
 
 from __future__ import annotations
@@ -102,6 +107,29 @@ def simulated(seed: int, duration: float, warmup: float) -> dict[str, object]:
             "turbo_shed_at_2x": sum(1 for r in heavy if r.status in (429, 503))}
 
 
+def simulated_wall_time(seed: int, duration: float, warmup: float) -> dict[str, object]:
+    """One seed in virtual time with engines ``1 / SCALE`` times faster (``--wall-time``): the
+    gateway's objectives and budgets mean what they do in the real run.  Beside Turbo's ratio,
+    per tier at 2× (after the warm-up): requests, those answered, and p50 / p95 TTFT."""
+    from soak_virtual import sim_sent  # imports this module: loaded only here
+
+    mix = tuple((name, float(share)) for name, share in (part.split("=") for part in MIX.split(",")))
+    cap, hold = capacity_rps(), warmup + duration
+    sent = sim_sent(2, SEQS, [(0.0, hold, 0.2 * cap, mix), (hold, hold, 2.0 * cap, mix)],
+                    [(0.0, 0.01, 0.1, mix)], seed)
+    tiers: dict[str, dict[str, object]] = {}
+    for tier, _ in mix:
+        heavy = [ttft for at, t, ttft in sent if t == tier and at >= hold + warmup]
+        answered = [ttft for ttft in heavy if ttft < float("inf")]
+        tiers[tier] = {"requests": len(heavy), "answered": len(answered),
+                       "ttft_p50_s": percentile(answered, 50), "ttft_p95_s": p95(answered)}
+    base = p95([ttft for at, t, ttft in sent if t == "turbo" and at < hold and ttft < float("inf")])
+    hot = tiers["turbo"]["ttft_p95_s"]
+    return {"seed": seed, "clock": "wall", "turbo_p95_ttft_s": {"light": base, "heavy": hot},
+            "turbo_p95_ttft_ratio": None if not base or not isinstance(hot, float) else round(hot / base, 3),
+            "tiers_at_2x": tiers}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=40.0)
@@ -109,10 +137,14 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, default=None, help="keep the run folders and logs here")
     ap.add_argument("--simulate", default=None, metavar="SEEDS",
                     help="comma-separated seeds: run in the simulator instead (one JSON object per seed)")
+    ap.add_argument("--wall-time", action="store_true",
+                    help="with --simulate: engines 1/SCALE faster, so the gateway's objectives and budgets mean "
+                         "what they do in the real run (the faithful simulation)")
     args = ap.parse_args()
     if args.simulate:
+        simulate_one = simulated_wall_time if args.wall_time else simulated
         for seed in (int(s) for s in args.simulate.split(",") if s):
-            print(json.dumps(simulated(seed, args.duration, args.warmup)), flush=True)
+            print(json.dumps(simulate_one(seed, args.duration, args.warmup)), flush=True)
         return
     cap = capacity_rps()
     with tempfile.TemporaryDirectory() as tmp:
