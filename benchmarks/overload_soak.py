@@ -62,13 +62,13 @@ import aiohttp
 import yaml
 
 from common import rss_mb
-from soak_measure import MIX, Sent, burst_figures, p95, real_schedule
+from soak_measure import KEY, MIX, Sent, burst_figures, p95, real_schedule
 from soak_virtual import SIM_FLEETS, SIM_MIXES, replayed, simulated
 from turbo_isolation import GPU, MODEL, OUTPUT, PROMPT, SCALE, SEQS, capacity_rps
 from turbogate.config import hash_key
 from turbogate.procs import Service, start_emulator, start_gateway
 
-KEY, ADMIN = "sk-soak", "soak-admin"
+ADMIN = "soak-admin"
 SHED = (429, 503)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from turbogate.results.percentile import percentile
 
+KEY = "sk-soak"  # the soak tenant's API key, in the real run's config and the simulated one's
 #: Turbo is 5 % of the offered load: half the fleet's capacity at 10×, so Turbo alone fits and
 #: its TTFT is a fair question; Standard and Relax bring the excess.
 MIX = (("turbo", 0.05), ("standard", 0.75), ("relax", 0.2))
@@ -88,7 +89,12 @@ def recovery_s(sent: list[tuple[float, str, float]], tier: str, burst_end: float
     that every tier shares at the same time is the machine's, not a tier's; and the share of the
     windows after the first one back that are slow (``slow_share``), to set beside the share a
     steady load without a burst has (``burst_figures``)."""
-    verdicts = window_verdicts(sent, tier, burst_end, until, limit)
+    return recovery_of(window_verdicts(sent, tier, burst_end, until, limit), burst_end)
+
+
+def recovery_of(verdicts: list[tuple[float, bool]],
+                burst_end: float) -> tuple[float | None, float | None, list[list[float]], float | None]:
+    """``recovery_s`` over windows already judged (``window_verdicts`` from ``burst_end``)."""
     good = [ok for _, ok in verdicts]
     first_i = next((i for i, ok in enumerate(good) if ok), None)
     first = None if first_i is None else round(verdicts[first_i][0] - burst_end, 2)
@@ -159,14 +165,16 @@ def burst_figures(sent: list[tuple[float, str, float]], started: float, ended: f
             recovery[t], first_back[t], slow_after[t], share_after[t] = None, None, [], None
             share_before[t] = share_steady[t] = beyond[t] = None
             continue
-        recovery[t], first_back[t], slow_after[t], share_after[t] = recovery_s(sent, t, ended, until, 2 * base)
+        after = window_verdicts(sent, t, ended, until, 2 * base)
+        recovery[t], first_back[t], slow_after[t], share_after[t] = recovery_of(after, ended)
         share_before[t] = slow_share(window_verdicts(sent, t, first_at, started, 2 * base))
-        share_steady[t] = (share_before[t] if steady is None
-                           else slow_share(window_verdicts(steady, t, ended, until, 2 * base)))
-        if steady is not None:  # when the run without the burst is slow: the schedule's own clumps
-            slow_steady[t] = recovery_s(steady, t, ended, until, 2 * base)[2]
-            beyond[t] = beyond_steady_s(window_verdicts(sent, t, ended, until, 2 * base),
-                                        window_verdicts(steady, t, ended, until, 2 * base), ended)
+        if steady is None:
+            share_steady[t] = share_before[t]
+        else:  # when the run without the burst is slow: the schedule's own clumps
+            calm = window_verdicts(steady, t, ended, until, 2 * base)
+            share_steady[t] = slow_share(calm)
+            slow_steady[t] = recovery_of(calm, ended)[2]
+            beyond[t] = beyond_steady_s(after, calm, ended)
     at_steady = {t: _within(first_back[t], 10.0) and share_after[t] is not None and share_steady[t] is not None
                  and share_after[t] <= share_steady[t] for t in ("turbo", "standard")}  # type: ignore[operator]
     return {"p95_ttft_before_s": {t: None if v is None else round(v, 4) for t, v in before.items()},

@@ -13,11 +13,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from soak_measure import BASE_MIX, MIX, burst_figures, real_schedule
+from soak_measure import BASE_MIX, KEY, MIX, burst_figures, real_schedule
 from turbo_isolation import GPU, MODEL, OUTPUT, PROMPT, SCALE, SEQS, capacity_rps
 from turbogate.config import hash_key, parse_config
 
-KEY = "sk-soak"
 #: The simulated fleets (replicas, sequences each) and tier mixes (the burst's, the mixed load's),
 #: fixed before any tuning.
 SIM_FLEETS = {"2xL4": (2, SEQS), "4xL4s8": (4, 8)}

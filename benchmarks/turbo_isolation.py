@@ -39,6 +39,7 @@ from pathlib import Path
 import yaml
 
 from turbogate.bench.options import build_load
+from turbogate.bench.workload import TierMix
 from turbogate.config import _default_tiers, hash_key, parse_config
 from turbogate.engine import EngineConfig
 from turbogate.engine.capacity import saturated_rate
@@ -113,7 +114,7 @@ def simulated_wall_time(seed: int, duration: float, warmup: float) -> dict[str, 
     per tier at 2× (after the warm-up): requests, those answered, and p50 / p95 TTFT."""
     from soak_virtual import sim_sent  # imports this module: loaded only here
 
-    mix = tuple((name, float(share)) for name, share in (part.split("=") for part in MIX.split(",")))
+    mix = TierMix.parse(MIX).weights
     cap, hold = capacity_rps(), warmup + duration
     sent = sim_sent(2, SEQS, [(0.0, hold, 0.2 * cap, mix), (hold, hold, 2.0 * cap, mix)],
                     [(0.0, 0.01, 0.1, mix)], seed)

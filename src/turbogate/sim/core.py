@@ -373,12 +373,16 @@ class Simulation:
         rep.gen += 1  # its next step never comes
 
     def _rtt_measured(self, now: float, rep: SimReplica) -> None:
-        if now >= self.down_until:
+        if self._hears(now):
             self._act(self.flow.rtt_measured(rep.id, None if rep.down or rep.frozen else 2 * rep.delay, now), now)
 
     def _probed(self, now: float, rep: SimReplica) -> None:
-        if now >= self.down_until:
+        if self._hears(now):
             self._act(self.flow.probed(rep.id, not (rep.down or rep.frozen), now), now)
+
+    def _hears(self, now: float) -> bool:
+        """Whether the gateway is up to hear a scrape, probe or round trip (``down_until``)."""
+        return now >= self.down_until
 
     @staticmethod
     def _load_of(rep: SimReplica, now: float) -> ReplicaLoad | ScrapeFailed:
@@ -398,13 +402,13 @@ class Simulation:
             load = self._load_of(rep, now)
             if stale > 0:
                 self._push(now + stale, self._deliver, (rep.id, load))
-            elif now >= self.down_until:
+            elif self._hears(now):
                 self._act(self.flow.scraped(rep.id, load, now), now)
         if self._open or self._more:
             self._push(now + self.scrape_interval, self._scrape, None)
 
     def _deliver(self, now: float, arg: tuple[str, ReplicaLoad | ScrapeFailed]) -> None:
-        if now >= self.down_until:
+        if self._hears(now):
             self._act(self.flow.scraped(arg[0], arg[1], now), now)
 
     # ---- a gateway stopped and started again mid-run (sim/restart.py drives these) --------------
