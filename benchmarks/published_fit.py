@@ -27,6 +27,9 @@ SEARCH: dict[str, tuple[float | None, ...]] = {
     "frontend_per_token_s": (0.0, 0.000002, 0.000005, 0.00001, 0.000015, 0.00002, 0.00003, 0.00004, 0.00005),
     "decode_allreduce_s": (None, 0.000005, 0.00001, 0.000015, 0.00002, 0.000025, 0.00003,
                            0.00004, 0.00005, 0.00006),  # None: the prefill's
+    # A Python front end's cost per token it streams (detokenise, send an event): tens of µs to a millisecond.
+    "frontend_per_streamed_token_s": (0.0, 0.00001, 0.00002, 0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.00075,
+                                      0.001),
 }
 EXTRA_SEARCH: dict[str, dict[str, tuple[float | None, ...]]] = {
     "sglang": {"kv_bw_efficiency": (0.125, 0.2, 0.3, 0.5, 0.7)},

@@ -8,11 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from turbogate.engine import EngineConfig
-from turbogate.perf import deployment, get_gpu, get_model
+from turbogate.engine import EngineConfig, Request
+from turbogate.perf import Deployment, deployment, get_gpu, get_model
 from turbogate.perf.profiles import ENGINE_PROFILES, get_profile, with_profile
+from turbogate.perf.roofline import FRONTEND_BUSY_CAP
 from turbogate.plan.latency import latency_model
-from turbogate.plan.replay import burst, closed_loop, fixed, lognormal, open_arrivals
+from turbogate.plan.replay import _Driver, burst, closed_loop, fixed, lognormal, open_arrivals
 
 H100 = get_gpu("H100-SXM")
 LLAMA_8B = get_model("llama-3.1-8b")
@@ -150,7 +151,7 @@ def test_sharegpt_lengths_keep_their_means_within_bench_servings_bounds() -> Non
 
 
 def test_vllm_v0_runs_its_own_scheduling_in_the_engine_and_ttft_steps_only_in_the_closed_form() -> None:
-    from turbogate.plan.fidelity import profile_config
+    from turbogate.engine.profiled import profile_config
 
     v0, v1 = get_profile("vllm-v0"), get_profile("vllm-v1")
     cfg = profile_config(v0)
@@ -166,3 +167,41 @@ def test_vllm_v0_runs_its_own_scheduling_in_the_engine_and_ttft_steps_only_in_th
     assert as_v0.ttft() == pytest.approx(no_wait.ttft())
     lagged = burst(dep, replace(cfg, output_lag_steps=v0.output_lag_steps), 1, 256, 32)
     assert lagged.ttft() > as_v0.ttft()
+
+
+def test_the_front_end_busy_with_streamed_tokens_adds_nothing_while_nothing_streams() -> None:
+    dep = deployment(H100, LLAMA_8B).with_factors(frontend_s=0.005, frontend_per_token_s=0.00003)
+    busy = dep.with_factors(frontend_per_streamed_token_s=0.001)
+    front = 0.005 + 0.00003 * 500  # 20 ms of the request's own front-end work
+    assert busy.frontend_wait(500, 0.0) == 0.0 and dep.frontend_wait(500, 200.0) == 0.0
+    assert busy.frontend_wait(500, 200.0) == pytest.approx(front * 0.2 / 0.8)  # ρ = 200 tokens/s × 1 ms
+    assert busy.frontend_wait(500, 1e6) == pytest.approx(front * FRONTEND_BUSY_CAP / (1 - FRONTEND_BUSY_CAP))
+    # Closed form: nothing runs at no load; at a load the running requests stream one token per step each.
+    lm, lm_busy = latency_model(dep, 500, 200), latency_model(busy, 500, 200)
+    assert lm_busy.ttft(0.0) == lm.ttft(0.0)
+    rate = 2.0
+    rho = 0.001 * lm.batch(rate) / lm.tpot(rate)
+    assert 0.05 < rho < FRONTEND_BUSY_CAP
+    assert lm_busy.ttft(rate) - lm.ttft(rate) == pytest.approx(front * rho / (1 - rho))
+    assert lm_busy.tpot(rate) == lm.tpot(rate) and lm_busy.saturation_rate == lm.saturation_rate
+    # Engine: one client (its last request finished when it sends the next) or a burst: nobody streams.
+    cfg = EngineConfig()
+    assert closed_loop(busy, cfg, 1, 6, fixed(500, 64)).timings == closed_loop(dep, cfg, 1, 6, fixed(500, 64)).timings
+    assert burst(busy, cfg, 4, 500, 64).timings == burst(dep, cfg, 4, 500, 64).timings
+
+
+def test_the_front_end_busy_with_streamed_tokens_delays_a_request_that_arrives_while_others_stream() -> None:
+    dep = deployment(H100, LLAMA_8B).with_factors(frontend_s=0.05)
+    step = dep.decode_step_time(1, 1000)
+    per = 0.5 * step  # one other request streams a token per step: the front end is half busy
+    busy = dep.with_factors(frontend_per_streamed_token_s=per)
+
+    def late_ttft(d: Deployment) -> float:
+        driver = _Driver(d, EngineConfig())
+        driver.submit(Request("streaming", 900, 400), 0.0)
+        driver.submit(Request("late", 900, 4), 1.0)  # the first is decoding by then
+        return next(t.ttft for t in driver.run().timings if t.output_tokens == 4)
+
+    extra = late_ttft(busy) - late_ttft(dep)
+    assert extra == pytest.approx(0.05 * 0.5 / 0.5, abs=2 * step)  # 50 ms more, give or take the step it joins
+    assert busy.step_time(512, 10, 6000) == dep.step_time(512, 10, 6000)  # never GPU time

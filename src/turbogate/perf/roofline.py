@@ -73,6 +73,11 @@ class PerfFactors:
         the hand-over to the scheduler); it adds to TTFT, not to GPU time.
     frontend_per_token_s: front-end time per prompt token (tokenisation, input validation and copying
         the token ids to the engine grow with the prompt); added to ``frontend_s``.
+    frontend_per_streamed_token_s: front-end time per token the other running requests stream (a Python
+        front end detokenises and sends every streamed token: TensorRT-LLM under Triton or NIM, vLLM's API
+        server).  The others keep it busy a share ρ = their tokens/s × this; a new request's own front-end
+        work (``frontend_time``) is served in what they leave free and takes ``frontend_time / (1 − ρ)``
+        (processor sharing).  0 (the default): the front end is never busy with the others.
     decode_allreduce_s: latency of one all-reduce in a step with no prefill in it; None (the default)
         takes the prefill's (``tp_allreduce_s`` and its growth).  Engines replay decode steps as CUDA
         graphs with a one-shot custom all-reduce (each GPU reads its peers' buffers over NVLink in one
@@ -104,6 +109,7 @@ class PerfFactors:
     kv_bw_efficiency: float | None = None
     frontend_s: float = 0.0
     frontend_per_token_s: float = 0.0
+    frontend_per_streamed_token_s: float = 0.0
     decode_allreduce_s: float | None = None
     bw_scale: float = 1.0
     mfu_scale: float = 1.0
@@ -122,7 +128,7 @@ class PerfFactors:
                 raise ValueError(f"{name} must be in (0, 1.5], got {getattr(self, name)}")
         for name in ("step_overhead_s", "per_seq_overhead_s", "activation_reserve_bytes", "tp_allreduce_s",
                      "mfu_size_exponent", "frontend_s", "tp_allreduce_growth_s", "ridge_exponent", "ttft_steps",
-                     "frontend_per_token_s", "decode_allreduce_s"):
+                     "frontend_per_token_s", "decode_allreduce_s", "frontend_per_streamed_token_s"):
             if (getattr(self, name) or 0.0) < 0:
                 raise ValueError(f"{name} must be >= 0")
 
@@ -131,6 +137,20 @@ DEFAULT_BW_EFFICIENCY = 0.8
 DEFAULT_MFU = 0.5
 MFU_REFERENCE_GEMM = 4096 * 14336  # hidden × intermediate of Llama-3.1-8B, where ``mfu`` holds as given
 ACTIVATION_BYTES = 2.0  # activations all-reduced in bf16, whatever the weight dtype
+# The front end's busy share is held below this: past it the streaming itself would slow down (the engine
+# waits for its outputs to be taken), which the model does not run; at it a request's front end takes 20×.
+FRONTEND_BUSY_CAP = 0.95
+
+
+def busy_frontend_wait(frontend_s: float, per_streamed_token_s: float, streamed_tokens_per_s: float) -> float:
+    """Extra seconds a front-end job of ``frontend_s`` takes while the front end also spends ``per_streamed_token_s``
+    on each of ``streamed_tokens_per_s`` tokens the other requests stream: they keep it busy a share
+    ρ = min(FRONTEND_BUSY_CAP, per × tokens/s) and the job is served in the rest, ``frontend_s · ρ / (1 − ρ)``
+    (processor sharing); 0 when nothing streams or the cost is 0."""
+    if per_streamed_token_s <= 0.0 or streamed_tokens_per_s <= 0.0:
+        return 0.0
+    rho = min(FRONTEND_BUSY_CAP, per_streamed_token_s * streamed_tokens_per_s)
+    return frontend_s * rho / (1.0 - rho)
 
 
 def kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "bf16") -> int:
@@ -272,6 +292,12 @@ class Deployment:
     def frontend_time(self, prompt_tokens: int) -> float:
         """Seconds a request of ``prompt_tokens`` spends in front of the engine core (adds to TTFT only)."""
         return self.factors.frontend_s + self.factors.frontend_per_token_s * prompt_tokens
+
+    def frontend_wait(self, prompt_tokens: int, streamed_tokens_per_s: float) -> float:
+        """Seconds a request's front end takes beyond ``frontend_time`` while the other running requests stream
+        ``streamed_tokens_per_s`` through it (``busy_frontend_wait``)."""
+        return busy_frontend_wait(self.frontend_time(prompt_tokens), self.factors.frontend_per_streamed_token_s,
+                                  streamed_tokens_per_s)
 
     def allreduce_time(self, tokens: int, decode_only: bool = False) -> float:
         """Seconds of tensor-parallel communication in a step of ``tokens`` tokens (0 at tp 1)."""

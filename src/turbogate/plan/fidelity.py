@@ -8,8 +8,9 @@ Closed form, by load:
 * rate: the load model of ``plan.latency`` at that rate (TTFT and TPOT are its means), throughput
   min(rate, saturation) × output tokens;
 * concurrency ``C`` (a closed loop): the saturation point with ``max_num_seqs = C`` (its step is the
-  TPOT); throughput by Little's law, C × O / (TTFT + (O − 1) × TPOT); TTFT = front end + half a
-  running step + the prompt's prefill beside the other ``C − 1`` decodes;
+  TPOT); throughput by Little's law, C × O / (TTFT + (O − 1) × TPOT); TTFT = front end (stretched while
+  the other ``C − 1`` stream a token per step through it) + half a running step + the prompt's prefill
+  beside the other ``C − 1`` decodes;
 * burst of ``N``: the front end, the ``N`` prompts prefilled in budget-sized steps, then ``O − 1``
   decode steps of the whole batch.
 Lengths drawn uniformly or from ShareGPT enter the closed form as their means; the engine replays draws.
@@ -79,6 +80,7 @@ def closed_form(cell: PublishedCell, profile: EngineProfile) -> Prediction:
         prefill = chunks * dep.step_time(chunk, others, int(others * ctx), cached)
         tpot = sat.tpot_s if others else dep.decode_step_time(1, int(ctx))
         ttft = dep.frontend_time(prompt) + ((0.5 if others else 0.0) + dep.factors.ttft_steps) * tpot + prefill
+        ttft += dep.frontend_wait(prompt, others / tpot)
         tokens_per_s = min(sat.output_tokens_per_s, sat.batch * output / (ttft + (output - 1) * tpot))
         # Other clients' prompts queue for the prefill too: M/D/1 at the rate they arrive.
         busy = tokens_per_s / output * prefill

@@ -39,8 +39,11 @@ the engine is busy: ``min(1, n) · s / 2``), then its prefill.  The prompt is sp
 ``k = ⌈P / max_num_batched_tokens⌉`` chunks; each chunk is timed at the mean cached context
 ``(k−1)·chunk/2``.  Prefill alone takes ``TTFT_0``; sharing steps with a full batch it takes
 ``TTFT_full``; between them the chord again: ``TTFT_p(λ) = TTFT_0 + n/c · (TTFT_full − TTFT_0)``.
+Both include the front end ``F`` (``Deployment.frontend_time``); while the ``n`` running requests stream
+``n / s`` tokens/s through it, it is busy a share ``ρ_F`` (``PerfFactors.frontend_per_streamed_token_s``)
+and a new request's front end takes ``F / (1 − ρ_F)``:
 
-    TTFT(λ) = W(λ) + min(1, n) · s / 2 + TTFT_p(λ)
+    TTFT(λ) = W(λ) + min(1, n) · s / 2 + TTFT_p(λ) + F · ρ_F / (1 − ρ_F)
     E2E(λ)  = TTFT(λ) + (O − 1) · TPOT(λ)
 
 **The predicted knee**, the lowest rate at which this model's mean E2E latency reaches
@@ -54,6 +57,7 @@ import math
 from dataclasses import dataclass
 
 from turbogate.perf import Deployment, avg_kv_tokens_per_seq, saturation
+from turbogate.perf.roofline import busy_frontend_wait
 
 
 def sakasegawa_wait(rate: float, capacity: float, servers: int, ca2: float = 1.0, cs2: float = 0.0) -> float:
@@ -145,6 +149,8 @@ class LatencyModel:
     kv_tokens_per_seq: float  # mean KV footprint of a running sequence (whole blocks)
     kv_capacity_tokens: int
     ttft_steps: float = 0.0  # steps a first token waits beyond its prefill (PerfFactors.ttft_steps)
+    frontend_s: float = 0.0  # a request's front end alone (in ttft0 and ttft_full)
+    frontend_per_streamed_token_s: float = 0.0  # front-end time per token the running requests stream
 
     @property
     def delta(self) -> float:
@@ -168,7 +174,9 @@ class LatencyModel:
         n = self.batch(rate)
         s = self.tpot(rate)
         prefill = self.ttft0 + n / self.batch_cap * (self.ttft_full - self.ttft0)
-        return w + (min(1.0, n) / 2.0 + self.ttft_steps) * s + prefill
+        # The running requests (seen by an arrival as they are on average) each stream a token per step.
+        busy = busy_frontend_wait(self.frontend_s, self.frontend_per_streamed_token_s, n / s if s > 0 else 0.0)
+        return w + (min(1.0, n) / 2.0 + self.ttft_steps) * s + prefill + busy
 
     def e2e(self, rate: float) -> float:
         return self.ttft(rate) + (self.output_tokens - 1) * self.tpot(rate)
@@ -235,4 +243,6 @@ def latency_model(
         kv_tokens_per_seq=avg_kv_tokens_per_seq(prompt_tokens, output_tokens, dep.block_size),
         kv_capacity_tokens=dep.kv_capacity_tokens,
         ttft_steps=dep.factors.ttft_steps,
+        frontend_s=front,
+        frontend_per_streamed_token_s=dep.factors.frontend_per_streamed_token_s,
     )

@@ -8,7 +8,10 @@ Three workloads a published benchmark runs, and a planner's "N requests at once"
   finishes (``vllm bench serve --max-concurrency``, AIPerf's concurrency mode).
 
 A request reaches the engine core ``Deployment.frontend_time(prompt)`` after it arrives (API server,
-tokenisation, hand-over to the scheduler), so its TTFT counts that time and the GPU does not.
+tokenisation, hand-over to the scheduler), so its TTFT counts that time and the GPU does not; longer
+by ``Deployment.frontend_wait`` while the other requests stream tokens through the front end, at the
+rate of the step running when it arrived (its decoded sequences that did not finish in it, over its
+duration).
 """
 
 from __future__ import annotations
@@ -117,7 +120,10 @@ class _Driver:
         # The engine reports a first token after the config's output lag itself; the driver holds it only
         # for the closed form's stand-in for multi-step scheduling, where the engine runs single steps.
         self.ttft_steps = first_token_wait_steps(dep.factors, config, config.output_lag_steps)
-        self.ready: list[tuple[float, int, Request, float]] = []  # (ready time, order, request, arrival)
+        # (ready time, order, request, arrival, whether its wait behind the streaming is in the ready time)
+        self.ready: list[tuple[float, int, Request, float, bool]] = []
+        self.per_streamed = dep.factors.frontend_per_streamed_token_s
+        self.streams: list[tuple[float, float, float]] = []  # (start, end, tokens/s streamed by those left)
         self.arrival: dict[str, float] = {}
         self.first: dict[str, float] = {}
         self.timings: list[Timing] = []
@@ -126,15 +132,27 @@ class _Driver:
         self._order = 0
 
     def submit(self, req: Request, arrival: float) -> None:
-        heapq.heappush(self.ready, (arrival + self.dep.frontend_time(req.prompt_tokens), self._order, req, arrival))
+        ready = arrival + self.dep.frontend_time(req.prompt_tokens)
+        heapq.heappush(self.ready, (ready, self._order, req, arrival, self.per_streamed <= 0.0))
         self._order += 1
+
+    def streamed_at(self, t: float) -> float:
+        """Tokens/s the running requests were streaming at ``t``: those of the step running then (0 if idle)."""
+        for start, end, rate in reversed(self.streams):
+            if start <= t:
+                return rate if t <= end else 0.0
+        return 0.0
 
     def run(self, on_finish: Callable[[float], None] | None = None) -> ReplayResult:
         eng, ready = self.engine, self.ready
         now = ready[0][0] if ready else 0.0
         while ready or eng.has_work():
             while ready and ready[0][0] <= now:
-                _, _, req, arrival = heapq.heappop(ready)
+                at, order, req, arrival, waited = heapq.heappop(ready)
+                if not waited:  # the front end's share taken by the others' streaming, as it was on arrival
+                    extra = self.dep.frontend_wait(req.prompt_tokens, self.streamed_at(arrival))
+                    heapq.heappush(ready, (at + extra, order, req, arrival, True))
+                    continue
                 self.arrival[req.request_id] = arrival
                 eng.add_request(req, now)
             if not eng.has_work():
@@ -143,6 +161,9 @@ class _Driver:
             step = eng.step(now)
             now = step.start + step.duration
             self.steps.append((step.start, step.duration, step.decode_seqs))
+            if self.per_streamed > 0.0 and step.duration > 0.0:
+                streaming = max(0, step.decode_seqs - len(step.finished))
+                self.streams.append((step.start, now, streaming / step.duration))
             if self.pending:  # first tokens held back by ttft_steps, one step at a time
                 self.pending = [(rid, left - 1) for rid, left in self.pending]
                 for rid, left in self.pending:
