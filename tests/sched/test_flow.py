@@ -225,11 +225,12 @@ def test_adaptive_limit_shrinks_to_what_the_engine_runs_and_grows_while_it_keeps
         flow.scraped("r0", ReplicaLoad(running=r.limit, waiting=0, kv_usage=0.2), t)
     assert t == 7  # 2 × 1.5⁷ ≈ 34: seven scrapes
     r.in_flight = r.peak_in_flight = 30
-    flow.scraped("r0", ReplicaLoad(running=16, waiting=14, kv_usage=0.5), t + 1)
+    # the KV cache full at each queue: the engine's batch stays unknown (sched/concurrency.py), so it probes
+    flow.scraped("r0", ReplicaLoad(running=16, waiting=14, kv_usage=0.9), t + 1)
     assert r.limit == 16  # a large queue cuts at once, to what the engine runs of ours: 30 − 14
     assert r.proven == 16
     r.in_flight = 20  # completions lag behind the cut: no second cut for the same queue
-    flow.scraped("r0", ReplicaLoad(running=16, waiting=4, kv_usage=0.5), t + 2)
+    flow.scraped("r0", ReplicaLoad(running=16, waiting=4, kv_usage=0.9), t + 2)
     assert r.limit == 16
     r.in_flight = 16
     for i in range(grow_every - 1):  # at the threshold: one probe now and then
@@ -240,9 +241,9 @@ def test_adaptive_limit_shrinks_to_what_the_engine_runs_and_grows_while_it_keeps
     flow.scraped("r0", ReplicaLoad(running=16, waiting=0, kv_usage=0.5), t + 3 + grow_every)
     assert r.limit == 17
     r.in_flight = r.peak_in_flight = 17
-    flow.scraped("r0", ReplicaLoad(running=16, waiting=1, kv_usage=0.5), t + 4 + grow_every)
+    flow.scraped("r0", ReplicaLoad(running=16, waiting=1, kv_usage=0.9), t + 4 + grow_every)
     assert r.limit == 17  # one request waiting once: maybe just sent during a step
-    flow.scraped("r0", ReplicaLoad(running=16, waiting=1, kv_usage=0.5), t + 5 + grow_every)
+    flow.scraped("r0", ReplicaLoad(running=16, waiting=1, kv_usage=0.9), t + 5 + grow_every)
     assert r.limit == 16  # seen twice: a real queue
     r.in_flight = 3
     flow.scraped("r0", ReplicaLoad(running=3, waiting=0, kv_usage=0.5), t + 6 + grow_every)

@@ -143,7 +143,7 @@ def test_slots_follow_the_learned_limit_saturation_and_staleness() -> None:
     a.in_flight = 7
     picker.on_metrics(a, ReplicaLoad(running=5, waiting=2, kv_usage=0.2), 0.0)
     assert a.limit == 5 and picker.replica_slots(a, 0.1) == 5  # in slow start a queue is the overshoot
-    a.limit, a.in_flight, a.last_waiting = 8, 7, 0
+    a.limit, a.in_flight, a.last_waiting, a.batch_seen = 8, 7, 0, 0.0  # past slow start, its batch unknown
     picker.on_metrics(a, ReplicaLoad(running=5, waiting=0, kv_usage=0.2), 0.04)
     picker.on_metrics(a, ReplicaLoad(running=5, waiting=2, kv_usage=0.2), 0.05)
     assert a.limit == 8  # past slow start, a small queue seen once may be requests sent mid-step
@@ -255,7 +255,8 @@ def test_probes_of_an_engine_edge_become_rare() -> None:
     for _ in range(400):
         r.in_flight = int(r.limit)  # the gateway keeps it full
         running, waiting = min(r.in_flight, 16), max(0, r.in_flight - 16)
-        adapt_limit(r, ReplicaLoad(running=float(running), waiting=float(waiting), kv_usage=0.5), cfg)
+        adapt_limit(r, ReplicaLoad(running=float(running), waiting=float(waiting),
+                                   kv_usage=0.9 if waiting else 0.5), cfg)  # its KV cache the edge: no batch
         above += r.limit > 16
     assert r.limit <= 17 and r.probe_backoff > 1
     assert above <= 20, above

@@ -31,11 +31,22 @@ only as far as the light load reached) must not be what a surge meets — slow s
 ×1.5 a scrape from there overshoots the engine, whose FIFO then holds Turbo, and a cold gateway
 at low load holds the lower tiers back.  The limit never exceeds it; a queue (the KV cache
 binding first) still cuts it as above.
+
+Where it is not configured, the engine tells it: a queue that counts (as above) while its KV
+cache has room (below ``saturated_kv``) and it runs as many as it ever has is its batch full, so
+that running count is its batch limit (``batch_seen``).  From then on the limit never exceeds it,
+and no probe puts a lower tier's request in the engine's FIFO above it; the other replicas of
+its pool stop slow start there (``presume_batch``).  A single small queue is not enough: a request
+sent during an engine step may show as waiting until the step ends, and a ceiling taken from such
+a snapshot (12 on a 16-sequence engine at half load) held the lower tiers back for good.  It only
+rises (another client's load may show a larger batch), and it travels with the learned state
+(sched/learned.py).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from turbogate.sched.load import ReplicaLoad
 from turbogate.sched.replica import PickerConfig, Replica
@@ -81,6 +92,10 @@ def adapt_limit(replica: Replica, load: ReplicaLoad, cfg: PickerConfig) -> None:
     else:
         excess = 0.0
     replica.last_waiting = waiting
+    kv = load.kv_usage
+    if excess > cfg.queue_tolerance and running >= max(1.0, replica.proven) and kv is not None \
+            and kv < cfg.saturated_kv:  # a queue that counts, the KV cache not binding: the batch is full
+        replica.batch_seen = max(replica.batch_seen, running)
     replica.proven = max(replica.proven, running)
     limit = replica.limit
     if excess > cfg.queue_tolerance:
@@ -109,11 +124,17 @@ def adapt_limit(replica: Replica, load: ReplicaLoad, cfg: PickerConfig) -> None:
                 # slow start: ×1.5 (a smaller overshoot than TCP's ×2), and at most half again
                 # what the engine has shown it runs, so one step never overshoots by more
                 limit = min(limit * 1.5, replica.proven * 1.5, replica.ssthresh)
+                if replica.batch_hint > 0.0 and limit > replica.batch_hint:
+                    # another of its pool's engines queued there: probe past it a slot at a time
+                    limit = max(replica.limit, replica.batch_hint)
+                    replica.ssthresh = limit
                 replica.slow_start_idle = 0
             else:
                 replica.slow_start_idle += 1
         elif replica.proven < int(limit):
             pass  # it has not run the whole limit at once since the last cut: no reason to probe
+        elif limit >= _ceiling(replica):
+            pass  # the engine's batch is known and reached: nothing above it to probe
         elif replica.hold <= 1:  # past the threshold, probe one more now and then
             if replica.probed_to and replica.proven >= replica.probed_to:
                 replica.probe_backoff = 1  # the last probe held: the engine had the room
@@ -122,9 +143,23 @@ def adapt_limit(replica: Replica, load: ReplicaLoad, cfg: PickerConfig) -> None:
             replica.hold = cfg.grow_every_scrapes * replica.probe_backoff
         else:
             replica.hold -= 1
-    if replica.cap is not None:
-        limit = min(limit, float(replica.cap))
-    if replica.engine_seqs is not None:
-        limit = min(limit, float(replica.engine_seqs))
-    replica.limit = max(float(cfg.min_limit), limit)
+    replica.limit = max(float(cfg.min_limit), min(limit, _ceiling(replica)))
     replica.peak_in_flight = replica.in_flight
+
+
+def _ceiling(replica: Replica) -> float:
+    """The most the limit may be: the configured cap and batch, and the batch the engine showed."""
+    ceiling = math.inf if replica.cap is None else float(replica.cap)
+    if replica.engine_seqs is not None:
+        ceiling = min(ceiling, float(replica.engine_seqs))
+    return min(ceiling, replica.batch_seen) if replica.batch_seen > 0.0 else ceiling
+
+
+def presume_batch(learned: Replica, pool: Iterable[Replica]) -> None:
+    """``learned`` has just shown its engine's batch: the other replicas of its pool with no batch
+    of their own known stop slow start there (``batch_hint``): a pool's engines are most likely
+    alike, and a sibling's ×1.5 step past it mid-overload is the overshoot ``batch_seen`` stops.
+    One that runs it all without a queue goes on a slot a probe."""
+    for r in pool:
+        if r is not learned and r.engine_seqs is None and r.batch_seen == 0.0:
+            r.batch_hint = learned.batch_seen

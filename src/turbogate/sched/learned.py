@@ -14,8 +14,13 @@ prefill gate (sched/surge.py ``prefill_gate``), travel with it: under an overloa
 has no stream awaiting a first token, the moment they are measured in, so a process started then
 takes them from the store where it has none of its own.
 
-Text: ``"limit ssthresh proven written_at first_s step_s"`` (``inf`` for a threshold not found
-yet, 0 for a time not measured; the first four alone are read too).  A state older than
+The batch its engine showed (``batch_seen``, sched/concurrency.py) travels too, and a process that
+has seen none takes it as its own ceiling: a gateway restarted mid-overload would otherwise meet
+the engines with a slow start that only their queue stops.
+
+Text: ``"limit ssthresh proven written_at first_s step_s batch"`` (``inf`` for a threshold not
+found yet, 0 for a time not measured or a batch not seen; the first four or six alone are read
+too).  A state older than
 ``MAX_AGE_S`` is ignored: the engine may have been reconfigured since.
 
 A pool's dispatch-to-completion time (sched/service_time.py), which sizes Turbo's headroom and
@@ -46,31 +51,49 @@ def encode(replica: Replica, wall_now: float) -> str | None:
     if not replica.scraped or replica.load is None or (math.isinf(replica.ssthresh) and replica.proven < 1.0):
         return None
     return (f"{replica.limit:.3f} {replica.ssthresh:.3f} {replica.proven:.3f} {wall_now:.3f} "
-            f"{replica.first_s:.6f} {replica.step_s:.6f}")
+            f"{replica.first_s:.6f} {replica.step_s:.6f} {replica.batch_seen:.0f}")
 
 
 def adopt(replica: Replica, text: str, wall_now: float) -> bool:
     """Take the stored limit when ``replica`` is still in slow start (it has learned nothing of its
-    own that contradicts it), and the stored times when it has measured none; True if taken."""
+    own that contradicts it), and the stored times and batch when it has none; True if taken."""
     try:
         values = [float(x) for x in text.split()]
     except ValueError:
         return False
-    if len(values) not in (4, 6) or wall_now - values[3] > MAX_AGE_S:
+    if len(values) not in (4, 6, 7) or wall_now - values[3] > MAX_AGE_S:
         return False
     limit, ssthresh, proven = values[:3]
-    timed = len(values) == 6 and _adopt_times(replica, values[4], values[5])
+    timed = len(values) >= 6 and _adopt_times(replica, values[4], values[5])
+    taken = _adopt_limit(replica, limit, ssthresh, proven)
+    batch = len(values) == 7 and _adopt_batch(replica, values[6])
+    return taken or timed or batch
+
+
+def _adopt_limit(replica: Replica, limit: float, ssthresh: float, proven: float) -> bool:
     if not math.isinf(replica.ssthresh) or limit < 1.0:
-        return timed
+        return False
     if replica.cap is not None:
         limit = min(limit, float(replica.cap))
     if replica.engine_seqs is not None:
         limit = min(limit, float(replica.engine_seqs))
+    if replica.batch_seen > 0.0:
+        limit = min(limit, replica.batch_seen)
     if limit <= replica.limit and math.isinf(ssthresh):
-        return timed  # it knows as much of the limit already
+        return False  # it knows as much of the limit already
     replica.limit = limit
     replica.ssthresh = min(ssthresh, limit) if not math.isinf(ssthresh) else limit
     replica.proven = min(max(proven, replica.proven), limit)
+    return True
+
+
+def _adopt_batch(replica: Replica, batch: float) -> bool:
+    # as sched/concurrency.py learns it: a ceiling, and where slow start ends
+    if batch < 1.0 or replica.batch_seen > 0.0 or replica.engine_seqs is not None:
+        return False
+    replica.batch_seen = batch
+    replica.limit = max(1.0, min(replica.limit, batch))
+    replica.ssthresh = min(replica.ssthresh, batch)
     return True
 
 

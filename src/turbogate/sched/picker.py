@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import TypeVar
 
 from turbogate.sched import health
-from turbogate.sched.concurrency import LOWER_TIERS_BAR, adapt_limit
+from turbogate.sched.concurrency import LOWER_TIERS_BAR, adapt_limit, presume_batch
 from turbogate.sched.learned import adopt
 from turbogate.sched.load import ReplicaLoad
 from turbogate.sched.phase import Scorer, phase_scorer
@@ -289,7 +289,10 @@ class Picker(ReplicaBook):
                     "running count, so it stays there. Check that metrics_path serves this engine's own load metrics "
                     "(engine kind and metric names); for a server without load metrics set engine: openai, which "
                     "counts the gateway's own in-flight requests up to max_concurrency")))
+        batch = replica.batch_seen
         adapt_limit(replica, load, self.config)
+        if replica.batch_seen > batch:  # its engine's batch, shown now: its pool's others likely share it
+            presume_batch(replica, self._pools[replica.pool].replicas)
         self._refresh(replica, now)
 
     # ---- health ----------------------------------------------------------------------------

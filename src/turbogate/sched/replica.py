@@ -68,6 +68,8 @@ class Replica:
     cap: int | None = None  # max_concurrency from the config: an optional upper bound
     scraped: bool = True
     engine_seqs: int | None = None  # the engine's own batch limit (max_num_seqs) when known: the limit's ceiling
+    batch_seen: float = 0.0  # the batch its engine queued beyond with KV room to spare: a learned ceiling (0: none)
+    batch_hint: float = 0.0  # another of its pool's batch_seen: where its slow start stops (0: none)
     limit: float = 8.0
     ssthresh: float = math.inf
     peak_in_flight: int = 0
