@@ -1,0 +1,49 @@
+"""``benchmarks/surge_family.py``: fleets drawn from a fixed generator (the same family on every
+run, so nothing is tuned to a fleet chosen after looking), each judged in the simulator with its
+Turbo-alone floor beside it, and a slow fleet whose unloaded reference is a handful of answers
+kept out of the gateway's count.  Virtual time only."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+from surge_family import MIN_REFERENCE, draw_fleets, summary  # noqa: E402
+
+
+def test_the_family_is_fixed_by_its_seed() -> None:
+    assert draw_fleets(6, 2026) == draw_fleets(6, 2026)
+    assert draw_fleets(6, 2026) != draw_fleets(6, 7)
+    for fleet in draw_fleets(24, 2026):
+        turbo = float(dict(kv.split("=") for kv in fleet.mix.split(","))["turbo"])
+        assert 0.2 <= turbo <= 0.3
+
+
+def test_summary_counts_each_class_apart() -> None:
+    rows = [{"class": "scheduling", "mixed": [1.2, 2.0]}, {"class": "engine", "mixed": [3.0, None]},
+            {"class": "thin", "mixed": [1.1, 9.0]}]
+    out = summary(rows)
+    assert out["scheduling"] == {"fleets": 1, "runs": 2, "within_target": 1, "geomean_worst_window": 1.549}
+    assert out["engine"]["runs"] == 2 and out["engine"]["within_target"] == 0
+    assert out["thin"]["within_target"] == 1
+
+
+def test_a_run_prints_one_json_object_per_family() -> None:
+    out = subprocess.run([sys.executable, str(BENCH / "surge_family.py"), "--fleets", "3", "--seeds", "1"],
+                         check=True, capture_output=True, text=True, timeout=240)
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1, out.stdout
+    result = json.loads(lines[0])
+    rows = result["fleets"]
+    assert [r["fleet"] for r in rows] == ["f0", "f1", "f2"]
+    for r in rows:
+        assert len(r["mixed"]) == 1 and len(r["alone"]) == 1 and r["class"] in ("scheduling", "engine", "thin")
+    # f2 (two slow L4 replicas, 32 sequences at 1.5 s a second) answers fewer Turbo requests at
+    # 0.2x than a p95 needs: its worst window is not the gateway's to answer for.
+    assert rows[2]["class"] == "thin" and result["min_reference"] == MIN_REFERENCE
+    assert sum(v["runs"] for v in result["summary"].values()) == 3
