@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))
@@ -34,7 +35,7 @@ def test_a_slow_fleet_gets_a_longer_run() -> None:
 
 
 def test_summary_counts_each_class_apart() -> None:
-    rows = [{"class": "scheduling", "mixed": [1.2, 2.0]}, {"class": "engine", "mixed": [3.0, None]},
+    rows: list[dict[str, Any]] = [{"class": "scheduling", "mixed": [1.2, 2.0]}, {"class": "engine", "mixed": [3.0, None]},
             {"class": "thin", "mixed": [1.1, 9.0]}]
     out = summary(rows)
     assert out["scheduling"] == {"fleets": 1, "runs": 2, "within_target": 1, "geomean_worst_window": 1.549}
