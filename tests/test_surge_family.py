@@ -35,8 +35,8 @@ def test_a_slow_fleet_gets_a_longer_run() -> None:
 
 
 def test_summary_counts_each_class_apart() -> None:
-    rows: list[dict[str, Any]] = [{"class": "scheduling", "mixed": [1.2, 2.0]}, {"class": "engine", "mixed": [3.0, None]},
-            {"class": "thin", "mixed": [1.1, 9.0]}]
+    rows: list[dict[str, Any]] = [{"class": "scheduling", "mixed": [1.2, 2.0]},
+                                  {"class": "engine", "mixed": [3.0, None]}, {"class": "thin", "mixed": [1.1, 9.0]}]
     out = summary(rows)
     assert out["scheduling"] == {"fleets": 1, "runs": 2, "within_target": 1, "geomean_worst_window": 1.549}
     assert out["engine"]["runs"] == 2 and out["engine"]["within_target"] == 0
