@@ -40,7 +40,8 @@ its pool stop slow start there (``presume_batch``).  A single small queue is not
 sent during an engine step may show as waiting until the step ends, and a ceiling taken from such
 a snapshot (12 on a 16-sequence engine at half load) held the lower tiers back for good.  It only
 rises (another client's load may show a larger batch), and it travels with the learned state
-(sched/learned.py).
+(sched/learned.py); an engine restarted with a larger batch is not found by probing above it,
+so give such a replica its ``max_num_seqs`` (a configured batch takes nothing from the store).
 """
 
 from __future__ import annotations
