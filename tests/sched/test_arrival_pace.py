@@ -1,0 +1,72 @@
+"""``sched/surge.py`` ``ArrivalPace.top_rate``: the top tier's rate the holdback reads at every
+dispatch.  Its share of the last sixteen arrivals of all tiers dips now and then under a steady
+rate; such a dip must not read as a fall (the lower tiers would take the slots it frees and hold
+them a service time): Turbo's rate over its own last sixty-four arrivals is a floor under it.  A
+step up still shows within sixteen arrivals, and another tier's batch does not raise the floor.
+Pure: arrival times passed in."""
+
+from __future__ import annotations
+
+import random
+
+from turbogate.sched.surge import PACE_STEADY, PACE_WINDOW, ArrivalPace
+
+
+def _arrivals(rate: float, count: int, start: float, rng: random.Random, top_share: float) -> list[tuple[float, bool]]:
+    t, out = start, []
+    for _ in range(count):
+        t += rng.expovariate(rate)
+        out.append((t, rng.random() < top_share))
+    return out
+
+
+def _lowest_read(pace: ArrivalPace, arrivals: list[tuple[float, bool]], floor: bool) -> float:
+    """The lowest top-tier rate read just before each arrival (a dispatch decision may be taken
+    then); ``floor`` False: without the steady floor (the share of the last sixteen alone)."""
+    lowest = float("inf")
+    for t, top in arrivals:
+        read = pace.top_rate(t, 0.0) if floor else pace.share * pace.total_rate(t)
+        lowest = min(lowest, read)
+        pace.arrived(top, t)
+    return lowest
+
+
+def test_a_steady_rate_does_not_dip_with_the_last_sixteen_arrivals() -> None:
+    rate, share = 120.0, 0.3
+    for seed in range(1, 7):
+        lows = []
+        for floor in (False, True):
+            rng = random.Random(seed)
+            pace = ArrivalPace()
+            warm = _arrivals(rate, 4 * PACE_STEADY, 0.0, rng, share)
+            for t, top in warm:
+                pace.arrived(top, t)
+            lows.append(_lowest_read(pace, _arrivals(rate, 2000, warm[-1][0], rng, share), floor))
+        without, with_floor = lows
+        assert without < 0.55 * share * rate, (seed, without)  # the dips the lower tiers entered on
+        assert with_floor > 0.65 * share * rate, (seed, with_floor)
+
+
+def test_a_step_up_shows_within_sixteen_arrivals() -> None:
+    rng = random.Random(3)
+    pace = ArrivalPace()
+    quiet = _arrivals(5.0, 300, 0.0, rng, 0.25)
+    for t, top in quiet:
+        pace.arrived(top, t)
+    surge = _arrivals(50.0, PACE_WINDOW, quiet[-1][0], rng, 0.25)
+    for t, top in surge:
+        pace.arrived(top, t)
+    assert pace.top_rate(surge[-1][0], 0.0) > 0.5 * 0.25 * 50.0  # ten times the rate: read at once
+
+
+def test_another_tier_s_batch_does_not_raise_the_floor() -> None:
+    pace = ArrivalPace()
+    t = 0.0
+    for i in range(4 * PACE_STEADY):  # 8 a second, one in four Turbo
+        t += 0.125
+        pace.arrived(i % 4 == 0, t)
+    before = pace.top_rate(t, 0.0)
+    for _ in range(200):  # a client submits 200 lower-tier requests at once
+        pace.arrived(False, t)
+    t += 2.0  # the last sixteen arrivals are the batch's: the share of their rate reads nothing now
+    assert pace.top_rate(t, 0.0) <= 1.1 * before
