@@ -1,9 +1,9 @@
 """``sched/surge.py`` ``ArrivalPace.top_rate``: the top tier's rate the holdback reads at every
 dispatch.  Its share of the last sixteen arrivals of all tiers dips now and then under a steady
 rate; such a dip must not read as a fall (the lower tiers would take the slots it frees and hold
-them a service time): Turbo's rate over its own last sixty-four arrivals is a floor under it.  A
-step up still shows within sixteen arrivals, and another tier's batch does not raise the floor.
-Pure: arrival times passed in."""
+them a service time): the rates over the last sixty-four arrivals (all tiers', and Turbo's own)
+are a floor under it.  A step up still shows within sixteen arrivals, and another tier's batch
+does not hold the rate up once it has gone by.  Pure: arrival times passed in."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _lowest_read(pace: ArrivalPace, arrivals: list[tuple[float, bool]], floor: b
     then); ``floor`` False: without the steady floor (the share of the last sixteen alone)."""
     lowest = float("inf")
     for t, top in arrivals:
-        read = pace.top_rate(t, 0.0) if floor else pace.share * pace.total_rate(t)
+        read = pace.top_rate(t, 0.0) if floor else pace.share * pace.recent_rate(t)
         lowest = min(lowest, read)
         pace.arrived(top, t)
     return lowest

@@ -39,15 +39,14 @@ if TYPE_CHECKING:
 #: Arrivals the fast rate is measured over: few enough to follow a step within a second at
 #: the benchmarks' rates, enough that one Poisson clump does not read as a surge for long.
 PACE_WINDOW = 16
-#: The top tier's own arrivals its steady rate is measured over.  Sixteen Poisson arrivals give
-#: a rate within about ±25 %, and the holdback reads it at every dispatch: where a pool takes a
-#: hundred arrivals a second, sixteen span a tenth of a second, a dip in them opens the lower
-#: tiers' ceiling, and what they take in that moment they hold for a whole service time (a
-#: 30 %-Turbo fleet of 4 × 64 sequences in simulation: Turbo waited up to a second in the
-#: gateway, 25–59× its unloaded TTFT).  The top tier's rate is at least its rate over its own
-#: last sixteen times four arrivals (±12 %), which follows a step within about a second at such
-#: rates, long before its ten-second average; its own, so that another tier's batch does not
-#: raise it.
+#: Arrivals a steady rate is measured over.  Sixteen Poisson arrivals give a rate within about
+#: ±25 %, and the holdback reads it at every dispatch: where a pool takes a hundred arrivals a
+#: second, sixteen span a tenth of a second, a dip in them opens the lower tiers' ceiling, and
+#: what they take in that moment they hold for a whole service time (a 30 %-Turbo fleet of
+#: 4 × 64 sequences in simulation: Turbo waited up to a second in the gateway, 25–59× its
+#: unloaded TTFT).  So each rate (all arrivals', the top tier's own) is at least its rate over
+#: the last sixty-four (±12 %), within ``RECENT_MARGIN`` of the last sixteen: a dip is not a
+#: fall, and a fall (the end of a burst, another tier's batch gone by) is still followed at once.
 PACE_STEADY = 64
 #: Weight of one arrival in Turbo's long-run share of arrivals (about the last 500).
 SHARE_ALPHA = 0.002
@@ -77,6 +76,17 @@ def window_rate(times: deque[float], now: float, count: int = PACE_WINDOW) -> fl
     return (count - 1) / span if span > 0 else None
 
 
+def steady_rate(times: deque[float], now: float) -> float:
+    """The rate over the last ``PACE_WINDOW`` arrival ``times``, or over the last ``PACE_STEADY``
+    where that is more, but not more than ``RECENT_MARGIN`` times the first; 0 before there are
+    ``PACE_WINDOW`` of them."""
+    recent = window_rate(times, now) or 0.0
+    steady = window_rate(times, now, PACE_STEADY) or 0.0
+    if steady > RECENT_MARGIN * recent:
+        steady = RECENT_MARGIN * recent
+    return steady if steady > recent else recent
+
+
 class ArrivalPace:
     """The recent rate of all arrivals, the top tier's long-run share of them, and the top tier's
     own last ``PACE_STEADY`` arrivals (the last ``PACE_WINDOW`` of them to follow its rate down as
@@ -85,7 +95,7 @@ class ArrivalPace:
     __slots__ = ("_count", "_times", "_top_times", "share")
 
     def __init__(self) -> None:
-        self._times: deque[float] = deque(maxlen=PACE_WINDOW)
+        self._times: deque[float] = deque(maxlen=PACE_STEADY)
         self._top_times: deque[float] = deque(maxlen=PACE_STEADY)
         self.share = 0.0
         self._count = 0
@@ -100,9 +110,14 @@ class ArrivalPace:
         alpha = 1.0 / self._count if self._count * SHARE_ALPHA < 1.0 else SHARE_ALPHA
         self.share += alpha * ((1.0 if top else 0.0) - self.share)
 
-    def total_rate(self, now: float) -> float:
+    def recent_rate(self, now: float) -> float:
         """Arrivals per second over the last ``PACE_WINDOW`` of them; decays through a silence."""
         return window_rate(self._times, now) or 0.0
+
+    def total_rate(self, now: float) -> float:
+        """The recent rate, or the steady one where that is more (within ``RECENT_MARGIN`` of the
+        recent: see ``PACE_STEADY``)."""
+        return steady_rate(self._times, now)
 
     def top_bound(self, now: float) -> float | None:
         """An upper bound on the top tier's rate from its own last ``PACE_WINDOW`` arrivals (their
@@ -116,7 +131,7 @@ class ArrivalPace:
         arrivals say it fell below that average (after a burst of Turbo: an average over
         ``RATE_TAU_S`` kept the headroom sized for the burst for another ten to twenty seconds,
         a third of the pool idle while Standard's backlog waited).  Never less than its rate over
-        its own last ``PACE_STEADY`` arrivals (within that bound): a dip in the last few of all
+        its own last ``PACE_STEADY`` arrivals (``steady_rate``): a dip in the last few of all
         arrivals is not a fall."""
         bound = self.top_bound(now)
         if bound is not None and bound < averaged:
@@ -124,11 +139,9 @@ class ArrivalPace:
         if self.share <= 0.0:
             return averaged
         fast = self.share * self.total_rate(now)
-        steady = window_rate(self._top_times, now, PACE_STEADY) or 0.0
-        if bound is not None and bound < steady:
-            steady = bound  # after a burst of its own, its last arrivals say it fell
-        if steady > fast:
-            fast = steady
+        own = steady_rate(self._top_times, now)
+        if own > fast:
+            fast = own
         return fast if fast > averaged else averaged
 
 
