@@ -65,6 +65,22 @@ def test_the_pool_s_other_replicas_stop_slow_start_at_the_batch_one_showed() -> 
     assert b.limit == 16 and b.ssthresh == 16 and b.batch_seen == 0.0  # past it a slot a probe
 
 
+def test_a_sibling_already_past_the_batch_comes_back_to_it() -> None:
+    """A sibling whose slow start stepped past the batch before another replica showed it (20 on a
+    16-sequence engine, in the same second) comes back to it at once: else it stalls there, its
+    slots counted whole for the holdback, four of them a headroom no engine has.  One whose engine
+    was seen running more keeps its limit: the hint is not its batch."""
+    picker = Picker(PickerConfig())
+    a, b, c = (picker.add(Replica(id=n, pool="p")) for n in "abc")
+    b.limit, b.proven = 20.0, 13.0  # stepped ×1.5 from 13 at its own scrape, still in slow start
+    c.limit, c.proven = 24.0, 18.0  # ran 18 at once: a larger engine
+    a.limit, a.in_flight, a.proven = 22.0, 22, 15.0
+    picker.on_metrics(a, ReplicaLoad(running=16.0, waiting=6.0, kv_usage=0.14), 0.0)
+    assert a.batch_seen == 16
+    assert b.limit == 16 and math.isinf(b.ssthresh)  # still learning: slots count whole, Turbo's room as before
+    assert c.limit == 24
+
+
 def test_the_batch_travels_with_the_learned_state() -> None:
     cfg = PickerConfig()
     learnt = Replica(id="r", pool="p")

@@ -156,11 +156,22 @@ def _ceiling(replica: Replica) -> float:
     return min(ceiling, replica.batch_seen) if replica.batch_seen > 0.0 else ceiling
 
 
-def presume_batch(learned: Replica, pool: Iterable[Replica]) -> None:
+def presume_batch(learned: Replica, pool: Iterable[Replica]) -> list[Replica]:
     """``learned`` has just shown its engine's batch: the other replicas of its pool with no batch
     of their own known stop slow start there (``batch_hint``): a pool's engines are most likely
     alike, and a sibling's ×1.5 step past it mid-overload is the overshoot ``batch_seen`` stops.
-    One that runs it all without a queue goes on a slot a probe."""
+    One that runs it all without a queue goes on a slot a probe.  A sibling whose slow start has
+    already stepped past it, and whose engine has not been seen running more, comes back to it at
+    once, still in slow start: above the batch it stalls (slow start grows only once the engine
+    ran 0.8 of the limit), and while it learns its slots count whole for the holdback, so the
+    slots above the batch were a headroom no engine has.  Returns the replicas whose limit moved
+    (their pool's counts are stale)."""
+    hint = learned.batch_seen
+    changed: list[Replica] = []
     for r in pool:
         if r is not learned and r.engine_seqs is None and r.batch_seen == 0.0:
-            r.batch_hint = learned.batch_seen
+            r.batch_hint = hint
+            if math.isinf(r.ssthresh) and r.limit > hint >= r.proven:
+                r.limit = hint
+                changed.append(r)
+    return changed

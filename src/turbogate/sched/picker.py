@@ -292,7 +292,8 @@ class Picker(ReplicaBook):
         batch = replica.batch_seen
         adapt_limit(replica, load, self.config)
         if replica.batch_seen > batch:  # its engine's batch, shown now: its pool's others likely share it
-            presume_batch(replica, self._pools[replica.pool].replicas)
+            for sibling in presume_batch(replica, self._pools[replica.pool].replicas):
+                self._refresh(sibling, now)
         self._refresh(replica, now)
 
     # ---- health ----------------------------------------------------------------------------
