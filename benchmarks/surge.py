@@ -63,6 +63,7 @@ from typing import Any
 import yaml
 
 from turbogate.bench.options import build_load
+from turbogate.bench.workload import TierMix
 from turbogate.config import _default_tiers, hash_key, parse_config
 from turbogate.engine import EngineConfig
 from turbogate.engine.capacity import saturated_rate
@@ -94,6 +95,11 @@ class Fleet:
     prompt: int
     output: int
     mix: str
+
+    @property
+    def turbo_share(self) -> float:
+        """Turbo's share of the requests (``mix``)."""
+        return dict(TierMix.parse(self.mix).weights)["turbo"]
 
     def capacity_rps(self) -> float:
         """Requests/s (wall) the fleet completes at saturation, from the engine model."""
@@ -218,7 +224,7 @@ def simulated(fleet: Fleet, hold_s: float, seed: int, turbo_alone: bool,
     stopped then and a new one started ``RESTART_DOWN_S`` later with what the old one left in the
     store (``sim/restart.py``)."""
     scale = fleet.scale
-    share = float(dict(kv.split("=") for kv in fleet.mix.split(","))["turbo"])
+    share = fleet.turbo_share
     cap = fleet.capacity_rps() * scale  # engine seconds
     lo, hi = (0.2 * share, 2.0 * share) if turbo_alone else (0.2, 2.0)
     gateway = parse_config({

@@ -64,8 +64,7 @@ def draw_fleets(count: int, family_seed: int) -> list[Fleet]:
 def hold_for(fleet: Fleet, hold_s: float) -> float:
     """Each half's length: ``hold_s``, or long enough for ``REFERENCE_SENT`` Turbo requests at
     0.2× (at most ``MAX_HOLD_S``)."""
-    share = float(dict(kv.split("=") for kv in fleet.mix.split(","))["turbo"])
-    return min(MAX_HOLD_S, max(hold_s, math.ceil(REFERENCE_SENT / (0.2 * fleet.capacity_rps() * share))))
+    return min(MAX_HOLD_S, max(hold_s, math.ceil(REFERENCE_SENT / (0.2 * fleet.capacity_rps() * fleet.turbo_share))))
 
 
 def judge(fleet: Fleet, hold_s: float, seeds: Sequence[int]) -> dict[str, Any]:

@@ -21,14 +21,13 @@ def test_the_family_is_fixed_by_its_seed() -> None:
     assert draw_fleets(6, 2026) == draw_fleets(6, 2026)
     assert draw_fleets(6, 2026) != draw_fleets(6, 7)
     for fleet in draw_fleets(24, 2026):
-        turbo = float(dict(kv.split("=") for kv in fleet.mix.split(","))["turbo"])
-        assert 0.2 <= turbo <= 0.3
+        assert 0.2 <= fleet.turbo_share <= 0.3
 
 
 def test_a_slow_fleet_gets_a_longer_run() -> None:
     fast, slow = draw_fleets(3, 2026)[0], draw_fleets(3, 2026)[2]
     assert hold_for(fast, 25.0) == 25.0
-    share = float(dict(kv.split("=") for kv in slow.mix.split(","))["turbo"])
+    share = slow.turbo_share
     hold = hold_for(slow, 25.0)
     assert hold > 25.0 and 0.2 * slow.capacity_rps() * share * hold >= min(REFERENCE_SENT, 0.2 * slow.capacity_rps()
                                                                           * share * 240.0) - 1e-9

@@ -134,7 +134,7 @@ def adapt_limit(replica: Replica, load: ReplicaLoad, cfg: PickerConfig) -> None:
                 replica.slow_start_idle += 1
         elif replica.proven < int(limit):
             pass  # it has not run the whole limit at once since the last cut: no reason to probe
-        elif limit >= _ceiling(replica):
+        elif limit >= limit_ceiling(replica):
             pass  # the engine's batch is known and reached: nothing above it to probe
         elif replica.hold <= 1:  # past the threshold, probe one more now and then
             if replica.probed_to and replica.proven >= replica.probed_to:
@@ -144,11 +144,11 @@ def adapt_limit(replica: Replica, load: ReplicaLoad, cfg: PickerConfig) -> None:
             replica.hold = cfg.grow_every_scrapes * replica.probe_backoff
         else:
             replica.hold -= 1
-    replica.limit = max(float(cfg.min_limit), min(limit, _ceiling(replica)))
+    replica.limit = max(float(cfg.min_limit), min(limit, limit_ceiling(replica)))
     replica.peak_in_flight = replica.in_flight
 
 
-def _ceiling(replica: Replica) -> float:
+def limit_ceiling(replica: Replica) -> float:
     """The most the limit may be: the configured cap and batch, and the batch the engine showed."""
     ceiling = math.inf if replica.cap is None else float(replica.cap)
     if replica.engine_seqs is not None:

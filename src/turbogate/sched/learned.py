@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 
+from turbogate.sched.concurrency import limit_ceiling
 from turbogate.sched.replica import Replica
 from turbogate.sched.service_time import ServiceTime
 from turbogate.sched.surge import regate
@@ -73,12 +74,7 @@ def adopt(replica: Replica, text: str, wall_now: float) -> bool:
 def _adopt_limit(replica: Replica, limit: float, ssthresh: float, proven: float) -> bool:
     if not math.isinf(replica.ssthresh) or limit < 1.0:
         return False
-    if replica.cap is not None:
-        limit = min(limit, float(replica.cap))
-    if replica.engine_seqs is not None:
-        limit = min(limit, float(replica.engine_seqs))
-    if replica.batch_seen > 0.0:
-        limit = min(limit, replica.batch_seen)
+    limit = min(limit, limit_ceiling(replica))
     if limit <= replica.limit and math.isinf(ssthresh):
         return False  # it knows as much of the limit already
     replica.limit = limit

@@ -76,11 +76,12 @@ def window_rate(times: deque[float], now: float, count: int = PACE_WINDOW) -> fl
     return (count - 1) / span if span > 0 else None
 
 
-def steady_rate(times: deque[float], now: float) -> float:
-    """The rate over the last ``PACE_WINDOW`` arrival ``times``, or over the last ``PACE_STEADY``
-    where that is more, but not more than ``RECENT_MARGIN`` times the first; 0 before there are
-    ``PACE_WINDOW`` of them."""
-    recent = window_rate(times, now) or 0.0
+def steady_rate(times: deque[float], now: float, recent: float | None = None) -> float:
+    """The rate over the last ``PACE_WINDOW`` arrival ``times`` (``recent``, where the caller has
+    it), or over the last ``PACE_STEADY`` where that is more, but not more than ``RECENT_MARGIN``
+    times the first; 0 before there are ``PACE_WINDOW`` of them."""
+    if recent is None:
+        recent = window_rate(times, now) or 0.0
     steady = window_rate(times, now, PACE_STEADY) or 0.0
     if steady > RECENT_MARGIN * recent:
         steady = RECENT_MARGIN * recent
@@ -119,12 +120,6 @@ class ArrivalPace:
         recent: see ``PACE_STEADY``)."""
         return steady_rate(self._times, now)
 
-    def top_bound(self, now: float) -> float | None:
-        """An upper bound on the top tier's rate from its own last ``PACE_WINDOW`` arrivals (their
-        rate × ``RECENT_MARGIN``), or None before there are that many."""
-        rate = window_rate(self._top_times, now)
-        return None if rate is None else RECENT_MARGIN * rate
-
     def top_rate(self, now: float, averaged: float) -> float:
         """The top tier's rate for the holdback: its ``averaged`` rate, or more while all arrivals
         come faster than that average accounts for (a surge); less once the top tier's own last
@@ -132,14 +127,15 @@ class ArrivalPace:
         ``RATE_TAU_S`` kept the headroom sized for the burst for another ten to twenty seconds,
         a third of the pool idle while Standard's backlog waited).  Never less than its rate over
         its own last ``PACE_STEADY`` arrivals (``steady_rate``): a dip in the last few of all
-        arrivals is not a fall."""
-        bound = self.top_bound(now)
-        if bound is not None and bound < averaged:
-            averaged = bound
+        arrivals is not a fall.  Its own last ``PACE_WINDOW`` arrivals bound it from above (their
+        rate × ``RECENT_MARGIN``)."""
+        recent = window_rate(self._top_times, now)
+        if recent is not None and RECENT_MARGIN * recent < averaged:
+            averaged = RECENT_MARGIN * recent
         if self.share <= 0.0:
             return averaged
         fast = self.share * self.total_rate(now)
-        own = steady_rate(self._top_times, now)
+        own = steady_rate(self._top_times, now, recent or 0.0)
         if own > fast:
             fast = own
         return fast if fast > averaged else averaged
