@@ -22,12 +22,14 @@ import random
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from turbogate.engine import Engine, EngineConfig, Request
 from turbogate.engine.profiled import first_token_wait_steps
 from turbogate.perf import Deployment
 
 LengthDraw = Callable[[random.Random], tuple[int, int]]
+ClientStart = Literal["staggered", "together"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,28 +205,31 @@ def open_arrivals(dep: Deployment, config: EngineConfig, n: int, lengths: Length
 
 
 def closed_loop(dep: Deployment, config: EngineConfig, concurrency: int, n: int, lengths: LengthDraw,
-                seed: int = 0, output_spread: float = 0.0) -> ReplayResult:
+                seed: int = 0, output_spread: float = 0.0, start: ClientStart = "staggered") -> ReplayResult:
     """``concurrency`` clients send ``n`` requests in all, each the moment its previous one ends.
 
-    ``output_spread`` s draws each output length uniformly within ±s of the drawn one (seeded).  With
-    every length equal, requests prefilled in one step finish in one step, return together and queue
-    behind each other's prefills again: the clients lock into groups for good, which published runs do
-    not show (their requests do not progress in lockstep).  A small spread unlocks them.
+    ``start`` is how the clients begin:
+
+    * ``"together"``: every client sends its first request at t = 0, as AIPerf's concurrency mode and
+      ``vllm bench serve --max-concurrency`` do.  The engine then decides whether they stay locked.
+      With every length fixed they do: requests prefilled in one step finish in one step and return
+      together; a group whose prompts take several chunked steps gets its first tokens a few steps
+      apart, but every running request decodes a token in each of those steps, so they finish those
+      few steps apart, return within the next prefill and queue behind it again.  A jitter of a few
+      milliseconds at the start changes nothing: the first queue re-forms the groups.
+    * ``"staggered"``: client ``i`` starts at ``i / concurrency`` of one request's time at this load (the
+      front end, the prefill and the decode steps of the whole batch), so no group forms at the start.
+
+    ``output_spread`` s draws each output length uniformly within ±s of the drawn one (seeded); with
+    every length equal no request ever leaves the group it finished in.
     """
     if concurrency < 1 or n < 1:
         raise ValueError("concurrency and n must be >= 1")
+    if start not in ("staggered", "together"):
+        raise ValueError(f"unknown client start {start!r}")
     rng = random.Random(seed)
     driver = _Driver(dep, config)
     sent = 0
-
-    # Clients start evenly spread over one request's time at this load (the decode step of the whole
-    # batch).  Started together (or at random) they queue at the start and, since every request then
-    # takes the same number of steps, stay in the clusters that queue formed for good: a property of a
-    # deterministic closed loop that the published runs do not show.
-    prompt0, output0 = lengths(random.Random(seed))
-    batch = min(concurrency, config.max_num_seqs)
-    cycle = (dep.frontend_time(prompt0) + dep.prefill_time(prompt0)
-             + (output0 - 1) * dep.decode_step_time(batch, int(batch * (prompt0 + output0 / 2))))
 
     def send(at: float) -> None:
         nonlocal sent
@@ -235,8 +240,17 @@ def closed_loop(dep: Deployment, config: EngineConfig, concurrency: int, n: int,
             driver.submit(Request(str(sent), prompt, output), at)
             sent += 1
 
-    for i in range(min(concurrency, n)):
-        send(i * cycle / concurrency)
+    clients = min(concurrency, n)
+    if start == "together":
+        starts = [0.0] * clients
+    else:
+        prompt0, output0 = lengths(random.Random(seed))
+        batch = min(concurrency, config.max_num_seqs)
+        cycle = (dep.frontend_time(prompt0) + dep.prefill_time(prompt0)
+                 + (output0 - 1) * dep.decode_step_time(batch, int(batch * (prompt0 + output0 / 2))))
+        starts = [i * cycle / concurrency for i in range(clients)]
+    for at in starts:
+        send(at)
     return driver.run(on_finish=send)
 
 
@@ -265,5 +279,5 @@ def burst(dep: Deployment, config: EngineConfig, n: int, prompt: int, output: in
     return open_arrivals(dep, config, n, fixed(prompt, output))
 
 
-__all__: Sequence[str] = ("ReplayResult", "Timing", "burst", "closed_loop", "fixed", "lognormal", "open_arrivals",
-                          "uniform")
+__all__: Sequence[str] = ("ClientStart", "ReplayResult", "Timing", "burst", "closed_loop", "fixed", "lognormal",
+                          "open_arrivals", "uniform")
