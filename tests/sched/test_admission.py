@@ -509,3 +509,38 @@ def test_while_a_limit_is_learnt_the_headroom_stays_within_slow_starts_bar() -> 
     assert learnt > bar  # a limit known: the whole headroom for Turbo's swing
     adm.learning = True
     assert adm.headroom(now, slots) == bar
+
+
+def test_a_pool_still_learning_its_limits_holds_no_tier_at_its_line_while_its_load_is_light() -> None:
+    """The utilization lines are drawn on the limits; while slow start has not learnt them they are
+    a guess (8 a replica), and a light load that reaches a line is held back for nothing, while
+    slow start, growing only on what the engines ran, never learns more.  Turbo's own headroom
+    (its ceiling) still holds; under a surge (arrivals × service time past slow start's bar) the
+    lines hold again."""
+    relax = TierPolicy(capacity_share=1.0, max_utilization=0.6, queue_bound=100, queue_budget_s=600)
+    policies = {**POLICIES, Tier.RELAX: relax}
+    slots = 20
+
+    def relax_sent(learning: bool, surge: bool) -> int:
+        adm = Admission(policies, min_samples=1)
+        adm.learning = learning
+        running: deque[tuple[float, Ticket]] = deque()
+        now = 0.0
+        while now < 10.0:  # Turbo at 2/s, 1 s each (the service time measured); Relax queues at 2/s
+            ticket = submit(adm, Tier.TURBO, now, slots)
+            assert adm.next_dispatch(now, slots) is ticket
+            running.append((now + 1.0, ticket))
+            while running[0][0] <= now:
+                adm.on_complete(running.popleft()[1], now)
+            if now >= 3.0:
+                submit(adm, Tier.RELAX, now, slots)
+            now += 0.5
+        if surge:  # 50 more in the last second: 52 arrivals/s × 1 s is past slow start's bar
+            for i in range(50):
+                submit(adm, Tier.RELAX, now - 1.0 + i / 50, slots)
+        return len(drain(adm, now, slots))
+
+    line = int(0.6 * slots) - 2  # Relax's line less the two Turbo requests running
+    assert relax_sent(learning=False, surge=False) == line  # limits learnt: the line holds
+    assert line < relax_sent(learning=True, surge=False) <= 14  # learning: up to Turbo's ceiling
+    assert relax_sent(learning=True, surge=True) <= line  # a surge: the line (or Turbo's ceiling) holds again

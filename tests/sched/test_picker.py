@@ -14,7 +14,7 @@ CFG = PickerConfig(stale_after_s=2.0, eject_after_failures=2, probe_backoff_s=1.
                    scale_out_after_s=10.0, default_service_s=1.0)
 
 
-def fleet(n: int = 2, cap: int = 8) -> tuple[Picker, list[Replica]]:
+def fleet(n: int = 2, cap: int | None = 8) -> tuple[Picker, list[Replica]]:
     picker = Picker(CFG)
     return picker, [picker.add(Replica(id=f"r{i}", pool="p", cap=cap)) for i in range(n)]
 
@@ -284,6 +284,35 @@ def test_slow_start_grows_at_most_half_again_what_the_engine_ran() -> None:
     r.limit, r.in_flight = 18.0, 18
     adapt_limit(r, ReplicaLoad(running=15.0, waiting=0.0, kv_usage=0.3), PickerConfig())
     assert r.limit == pytest.approx(22.5)  # not 27: the engine showed 15
+
+
+def test_slow_start_grows_on_what_a_holdback_line_let_the_engine_run() -> None:
+    """Slow start grows once its engine ran ``LOWER_TIERS_BAR`` (0.8) of the limit.  A lower
+    tier's holdback line below that bar (Relax's 0.7) keeps the engine under it, so the limit,
+    a guess while it is learnt, would hold that tier back for good; a line that kept a queued
+    request waiting since the replica's last scrape is the bar instead."""
+    picker, (a, b) = fleet(cap=None)
+    for r in (a, b):
+        assert r.limit == 8.0 and math.isinf(r.ssthresh)
+        r.in_flight = 6
+    picker.on_metrics(a, ReplicaLoad(running=6, waiting=0, kv_usage=0.2), 1.0)
+    assert a.limit == 8.0  # 6 of 8 run: under 0.8 of the limit, nothing proves it full
+    picker.note_held("p", 11 / 16, 1.2)  # Relax waited at its line, 11 of the pool's 16 slots
+    picker.on_metrics(a, ReplicaLoad(running=6, waiting=0, kv_usage=0.2), 2.0)
+    assert a.limit == 9.0  # its share of the line (5 of 8) ran: ×1.5, at most half again the 6 run
+    picker.on_metrics(a, ReplicaLoad(running=6, waiting=0, kv_usage=0.2), 3.0)
+    assert a.limit == 9.0  # nothing held since its last scrape: the bar is 0.8 again
+
+
+def test_slow_start_never_lowers_a_limit() -> None:
+    from turbogate.sched.concurrency import adapt_limit
+    from turbogate.sched.replica import PickerConfig
+
+    r = Replica(id="r", pool="p")
+    r.limit, r.in_flight = 12.0, 7
+    # held at half the pool's slots: the bar is 6 of 12, the engine ran 7, half again of which is 10.5
+    adapt_limit(r, ReplicaLoad(running=7.0, waiting=0.0, kv_usage=0.3), PickerConfig(), held=0.5)
+    assert r.limit == 12.0
 
 
 def test_a_queue_without_full_kv_leaves_the_slots_to_the_limit() -> None:

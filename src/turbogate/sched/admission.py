@@ -98,6 +98,10 @@ class Admission:
         #: A replica of the pool is still in slow start (its limit counts whole in ``proven``):
         #: set by the flow before each dispatch round (sched/flow_pump.py).
         self.learning = False
+        #: The lowest holdback line (a share of the pool's slots) that kept a queued tier waiting
+        #: at the last ``next_dispatch`` that let nothing go (1.0: none).  Slow start reads it as
+        #: its limit holding traffic back (sched/concurrency.py ``adapt_limit``'s ``bar``).
+        self.held_share = 1.0
         # Controlled delay for the lower tiers with a TTFT objective (the top tier's excess is
         # downgraded at arrival instead: sched/turbo_supply.py).
         self._codel = {t: ControlledDelay(p.ttft_slo_s, _QUEUED) for t, p in self.policies.items()
@@ -258,6 +262,7 @@ class Admission:
         other tier waiting there is no owed turn and no line from a tier above, so it goes while
         the pool is under the tier's holdback line and the tier under its capacity cap."""
         in_flight = self.in_flight
+        self.held_share = 1.0
         if in_flight >= slots:
             return False
         policy = self.policies[tier]
@@ -265,10 +270,27 @@ class Admission:
             top_rate = self._top_rate(now, slots)
             if self._holding(now, top_rate):
                 base = slots if proven is None or proven > slots else proven
-                ceiling = self._ceiling(now, base, top_rate)
-                if in_flight >= holdback_line(policy, base, ceiling, self._top_line, self._kept(now, base, tier)):
+                line = self._line(tier, policy, now, base, self._ceiling(now, base, top_rate), self._calm(now, base))
+                if in_flight >= line:
+                    self.held_share = line / slots
                     return False
         return self._queues[tier].in_flight < whole_slots(policy.capacity_share, slots)
+
+    def _line(self, tier: Tier, policy: TierPolicy, now: float, base: int, ceiling: int, calm: bool) -> int:
+        """The pool's in-flight count below which ``tier`` dispatches while the holdback is on."""
+        if calm:
+            return ceiling
+        return holdback_line(policy, base, ceiling, self._top_line, self._kept(now, base, tier))
+
+    def _calm(self, now: float, base: int) -> bool:
+        """A pool still learning its limits whose load, by Little's law, stays below slow start's
+        bar: its lower tiers go up to Turbo's ceiling, not their utilization lines, which drawn
+        on a limit not learnt yet hold them back while nothing is busy (and slow start, growing
+        only on what they run, would not learn it)."""
+        if not self.learning:
+            return False
+        service = self.service_estimate_s
+        return service is None or self._headroom.pace.total_rate(now) * service < LOWER_TIERS_BAR * base
 
     def _kept(self, now: float, base: int, tier: Tier) -> int:
         """For a tier below Standard's line with a backlog (its oldest above its CoDel target): the
@@ -307,6 +329,7 @@ class Admission:
         part of ``slots`` the engines have shown they run (``Picker.proven_slots``): holdback
         lines are drawn on it, so the headroom kept for Turbo is real engine capacity."""
         in_flight = self.in_flight
+        self.held_share = 1.0
         if in_flight >= slots or self.queued == 0:
             return None
         base = slots if proven is None else min(proven, slots)
@@ -316,6 +339,7 @@ class Admission:
         held = self._holding(now, top_rate)
         if held:
             ceiling = self._ceiling(now, base, top_rate)
+        calm = held and self._calm(now, base)
         best: Ticket | None = None
         owed: Ticket | None = None
         line_above = 0  # the holdback line of the best tier above with queued work
@@ -324,7 +348,7 @@ class Admission:
                 continue
             line = slots
             if held and policy.max_utilization < 1.0:
-                line = holdback_line(policy, base, ceiling, self._top_line, self._kept(now, base, _tier))
+                line = self._line(_tier, policy, now, base, ceiling, calm)
             due = queue.share < policy.min_share
             cap = whole_slots(policy.capacity_share, slots)
             # An owed tier takes the turn of the tier above it, with that tier's line: it never
@@ -338,6 +362,8 @@ class Admission:
                 first = queue.head()
                 if first is not None and first.first:
                     reach = patient_reach(slots, max(line, ceiling), now - first.arrival > self._first_patience_s)
+            if in_flight >= reach and line < slots:
+                self.held_share = min(self.held_share, line / slots)
             if queue.in_flight < cap and (best is None or due) and in_flight < reach:
                 head = queue.head()
                 codel = self._codel.get(_tier)
@@ -352,6 +378,7 @@ class Admission:
         chosen = owed or best
         if chosen is None:
             return None
+        self.held_share = 1.0
         self._take(chosen, now)
         return chosen
 

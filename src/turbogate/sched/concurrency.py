@@ -74,8 +74,10 @@ def start_limit(replica: Replica, cfg: PickerConfig) -> None:
         replica.proven = replica.limit
 
 
-def adapt_limit(replica: Replica, load: ReplicaLoad, cfg: PickerConfig) -> None:
-    """Update ``replica``'s concurrency limit from one scrape (see the module docstring)."""
+def adapt_limit(replica: Replica, load: ReplicaLoad, cfg: PickerConfig, held: float | None = None) -> None:
+    """Update ``replica``'s concurrency limit from one scrape (see the module docstring).  ``held``:
+    the share of the pool's slots at which a holdback line kept a queued tier waiting since the
+    replica's last scrape, if one did."""
     waiting = load.waiting
     if waiting is None:
         return
@@ -121,10 +123,13 @@ def adapt_limit(replica: Replica, load: ReplicaLoad, cfg: PickerConfig) -> None:
         # Grow only on the engine's own evidence that it runs what we send (its running
         # count, not our in-flight count: ours may still be on the wire).
         if limit < replica.ssthresh:
-            if replica.proven >= LOWER_TIERS_BAR * limit:
+            bar = LOWER_TIERS_BAR * limit
+            if held is not None:  # its share of that line is the most the lower tiers could run here
+                bar = min(bar, math.floor(held * limit))
+            if replica.proven >= bar:
                 # slow start: ×1.5 (a smaller overshoot than TCP's ×2), and at most half again
                 # what the engine has shown it runs, so one step never overshoots by more
-                limit = min(limit * 1.5, replica.proven * 1.5, replica.ssthresh)
+                limit = max(limit, min(limit * 1.5, replica.proven * 1.5, replica.ssthresh))
                 if replica.batch_hint > 0.0 and limit > replica.batch_hint:
                     # another of its pool's engines queued there: probe past it a slot at a time
                     limit = max(replica.limit, replica.batch_hint)

@@ -34,7 +34,7 @@ from turbogate.sched.admission import Admission, Admitted, Shed, TenantPolicy, T
 from turbogate.sched.fair_cost import AnswerLengths
 from turbogate.sched.flow_finish import close
 from turbogate.sched.flow_intake import open_request
-from turbogate.sched.flow_pump import pick_for, pump
+from turbogate.sched.flow_pump import note_held, pick_for, pump
 from turbogate.sched.flow_table import FlowEvent, IllegalTransition, accepts, move
 from turbogate.sched.flow_timers import tick, wake_at
 from turbogate.sched.guard import KneeGuard
@@ -217,6 +217,7 @@ class Flow:
         admission = pool.admission
         decision: Admitted | Shed | bool
         if admission.queued == 0:  # the usual arrival: L1's choice is this request or none, in one call
+            admission.learning = self.picker.learning(pool.spec.name)
             decision = admission.submit_now(ticket, now, slots, counts[1])
         else:
             decision = admission.submit(ticket, now, slots)
@@ -236,6 +237,7 @@ class Flow:
             admission.requeue(ticket)  # L1's slot total says yes, but no single replica has room
             return []
         if decision is False:  # it waits (the pump would find nothing to send either)
+            note_held(self, pool, now)
             return []
         return self._pump(pool, now, None, counts)
 

@@ -35,6 +35,7 @@ def pump(flow: Flow, pool: _Pool, now: float, actions: list[Action],
     while True:
         ticket = admission.next_dispatch(now, slots, proven)
         if ticket is None:
+            note_held(flow, pool, now)
             return actions
         replica = pick_for(flow, pool, ticket, now)
         if replica is None:  # L1's slot total says yes, but no single replica has room
@@ -60,3 +61,11 @@ def pick_for(flow: Flow, pool: _Pool, ticket: Ticket, now: float) -> Replica | N
     req = ticket.payload
     return flow.picker.pick(pool.spec.name, now, proven_only=turbo, engine_priority=pool.spec.priority_field,
                             beyond=beyond, prefill_share=req.prefill_share if type(req) is FlowRequest else None)
+
+
+def note_held(flow: Flow, pool: _Pool, now: float) -> None:
+    """L1 just kept a queued request waiting at a holdback line: while a replica is in slow start,
+    that is its limit holding traffic back, which slow start must count (Picker.note_held)."""
+    admission = pool.admission
+    if admission.held_share < 1.0 and admission.learning:
+        flow.picker.note_held(pool.spec.name, admission.held_share, now)

@@ -272,6 +272,10 @@ class Picker(ReplicaBook):
         self.on_metrics(replica, result, now)
 
     def on_metrics(self, replica: Replica, load: ReplicaLoad, now: float) -> None:
+        pool = self._pools[replica.pool]
+        # Since its last scrape, a lower tier waited at its holdback line: slow start's bar is
+        # that line, or the lower tiers, held below the bar, never prove the limit full.
+        held = pool.held_share if pool.held_at >= replica.load_at else None
         replica.load = load
         replica.load_at = now
         # Compare with our in-flight count *now*, at scrape time: later our count moves on while
@@ -290,9 +294,9 @@ class Picker(ReplicaBook):
                     "(engine kind and metric names); for a server without load metrics set engine: openai, which "
                     "counts the gateway's own in-flight requests up to max_concurrency")))
         batch = replica.batch_seen
-        adapt_limit(replica, load, self.config)
+        adapt_limit(replica, load, self.config, held)
         if replica.batch_seen > batch:  # its engine's batch, shown now: its pool's others likely share it
-            for sibling in presume_batch(replica, self._pools[replica.pool].replicas):
+            for sibling in presume_batch(replica, pool.replicas):
                 self._refresh(sibling, now)
         self._refresh(replica, now)
 

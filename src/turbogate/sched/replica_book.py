@@ -41,6 +41,8 @@ class PoolState:
     room: list[Replica] = field(default_factory=list)
     stale_at: float = math.inf  # the earliest time a counted replica's metrics go stale
     indexed: bool = False  # len(replicas) > SCAN_MAX: it keeps running sums and a room list
+    held_share: float = 1.0  # the lowest holdback line that last kept a queued tier waiting (1: none)
+    held_at: float = -math.inf  # when it last did
 
 
 class ReplicaBook:
@@ -164,6 +166,13 @@ class ReplicaBook:
             state.stale_at = math.inf
             for r in state.replicas:
                 self._refresh(r, now)
+
+    def note_held(self, pool: str, share: float, now: float) -> None:
+        """L1 kept a queued tier waiting at its holdback line of ``share`` of the pool's slots
+        while a replica was still in slow start (sched/flow_pump.py)."""
+        state = self._pools[pool]
+        state.held_share = share if now > state.held_at else min(share, state.held_share)
+        state.held_at = now
 
     def learning(self, pool: str) -> bool:
         """Whether a replica of ``pool`` is still in slow start (its limit not learnt yet)."""
