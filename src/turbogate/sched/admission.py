@@ -99,8 +99,8 @@ class Admission:
         #: set by the flow before each dispatch round (sched/flow_pump.py).
         self.learning = False
         #: The lowest holdback line (a share of the pool's slots) that kept a queued tier waiting
-        #: at the last ``next_dispatch`` that let nothing go (1.0: none).  Slow start reads it as
-        #: its limit holding traffic back (sched/concurrency.py ``adapt_limit``'s ``bar``).
+        #: at the last dispatch decision that let nothing go (1.0: none).  Slow start reads it as
+        #: its limit holding traffic back (sched/concurrency.py ``adapt_limit``'s ``held``).
         self.held_share = 1.0
         # Controlled delay for the lower tiers with a TTFT objective (the top tier's excess is
         # downgraded at arrival instead: sched/turbo_supply.py).
