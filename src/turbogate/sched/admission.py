@@ -39,11 +39,11 @@ from collections.abc import Mapping
 
 from turbogate.sched.codel import ControlledDelay
 from turbogate.sched.concurrency import LOWER_TIERS_BAR
-from turbogate.sched.headroom import Headroom
+from turbogate.sched.headroom import Headroom, whole_slots
 from turbogate.sched.service_time import ServiceTime
 from turbogate.sched.surge import turbo_deficit
 from turbogate.sched.ticket import Admitted, Shed, State, TenantPolicy, Ticket, TierPolicy, clamp_retry
-from turbogate.sched.tier_queue import TierQueue, count_down, holdback_line, patient_reach, room_kept, whole_slots
+from turbogate.sched.tier_queue import TierQueue, count_down, holdback_line, patient_reach, room_kept
 from turbogate.sched.tiers import RANK, TIERS, Tier
 from turbogate.sched.turbo_supply import TurboSupply
 
@@ -98,9 +98,8 @@ class Admission:
         #: A replica of the pool is still in slow start (its limit counts whole in ``proven``):
         #: set by the flow before each dispatch round (sched/flow_pump.py).
         self.learning = False
-        #: The lowest holdback line (a share of the pool's slots) that kept a queued tier waiting
-        #: at the last dispatch decision that let nothing go (1.0: none).  Slow start reads it as
-        #: its limit holding traffic back (sched/concurrency.py ``adapt_limit``'s ``held``).
+        #: The lowest holdback line (share of the slots) that kept a queued tier waiting at the last
+        #: decision that let nothing go (1.0: none): slow start's bar (concurrency.py ``adapt_limit``).
         self.held_share = 1.0
         # Controlled delay for the lower tiers with a TTFT objective (the top tier's excess is
         # downgraded at arrival instead: sched/turbo_supply.py).
@@ -138,12 +137,11 @@ class Admission:
         top_rate = self._top_rate(now, slots)
         if not self._holding(now, top_rate):
             return 0
-        return self._room(now, top_rate, slots, self.service_estimate_s)
+        return self._headroom.room(now, top_rate, slots, self.service_estimate_s, self.learning)
 
     def _top_rate(self, now: float, slots: int) -> float:
-        # While Standard queues (more than one request: an arrival that finds nothing queued is
-        # decided as if alone, sched/flow.py's fused path), the pool is saturated; Relax queues
-        # below its own line (``_kept``), and a headroom sized as if saturated lowers it further.
+        # While Standard queues (more than one: a lone arrival is decided alone, flow.py's fused
+        # path) the pool is saturated; Relax queues below its own line anyway (``_kept``).
         kept_for = self._kept_for
         saturated = (kept_for.length if kept_for else self.queued - self._queues[_TOP].length) > 1
         return self._headroom.top_rate(now, slots, self.service_estimate_s if saturated else None)
@@ -156,21 +154,9 @@ class Admission:
         more than leaves Turbo its headroom, and the slots its demand lacks (``turbo_deficit``)."""
         service = self.service_estimate_s
         # A Turbo clump is given back only while Standard does not queue and arrivals fit the slots.
-        calm = bool(self._kept_for is not None and self._kept_for.length <= 1 and service
-                    and self._headroom.pace.total_rate(now) * service < base)
-        return (base - self._room(now, top_rate, base, service)
+        calm = self._kept_for is not None and self._kept_for.length <= 1 and self._headroom.fits(now, service, base)
+        return (base - self._headroom.room(now, top_rate, base, service, self.learning)
                 - turbo_deficit(top_rate, service, self._queues[_TOP].in_flight, calm))
-
-    def _room(self, now: float, top_rate: float, base: int, service: float | None) -> int:
-        """Turbo's headroom of ``base`` slots.  While ``learning``, no more than the share of
-        them above slow start's bar (sched/concurrency.py ``LOWER_TIERS_BAR``): a slow start grows
-        only once its engine ran that share of its limit, which the lower tiers alone must be able
-        to reach.  A wider headroom stalls it above the engine's batch, the slots it counts whole
-        there are no engine's, and Turbo waits for them at 2× overload."""
-        room = self._headroom.slots(now, top_rate, base, service)
-        if self.learning:
-            return min(room, whole_slots(1.0 - LOWER_TIERS_BAR, base))
-        return room
 
     def snapshot(self) -> dict[str, dict[str, float]]:
         return {
@@ -278,24 +264,18 @@ class Admission:
 
     def _line(self, tier: Tier, policy: TierPolicy, now: float, base: int, ceiling: int, calm: bool) -> int:
         """The pool's in-flight count below which ``tier`` dispatches while the holdback is on."""
-        if calm:
-            return ceiling
-        return holdback_line(policy, base, ceiling, self._top_line, self._kept(now, base, tier))
+        return ceiling if calm else holdback_line(policy, base, ceiling, self._top_line, self._kept(now, base, tier))
 
     def _calm(self, now: float, base: int) -> bool:
-        """A pool still learning its limits whose load, by Little's law, stays below slow start's
-        bar: its lower tiers go up to Turbo's ceiling, not their utilization lines, which drawn
-        on a limit not learnt yet hold them back while nothing is busy (and slow start, growing
-        only on what they run, would not learn it)."""
-        if not self.learning:
-            return False
+        """A pool learning its limits, its load below slow start's bar: the lower tiers go up to Turbo's
+        ceiling, not their lines drawn on a guessed limit (which slow start would never outgrow)."""
         service = self.service_estimate_s
-        return service is None or self._headroom.pace.total_rate(now) * service < LOWER_TIERS_BAR * base
+        return self.learning and (service is None or self._headroom.fits(now, service, LOWER_TIERS_BAR * base))
 
     def _kept(self, now: float, base: int, tier: Tier) -> int:
         """For a tier below Standard's line with a backlog (its oldest above its CoDel target): the
         slots of ``base`` it leaves free for Standard's arrivals (tier_queue.py ``room_kept``);
-        none while ``learning``: slow start grows only on what the lower tiers run (``_room``)."""
+        none while ``learning``: slow start grows only on what the lower tiers run (``Headroom.room``)."""
         queue, service, codel = self._kept_for, self.service_estimate_s, self._codel.get(tier)
         if (queue is None or codel is None or not service or self.learning
                 or self.policies[tier].max_utilization >= self._top_line):

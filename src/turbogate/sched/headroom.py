@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import math
 
+from turbogate.sched.concurrency import LOWER_TIERS_BAR
 from turbogate.sched.surge import ArrivalPace
 
 #: Time constant (s) of the top tier's arrival rate and the pool's completion rate.
@@ -18,6 +19,12 @@ RATE_TAU_S = 10.0
 #: slots idle until its decaying rate estimate fell, some 40 s after a few requests a second.
 QUIET_GAPS = 10.0
 QUIET_MIN_S = 5.0
+
+
+def whole_slots(share: float, slots: int) -> int:
+    """``share`` of ``slots`` in whole slots, at least one: on a 2-slot pool 85 % keeps one slot
+    free, on a 1-slot pool the tier can still run (epsilon: 0.29 × 100 must give 29, not 28)."""
+    return max(1, math.floor(share * slots + 1e-9))
 
 
 class Rate:
@@ -120,6 +127,21 @@ class Headroom:
         # through the silence, and a window drawn on it would widen as the silence goes on.
         arrivals = self.arrivals
         return now - arrivals.at <= max(QUIET_MIN_S, QUIET_GAPS / arrivals.value)
+
+    def fits(self, now: float, service_s: float | None, slots: float) -> bool:
+        """Do all arrivals fit in ``slots`` by Little's law (their rate × ``service_s``)?"""
+        return service_s is not None and service_s > 0.0 and self.pace.total_rate(now) * service_s < slots
+
+    def room(self, now: float, top_rate: float, base: int, service_s: float | None, learning: bool) -> int:
+        """Turbo's headroom of ``base`` slots.  While ``learning``, no more than the share of
+        them above slow start's bar (sched/concurrency.py ``LOWER_TIERS_BAR``): a slow start grows
+        only once its engine ran that share of its limit, which the lower tiers alone must be able
+        to reach.  A wider headroom stalls it above the engine's batch, the slots it counts whole
+        there are no engine's, and Turbo waits for them at 2× overload."""
+        room = self.slots(now, top_rate, base, service_s)
+        if learning:
+            return min(room, whole_slots(1.0 - LOWER_TIERS_BAR, base))
+        return room
 
     def slots(self, now: float, top_rate: float, slots: int, service_s: float | None) -> int:
         """The slots of ``slots`` to keep free for a top tier arriving at ``top_rate``."""

@@ -12,12 +12,11 @@ ahead of the fair order.
 from __future__ import annotations
 
 import heapq
-import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from turbogate.sched.headroom import Rate, headroom_slots
+from turbogate.sched.headroom import Rate, headroom_slots, whole_slots
 from turbogate.sched.surge import PACE_WINDOW, RECENT_MARGIN, turbo_deficit, window_rate
 from turbogate.sched.ticket import State, Ticket, TierPolicy
 
@@ -26,12 +25,6 @@ FINISH_TAGS_KEPT = 4096
 #: The least cost and weight fair queueing divides by.
 _TINY = 1e-9
 _QUEUED = State.QUEUED
-
-
-def whole_slots(share: float, slots: int) -> int:
-    """``share`` of ``slots`` in whole slots, at least one: on a 2-slot pool 85 % keeps one slot
-    free, on a 1-slot pool the tier can still run (epsilon: 0.29 × 100 must give 29, not 28)."""
-    return max(1, math.floor(share * slots + 1e-9))
 
 
 def holdback_line(policy: TierPolicy, base: int, ceiling: int, top_share: float, kept: int = 0) -> int:
