@@ -154,9 +154,9 @@ class Admission:
         more than leaves Turbo its headroom, and the slots its demand lacks (``turbo_deficit``)."""
         service = self.service_estimate_s
         # A Turbo clump is given back only while Standard does not queue and arrivals fit the slots.
-        calm = self._kept_for is not None and self._kept_for.length <= 1 and self._headroom.fits(now, service, base)
+        credit = self._kept_for is not None and self._kept_for.length <= 1 and self._headroom.fits(now, service, base)
         return (base - self._headroom.room(now, top_rate, base, service, self.learning)
-                - turbo_deficit(top_rate, service, self._queues[_TOP].in_flight, calm))
+                - turbo_deficit(top_rate, service, self._queues[_TOP].in_flight, credit))
 
     def snapshot(self) -> dict[str, dict[str, float]]:
         return {
@@ -358,7 +358,6 @@ class Admission:
         chosen = owed or best
         if chosen is None:
             return None
-        self.held_share = 1.0
         self._take(chosen, now)
         return chosen
 
