@@ -96,3 +96,22 @@ def test_the_batch_travels_with_the_learned_state() -> None:
     configured = Replica(id="r", pool="p", engine_seqs=8)
     adopt(configured, text, 1001.0)
     assert configured.batch_seen == 0.0  # its configuration says more
+
+
+def test_a_small_queue_behind_a_full_kv_cache_cuts_a_configured_limit() -> None:
+    """A configured batch (64) is proven from the start, but long prompts on a small GPU fill the
+    KV cache at 35: a small queue seen twice with the cache full is that edge, and cuts the limit
+    to what the engine runs (else every request sent past it waits in the engine's FIFO)."""
+    cfg = PickerConfig()
+    r = Replica(id="r", pool="p", engine_seqs=64)
+    r.limit, r.proven, r.ssthresh, r.in_flight = 64.0, 64.0, 64.0, 38
+    full = ReplicaLoad(running=35.0, waiting=3.0, kv_usage=0.97)
+    adapt_limit(r, full, cfg)
+    assert r.limit == 64  # once may be a request sent mid-step
+    adapt_limit(r, full, cfg)
+    assert r.limit == 35 and r.batch_seen == 0.0  # the cache's edge, not the batch
+    r2 = Replica(id="r2", pool="p", engine_seqs=64)
+    r2.limit, r2.proven, r2.ssthresh, r2.in_flight = 64.0, 64.0, 64.0, 38
+    for _ in range(2):
+        adapt_limit(r2, ReplicaLoad(running=35.0, waiting=3.0, kv_usage=0.5), cfg)
+    assert r2.limit == 64  # a queue below a full batch with KV room: requests caught mid-step

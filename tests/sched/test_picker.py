@@ -414,3 +414,18 @@ def test_a_pool_is_learning_while_a_scraped_replica_is_in_slow_start() -> None:
         r.in_flight = 12
         picker.on_metrics(r, ReplicaLoad(running=8, waiting=4, kv_usage=0.3), 0.0)  # a queue: the edge
     assert not picker.learning("p")  # the replica without metrics has no limit to learn
+
+
+def test_a_nearly_full_kv_cache_keeps_room_for_what_its_free_blocks_hold() -> None:
+    """Past ``saturated_kv`` a replica offers what it held at the scrape and the requests its free
+    cache holds up to ``KV_FILL`` (56 running at 0.865: 0.085 × 56 / 0.865 = 5 more), not only what
+    it holds: that froze Turbo out until the next scrape while a cohort of long requests decoded."""
+    picker, (a, _) = fleet(cap=64)
+    a.limit, a.in_flight = 64.0, 56
+    picker.on_metrics(a, ReplicaLoad(running=56, waiting=0, kv_usage=0.865), 0.0)
+    assert picker.band(a, 0.0) is Band.SATURATED
+    assert picker.replica_slots(a, 0.1) == 61
+    a.in_flight = 61  # sent since the scrape: the room is taken, not offered again
+    assert picker.replica_slots(a, 0.2) == 61
+    picker.on_metrics(a, ReplicaLoad(running=61, waiting=0, kv_usage=0.96), 0.5)
+    assert picker.replica_slots(a, 0.6) == 61  # past KV_FILL: what it holds, no more

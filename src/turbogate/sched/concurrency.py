@@ -88,14 +88,16 @@ def adapt_limit(replica: Replica, load: ReplicaLoad, cfg: PickerConfig, held: fl
     # In slow start the limit has just grown past what the engine showed it runs, so a queue is
     # most likely that overshoot: a smaller one counts at once.
     large = max(2.0, 0.1 * running) if math.isinf(replica.ssthresh) else max(4.0, 0.25 * running)
+    kv = load.kv_usage
     if waiting >= large:
         excess = waiting
-    elif running >= replica.proven:
+    elif running >= replica.proven or (kv is not None and kv > cfg.saturated_kv):
+        # A full engine, or a full KV cache: one binds before a configured batch limit does
+        # (long prompts on a small GPU), and it queues whatever is sent past it.
         excess = min(waiting, replica.last_waiting)
     else:
         excess = 0.0
     replica.last_waiting = waiting
-    kv = load.kv_usage
     if excess > cfg.queue_tolerance and running >= max(1.0, replica.proven) and kv is not None \
             and kv < cfg.saturated_kv:  # a queue that counts, the KV cache not binding: the batch is full
         replica.batch_seen = max(replica.batch_seen, running)

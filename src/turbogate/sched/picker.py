@@ -281,6 +281,7 @@ class Picker(ReplicaBook):
         # Compare with our in-flight count *now*, at scrape time: later our count moves on while
         # the scraped one stands still, and the difference would look like someone else's load.
         replica.foreign = max(0.0, (load.running or 0.0) + (load.waiting or 0.0) - replica.in_flight)
+        replica.scrape_in_flight = replica.in_flight
         if load.running:
             replica.silent_full_scrapes = 0
         elif (load.running is not None and not load.waiting

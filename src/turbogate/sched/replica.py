@@ -103,6 +103,7 @@ class Replica:
     served: int = 0
     service_s: float | None = None
     foreign: float = 0.0  # engine load not sent by this gateway, as of the last scrape
+    scrape_in_flight: int = 0  # ours in flight at its last scrape (a nearly full KV cache: ReplicaBook.replica_slots)
     eject_reason: str = ""
     chunks: int = 0  # stream chunks relayed from it: its progress, read by sched/hung.py
     silent_full_scrapes: int = 0  # scrapes reporting an idle engine while we held the whole limit (MetricsDoubt)

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 
 from turbogate.sched.concurrency import start_limit
+from turbogate.sched.load import ReplicaLoad
 from turbogate.sched.replica import Band, Health, PickerConfig, Replica
 
 # Read several times per replica per pick: module names, not lookups through the enum class.
@@ -43,6 +44,24 @@ class PoolState:
     indexed: bool = False  # len(replicas) > SCAN_MAX: it keeps running sums and a room list
     held_share: float = 1.0  # the lowest holdback line that last kept a queued tier waiting (1: none)
     held_at: float = -math.inf  # when it last did
+
+
+#: The KV use a nearly full replica is filled to by the requests its free cache is taken to hold.
+KV_FILL = 0.95
+
+
+def kv_room(load: ReplicaLoad) -> int:
+    """Requests of its running ones' average size that a replica's free KV cache holds up to
+    ``KV_FILL``, as of its last scrape.
+
+    Past ``saturated_kv`` a replica offers what it held at that scrape and this: with no slot
+    beyond what it held, every Turbo request waited in the gateway for seconds while a cohort
+    of long requests decoded (4 × A10G, 512-token prompts: 3–6 s).  The lower tiers' lines stop
+    below it, so it is Turbo's."""
+    kv, running = load.kv_usage or 0.0, load.running
+    if not running or kv <= 0.0 or kv >= KV_FILL:
+        return 0
+    return int((KV_FILL - kv) * running / kv)
 
 
 class ReplicaBook:
@@ -114,10 +133,11 @@ class ReplicaBook:
 
     def replica_slots(self, replica: Replica, now: float) -> int:
         """Dispatch slots this replica offers L1: its learned limit; one whose KV cache is
-        full only keeps what it has (at least one); a stale one half; an ejected one none.  A
-        queue in the engine is the limit's business (``sched/concurrency.py`` cuts it): shrinking
-        slots to the in-flight count on a queue seen at the last scrape would shrink them further
-        with every completion until the next scrape."""
+        nearly full keeps what it has and what the rest of its cache holds (``kv_room``; at least
+        one); a stale one half; an ejected one none.  A queue in the engine is the limit's
+        business (``sched/concurrency.py`` cuts it): shrinking slots to the in-flight count on a
+        queue seen at the last scrape would shrink them further with every completion until the
+        next scrape."""
         if replica.health is not _HEALTHY:
             return 0
         cap = max(1, int(replica.limit))
@@ -125,7 +145,7 @@ class ReplicaBook:
             return max(1, cap // 2)
         load = replica.load
         if replica.scraped and load is not None and (load.kv_usage or 0.0) > self.config.saturated_kv:
-            cap = min(cap, max(1, replica.in_flight))
+            cap = min(cap, max(1, replica.scrape_in_flight + kv_room(load)))
         return cap
 
     @staticmethod
