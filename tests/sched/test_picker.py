@@ -429,3 +429,19 @@ def test_a_nearly_full_kv_cache_keeps_room_for_what_its_free_blocks_hold() -> No
     assert picker.replica_slots(a, 0.2) == 61
     picker.on_metrics(a, ReplicaLoad(running=61, waiting=0, kv_usage=0.96), 0.5)
     assert picker.replica_slots(a, 0.6) == 61  # past KV_FILL: what it holds, no more
+
+
+def test_turbo_goes_where_the_fewest_prefills_are_under_way() -> None:
+    """Under an overload every replica prefills something: Turbo still goes to the one with the
+    fewest of ours awaiting a first token, not by score to the emptiest, where a burst of Turbo
+    prefills would meet in one engine step."""
+    picker = Picker(CFG)
+    a, b = (picker.add(Replica(id=f"r{i}", pool="p", engine_seqs=16)) for i in range(2))
+    for r in (a, b):
+        picker.on_metrics(r, ReplicaLoad(running=4, waiting=0, kv_usage=0.3), 0.0)
+    a.in_flight, a.awaiting_first = 4, 2  # the emptier, with two prefills under way
+    b.in_flight, b.awaiting_first = 10, 1
+    assert picker.pick("p", 0.1) is a  # lower tiers: by score
+    assert picker.pick("p", 0.1, proven_only=True) is b
+    b.awaiting_first = 2
+    assert picker.pick("p", 0.1, proven_only=True) is a  # as many: by score again

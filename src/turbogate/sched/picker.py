@@ -47,7 +47,6 @@ SLOW_START_STALLED_SCRAPES = 2
 _HEALTHY, _EJECTED = Health.HEALTHY, Health.EJECTED
 _LIGHT, _BUSY, _SATURATED = Band.LIGHT, Band.BUSY, Band.SATURATED
 _NO_KEY = (_SATURATED + 1, math.inf)  # worse than any replica's (band, score)
-_PREFILLING = _SATURATED + 1  # Turbo's key: a replica awaiting a first token ranks below every band
 
 #: Large pools (sched/replica_book.py ``SCAN_MAX``) choose among this many replicas sampled
 #: from those with room (the "power of k choices"), so a decision costs the same for 8
@@ -83,9 +82,11 @@ class Picker(ReplicaBook):
         was seen running at once (``_turbo_room``; in slow start ``beyond`` more), so
         a probe of the limit (a slot the engine may not have) is taken by lower tiers and a
         Turbo request never waits in an engine's queue for it; among those, one with no request
-        failure since its last good answer (one timing out may be hung) and with no request
-        awaiting its first token (no prefill under way), so its own prefill does not share, or
-        wait for, a longer engine step.  ``engine_priority``: the engines order their own queue by
+        failure since its last good answer (one timing out may be hung) and with the fewest of
+        ours awaiting a first token (prefills under way), so its own prefill shares, or waits
+        for, as few others as it can: with only "none or some", under an overload where every
+        replica prefills something, a Turbo burst went by score to the one replica that looked
+        emptiest and its prefills met in one engine step.  ``engine_priority``: the engines order their own queue by
         the request's ``priority`` (vLLM ``--scheduling-policy priority``), so a Turbo request
         sent past what an engine runs waits there ahead of the lower tiers, no longer than it
         would in the gateway: the probed slots are Turbo's too.  ``prefill_share`` (the request's
@@ -125,7 +126,7 @@ class Picker(ReplicaBook):
                 # A replica with request failures in a row (a deadline hit: it may be hung) is
                 # Turbo's only when no other can take the request.
                 strike = 1 if r.failures > 0 or r.probation else 0
-                turbo_key = (strike, _PREFILLING if r.awaiting_first else 0, key[0], key[1])
+                turbo_key = (strike, r.awaiting_first, key[0], key[1])
                 if safe is None or turbo_key < safe_key:
                     safe, safe_key = r, turbo_key
         # Past slow start, a Turbo request waits in the gateway (first in line for the next slot)
