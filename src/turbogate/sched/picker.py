@@ -84,12 +84,12 @@ class Picker(ReplicaBook):
         Turbo request never waits in an engine's queue for it; among those, one with no request
         failure since its last good answer (one timing out may be hung) and with the fewest of
         ours awaiting a first token (prefills under way), so its own prefill shares, or waits
-        for, as few others as it can: with only "none or some", under an overload where every
-        replica prefills something, a Turbo burst went by score to the one replica that looked
-        emptiest and its prefills met in one engine step.  ``engine_priority``: the engines order their own queue by
-        the request's ``priority`` (vLLM ``--scheduling-policy priority``), so a Turbo request
-        sent past what an engine runs waits there ahead of the lower tiers, no longer than it
-        would in the gateway: the probed slots are Turbo's too.  ``prefill_share`` (the request's
+        for, as few others as it can (under an overload every replica prefills something, and
+        a burst chosen by score alone meets in one engine step).  ``engine_priority``: the
+        engines order their own queue by the request's ``priority`` (vLLM
+        ``--scheduling-policy priority``), so a Turbo request sent past what an engine runs
+        waits there ahead of the lower tiers, no longer than it would in the gateway: the probed
+        slots are Turbo's too.  ``prefill_share`` (the request's
         prompt share of its tokens), with ``phase_weight`` set: the score weighs each replica's
         DCGM pressure for that phase (sched/phase.py)."""
         state = self._pools.get(pool)

@@ -133,11 +133,11 @@ class ReplicaBook:
 
     def replica_slots(self, replica: Replica, now: float) -> int:
         """Dispatch slots this replica offers L1: its learned limit; one whose KV cache is
-        nearly full what it held at its last scrape and what the rest of its cache holds
-        (``kv_room``; at least one); a stale one half; an ejected one none.  A queue in the engine is the limit's
-        business (``sched/concurrency.py`` cuts it): shrinking slots to the in-flight count on a
-        queue seen at the last scrape would shrink them further with every completion until the
-        next scrape."""
+        nearly full, what it held at its last scrape and what the rest of its cache holds
+        (``kv_room``; at least one); a stale one half; an ejected one none.  A queue in the
+        engine is the limit's business (``sched/concurrency.py`` cuts it): shrinking slots to the
+        in-flight count on a queue seen at the last scrape would shrink them further with every
+        completion until the next scrape."""
         if replica.health is not _HEALTHY:
             return 0
         cap = max(1, int(replica.limit))
