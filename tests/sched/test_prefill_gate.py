@@ -18,13 +18,18 @@ def test_without_measures_the_gate_is_an_eighth_of_the_batch() -> None:
     assert prefill_gate(32, first_s=0.01, step_s=0.01) == 4  # first token within 1.5 steps: no prefill cost seen
 
 
-def test_a_dear_prefill_lets_one_lower_tier_prefill_through_a_cheap_one_more() -> None:
-    # A 512-token prefill adding 4.8 decode steps to a step: one lower prefill ahead costs Turbo 0.76 of its TTFT.
+def test_the_gate_lets_through_the_prefills_half_of_turbos_first_token_time_pays_for() -> None:
+    # A 512-token prefill adding 4.8 decode steps to a step: one lower prefill costs Turbo 0.76 of
+    # its TTFT, more than half, but one always goes (else the lower tiers would never start).
     assert prefill_gate(32, first_s=0.078, step_s=0.0125) == 1
-    # A 256-token one (0.7 of a step): its cost is a third of the TTFT; the second one waits.
-    assert prefill_gate(16, first_s=0.147, step_s=0.067) == 2
+    # A 256-token one (0.7 of a step) costs a third of the TTFT: half pays for one, not two,
+    # whether the first runs in the step Turbo waits out or in Turbo's own.
+    assert prefill_gate(16, first_s=0.147, step_s=0.067) == 1
+    # A cheap one (a fifth of the TTFT): two.
+    assert prefill_gate(32, first_s=0.05, step_s=0.026) == 2
     # Never more than the eighth of the batch, however cheap.
     assert prefill_gate(8, first_s=0.0122, step_s=0.0066) == 2
+    assert prefill_gate(16, first_s=0.05, step_s=0.032) == 2
 
 
 def flow_of(seqs: int | None) -> Flow:
@@ -72,9 +77,38 @@ def test_the_flow_measures_the_replica_and_narrows_the_gate_where_a_prefill_is_d
     assert not sent  # waits in the gateway while the first one's prefill is under way
     turbo, sent = send(flow, Tier.TURBO, now + 0.002)
     assert sent  # Turbo is never gated
-    flow.first_byte(first, now + 0.08)  # its prefill is done; Turbo's is still under way
-    assert replica.lower_prefills == 0 and replica.awaiting_first == 1
-    assert turbo.replica is replica and second.replica is None
+    # The first one's prefill is done (Turbo's is still under way): the gate opens, and the
+    # lone request queued behind it goes at once.
+    actions = flow.first_byte(first, now + 0.08)
+    assert [a.req for a in actions if isinstance(a, Dispatch)] == [second]
+    assert second.replica is replica and turbo.replica is replica
+    assert replica.lower_prefills == 1 and replica.awaiting_first == 2
+
+
+def test_a_backlog_behind_the_gate_waits_for_the_next_event_not_the_first_token() -> None:
+    """Sent at the first token, a saturated pool's next lower-tier prefill would join the very
+    next engine step, and every step would hold one for Turbo's prefill to wait out."""
+    flow = flow_of(32)
+    replica = flow.picker.get("r0")
+    now = 0.0
+    for _ in range(3):
+        req, _ = send(flow, Tier.STANDARD, now)
+        now = answer(flow, req, now + 0.078, 128, 0.0125) + 1.0
+    assert replica.prefill_gate == 1
+    first, _ = send(flow, Tier.STANDARD, now)
+    backlog = [send(flow, Tier.STANDARD, now + 0.001 * i)[0] for i in range(1, 4)]
+    assert all(r.replica is None for r in backlog)
+    assert flow.first_byte(first, now + 0.08) == []
+    assert replica.lower_prefills == 0
+    # The next event (here an arrival) dispatches the head of the backlog.
+    actions = flow.arrive(*_opened(flow, Tier.STANDARD, now + 0.09))
+    assert backlog[0] in [a.req for a in actions if isinstance(a, Dispatch)]
+
+
+def _opened(flow: Flow, tier: Tier, now: float) -> tuple[FlowRequest, float]:
+    req = flow.open(tenant="t", model="m", tier_body=tier.value, stream=True, now=now)
+    assert isinstance(req, FlowRequest)
+    return req, now
 
 
 def test_a_stream_sent_behind_another_prefill_does_not_time_the_replica() -> None:

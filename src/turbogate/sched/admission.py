@@ -101,8 +101,7 @@ class Admission:
         #: The lowest holdback line (share of the slots) that kept a queued tier waiting at the last
         #: decision that let nothing go (1.0: none): slow start's bar (concurrency.py ``adapt_limit``).
         self.held_share = 1.0
-        # Controlled delay for the lower tiers with a TTFT objective (the top tier's excess is
-        # downgraded at arrival instead: sched/turbo_supply.py).
+        # CoDel for the lower tiers with a TTFT objective (Turbo's excess is downgraded instead).
         self._codel = {t: ControlledDelay(p.ttft_slo_s, _QUEUED) for t, p in self.policies.items()
                        if p.ttft_slo_s is not None and t is not _TOP}
         self.supply = TurboSupply()
@@ -139,12 +138,14 @@ class Admission:
             return 0
         return self._headroom.room(now, top_rate, slots, self.service_estimate_s, self.learning)
 
-    def _top_rate(self, now: float, slots: int) -> float:
-        # While Standard queues (more than one: a lone arrival is decided alone, flow.py's fused
-        # path) the pool is saturated; Relax queues below its own line anyway (``_kept``).
+    def saturated(self) -> bool:
+        """More than one lower-tier request queues (a lone one is decided alone, flow.py's fused
+        path; where Relax is kept below its own line, ``_kept``, Standard's alone count)."""
         kept_for = self._kept_for
-        saturated = (kept_for.length if kept_for else self.queued - self._queues[_TOP].length) > 1
-        return self._headroom.top_rate(now, slots, self.service_estimate_s if saturated else None)
+        return (kept_for.length if kept_for else self.queued - self._queues[_TOP].length) > 1
+
+    def _top_rate(self, now: float, slots: int) -> float:  # a saturated pool's arrivals come as fast as it completes
+        return self._headroom.top_rate(now, slots, self.service_estimate_s if self.saturated() else None)
 
     def _holding(self, now: float, top_rate: float) -> bool:
         return self.holdback and self._headroom.asked(now, top_rate)

@@ -34,7 +34,7 @@ from turbogate.sched.admission import Admission, Admitted, Shed, TenantPolicy, T
 from turbogate.sched.fair_cost import AnswerLengths
 from turbogate.sched.flow_finish import close
 from turbogate.sched.flow_intake import open_request
-from turbogate.sched.flow_pump import note_held, pick_for, pump
+from turbogate.sched.flow_pump import note_held, pick_for, pump, pump_gate_opened
 from turbogate.sched.flow_table import FlowEvent, IllegalTransition, accepts, move
 from turbogate.sched.flow_timers import tick, wake_at
 from turbogate.sched.guard import KneeGuard
@@ -274,11 +274,11 @@ class Flow:
         return Dispatch(req, replica, retry)
 
     @staticmethod
-    def _leave_upstream(req: FlowRequest) -> None:
+    def _leave_upstream(req: FlowRequest) -> bool:
         """``req`` no longer waits for its replica's first byte (L2 counts those: a replica
-        busy with a prefill makes a Turbo request wait a longer engine step)."""
-        if req.phase is _UPSTREAM and req.replica is not None:
-            prefill_left(req.replica, req)
+        busy with a prefill makes a Turbo request wait a longer engine step).  Whether that
+        opened the replica's prefill gate."""
+        return req.phase is _UPSTREAM and req.replica is not None and prefill_left(req.replica, req)
 
     def _close(self, req: FlowRequest, event: FlowEvent, status: int, now: float, *,
                count_service: bool = False) -> None:
@@ -307,13 +307,13 @@ class Flow:
             return []
         self.hung.first_byte(req, now)
         req.first_byte_at = now
-        self._leave_upstream(req)
+        gate_opened = self._leave_upstream(req)
         move(req, _FIRST_BYTE, _ANSWERING)
         if self.guards and req.pool in self.guards:
             self.guards[req.pool].first_byte(req.served is _TURBO, now - req.arrival, now)
         if self.l3 and headers_at is not None and req.dispatched_at is not None:
             self.regions.observe(req.client_region, req.pool, headers_at - req.dispatched_at)
-        return []
+        return pump_gate_opened(self, self.pools[req.pool], now) if gate_opened and not self._plain else []
 
     def finished(self, req: FlowRequest, now: float, status: int = 200) -> list[Action]:
         """The replica's answer is complete (any HTTP status it sent)."""

@@ -48,6 +48,19 @@ def pump(flow: Flow, pool: _Pool, now: float, actions: list[Action],
             return actions
 
 
+def pump_gate_opened(flow: Flow, pool: _Pool, now: float) -> list[Action]:
+    """A lower-tier stream's first token opened its replica's prefill gate (sched/surge.py
+    ``prefill_gate``).  A lone request queued behind the gate goes now: nothing else may come to
+    send it for a while (at a fifth of capacity a Relax request waited 1 s).  A saturated pool's
+    backlog waits for the next arrival or completion instead: sent at the first token, a
+    lower-tier prefill would join the very next engine step, every step would hold one, and
+    Turbo's prefills would wait them out."""
+    admission = pool.admission
+    if admission.queued == 0 or admission.saturated():
+        return []
+    return pump(flow, pool, now, [])
+
+
 def pick_for(flow: Flow, pool: _Pool, ticket: Ticket, now: float) -> Replica | None:
     """L2's replica for a ticket L1 just let go (``None``: no single replica has room)."""
     turbo = ticket.tier is _TURBO

@@ -149,14 +149,16 @@ def prefill_gate(engine_seqs: int, first_s: float = 0.0, step_s: float = 0.0) ->
     a prefill is dear.  ``first_s``: the replica's time to a first token for a stream sent while
     none awaited one there (about Turbo's unloaded TTFT: the rest of a decode step, then a step
     with its prefill); ``step_s``: its time per output token (a decode step).  A lower-tier
-    prefill ahead of Turbo's adds ``first_s - 1.5 step_s`` to it (its share of a step); the first
-    of them is usually already in the engine's running step, which Turbo waits out anyway, so
-    the gate lets one more than half of ``first_s`` allows.  Without both measures, the eighth."""
+    prefill awaiting its first token adds ``first_s - 1.5 step_s`` to Turbo's (its share of a
+    step), whether it runs in the step Turbo waits out or in Turbo's own: lower-tier prefills
+    sent while a step runs wait in the engine's queue and join the next one with Turbo's.  So the
+    gate lets through as many as half of ``first_s`` pays for, and at least one.  Without both
+    measures, the eighth."""
     count = max(2, math.ceil(engine_seqs / 8))
     extra = first_s - PREFILL_STEP_SHARE * step_s
     if first_s <= 0.0 or step_s <= 0.0 or extra <= 0.0:
         return count
-    return min(count, 1 + int(TURBO_EXTRA_WAIT * first_s / extra))
+    return min(count, max(1, int(TURBO_EXTRA_WAIT * first_s / extra)))
 
 
 def prefill_sent(replica: Replica, req: FlowRequest) -> None:
@@ -169,12 +171,13 @@ def prefill_sent(replica: Replica, req: FlowRequest) -> None:
     replica.awaiting_first += 1
 
 
-def prefill_left(replica: Replica, req: FlowRequest) -> None:
+def prefill_left(replica: Replica, req: FlowRequest) -> bool:
     """``req`` no longer awaits ``replica``'s first token: it came (``req.first_byte_at`` set), or
-    the attempt ended without one."""
+    the attempt ended without one.  Whether that opened the replica's gate."""
     replica.awaiting_first -= 1
     if not req.stream:
-        return
+        return False
+    shut = replica.lower_prefills >= replica.prefill_gate
     if req.served is not _TURBO:
         replica.lower_prefills -= 1
     if replica.lone == req.id:
@@ -182,6 +185,7 @@ def prefill_left(replica: Replica, req: FlowRequest) -> None:
         if req.first_byte_at is not None and req.dispatched_at is not None:
             replica.first_s = _ewma(replica.first_s, req.first_byte_at - req.dispatched_at)
             regate(replica)
+    return shut and replica.lower_prefills < replica.prefill_gate
 
 
 def answer_paced(replica: Replica, req: FlowRequest, now: float) -> None:

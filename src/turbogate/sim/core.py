@@ -298,8 +298,8 @@ class Simulation:
         rep, sent = call.rep, fr.dispatched_at  # a stream's headers come back one round trip after dispatch
         headers_at = sent + 2 * rep.delay if rep is not None and sent is not None else None
         # A first byte drops the request's first-byte timer and feeds L3 and the knee guard; it
-        # answers no actions today, so the Flow's wake-up time cannot move earlier and the loop
-        # need not read it again.
+        # answers actions only where it opened a replica's prefill gate (what queued behind it is
+        # dispatched), and only then need the loop read the Flow's wake-up time again.
         actions = self.flow.first_byte(fr, now, headers_at)
         if actions:
             self._act(actions, now)
