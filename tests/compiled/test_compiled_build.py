@@ -24,7 +24,9 @@ SUITE = ["tests/sched", "tests/engine", "tests/sim", "tests/emulator", "tests/ga
          "tests/gateway/test_api.py", "tests/gateway/test_sse.py", "tests/gateway/test_coalesce.py",
          "tests/gateway/test_shedding.py", "tests/gateway/test_turbo_isolation.py"]
 
-pytestmark = pytest.mark.slow
+#: The build alone takes about 3 min on 2 cores and more on a busy machine (it passed 300 s once),
+#: so the module's limit is its subprocesses' own: the build's 1,200 s, then the suite's 1,500 s.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200 + 1500)]
 
 
 @pytest.fixture(scope="module")
