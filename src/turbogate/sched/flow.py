@@ -405,10 +405,12 @@ class Flow:
     def scraped(self, replica_id: str, result: ReplicaLoad | ScrapeFailed, now: float) -> list[Action]:
         replica = self.picker.get(replica_id)
         self.picker.on_scrape(replica, result, now)
-        if isinstance(result, ScrapeFailed):
+        load = result if isinstance(result, ReplicaLoad) else None
+        self.pools[replica.pool].admission.service.pace.read(replica_id, load)
+        if load is None:
             self.hung.unanswered(replica_id, now)
-        if isinstance(result, ReplicaLoad) and replica.pool in self.guards:
-            self.guards[replica.pool].scraped(replica_id, result.kv_usage, result.waiting)
+        elif replica.pool in self.guards:
+            self.guards[replica.pool].scraped(replica_id, load.kv_usage, load.waiting)
         out: list[Action] = [*self.picker.take_metrics_doubts()]
         return self._pump_all(now, self._health(out))
 

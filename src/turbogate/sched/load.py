@@ -38,6 +38,10 @@ class ReplicaLoad:
     # metrics (the emulator does): how busy its tensor pipes and its HBM are (sched/phase.py).
     tensor_active: float | None = None
     dram_active: float | None = None
+    # The engine's inter-token latency histogram's sum (seconds) and count (tokens), cumulative: their
+    # growth between two scrapes is how fast its streams run now (sched/service_time.py ``TokenPace``).
+    itl_sum_s: float | None = None
+    itl_tokens: float | None = None
 
 
 # Per kind, candidate names in order of preference: (running, waiting, kv usage).
@@ -68,9 +72,19 @@ DCGM_DRAM_ACTIVE = "DCGM_FI_PROF_DRAM_ACTIVE"
 DCGM_GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent 0..100, as NVML's
 _PHASE_NAMES = (DCGM_TENSOR_ACTIVE, DCGM_DRAM_ACTIVE)
 
+#: Per kind, the inter-token latency histogram (older vLLM: time per output token), whose ``_sum`` and
+#: ``_count`` grow with every token.  TGI's and llama.cpp's are observed once a request ends, too late
+#: to tell a surge: their pools go by the measured service time alone.
+_PACE_NAMES: dict[str, tuple[str, ...]] = {
+    "vllm": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    "sglang": ("sglang:inter_token_latency_seconds",),
+}
+_PACE_NAMES["emulator"] = _PACE_NAMES["vllm"]
+
 #: Every sample name any kind is read from (lets the shell skip the rest of a scrape cheaply).
 METRIC_NAMES: frozenset[str] = frozenset(n.split("{", 1)[0] for triple in _NAMES.values() for group in triple
-                                         for n in group) | frozenset(_PHASE_NAMES)
+                                         for n in group) | frozenset(_PHASE_NAMES) \
+    | frozenset(f"{n}{part}" for names in _PACE_NAMES.values() for n in names for part in ("_sum", "_count"))
 
 #: Names that are a share of one engine's cache: across label sets (data-parallel engines behind one
 #: endpoint, ``engine="0"``, ``engine="1"``) they are not summed — 0.6 + 0.7 would read as 1.3 %, light —
@@ -100,13 +114,26 @@ def load_from_samples(kind: str, samples: Mapping[str, float]) -> ReplicaLoad:
     candidates = [_NAMES[kind]] if kind in _NAMES else list(_NAMES.values())
     tensor = _share(samples.get(DCGM_TENSOR_ACTIVE))
     dram = _share(samples.get(DCGM_DRAM_ACTIVE))
+    itl_sum, itl_tokens = _pace_counters(kind, samples)
     for running_names, waiting_names, kv_names in candidates:
         running = _first(samples, running_names)
         waiting = _first(samples, waiting_names)
         kv = _fraction(_first(samples, kv_names))
         if running is not None or waiting is not None or kv is not None:
-            return ReplicaLoad(running=running, waiting=waiting, kv_usage=kv, tensor_active=tensor, dram_active=dram)
+            return ReplicaLoad(running=running, waiting=waiting, kv_usage=kv, tensor_active=tensor, dram_active=dram,
+                               itl_sum_s=itl_sum, itl_tokens=itl_tokens)
     return ReplicaLoad(tensor_active=tensor, dram_active=dram)
+
+
+def _pace_counters(kind: str, samples: Mapping[str, float]) -> tuple[float | None, float | None]:
+    """The first of ``kind``'s inter-token latency histograms (any kind's, for an unknown one) that
+    ``samples`` hold whole: (sum, count), or (None, None)."""
+    names = _PACE_NAMES.get(kind) if kind in _NAMES else tuple(n for ns in _PACE_NAMES.values() for n in ns)
+    for name in names or ():
+        total, count = samples.get(f"{name}_sum"), samples.get(f"{name}_count")
+        if total is not None and count is not None:
+            return total, count
+    return None, None
 
 
 def _share(value: float | None) -> float | None:

@@ -394,7 +394,8 @@ class Simulation:
         engine = rep.loop.engine  # O(1) gauges, as vLLM's: stats() also measures fragmentation
         busy = rep.busy_fractions(now)  # DCGM's, scraped beside the engine's (sched/phase.py reads them)
         return ReplicaLoad(running=engine.num_running, waiting=engine.waiting_gauge, kv_usage=engine.blocks.usage,
-                           tensor_active=busy.tensor_active, dram_active=busy.dram_active)
+                           tensor_active=busy.tensor_active, dram_active=busy.dram_active,
+                           itl_sum_s=engine.itl_seconds, itl_tokens=engine.itl_tokens)
 
     def _scrape(self, now: float, _: None) -> None:
         stale = self.staleness
