@@ -129,3 +129,21 @@ def test_a_replica_whose_batch_is_not_known_has_no_gate() -> None:
         req, _ = send(flow, Tier.STANDARD, now)
         now = answer(flow, req, now + 0.078, 128, 0.0125) + 1.0
     assert replica.first_s > 0.0 and replica.prefill_gate == 1 << 30  # its slow start needs the lower tiers
+
+
+def test_streams_slowed_by_prefills_do_not_open_the_gate() -> None:
+    """Under an overload every other engine step carries a prefill and the streams' pace slows
+    with them; read as the decode step, that pace left a prefill's own cost looking small and
+    opened the gate to the eighth of the batch.  The decode step is the lowest the pace has been."""
+    flow = flow_of(32)
+    replica = flow.picker.get("r0")
+    now = 0.0
+    for _ in range(3):
+        req, _ = send(flow, Tier.STANDARD, now)
+        now = answer(flow, req, now + 0.078, 128, 0.0125) + 1.0
+    assert replica.prefill_gate == 1
+    for _ in range(20):  # four times slower a token: prefills between the decode steps
+        req, _ = send(flow, Tier.STANDARD, now)
+        now = answer(flow, req, now + 0.078, 128, 0.05) + 1.0
+    assert replica.pace_s > 0.04 and abs(replica.step_s - 0.0125) < 1e-9
+    assert replica.prefill_gate == 1

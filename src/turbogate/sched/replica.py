@@ -84,7 +84,8 @@ class Replica:
     prefill_gate: int = 1 << 30  # most lower-tier streams awaiting a first token here (set by start_limit)
     lone: int = -1  # the stream sent while none awaited a first token here, until its first token (-1: none)
     first_s: float = 0.0  # such a stream's time to its first token, averaged (0: not measured yet)
-    step_s: float = 0.0  # time per output token of its streams, averaged (sched/surge.py prefill_gate)
+    pace_s: float = 0.0  # time per output token of its streams, averaged
+    step_s: float = 0.0  # the lowest ``pace_s`` has been: a decode step without prefills between (prefill_gate)
     # Large pools keep running sums instead of rescanning: this replica's share of them.
     counted_slots: int = 0
     counted_proven: int = 0

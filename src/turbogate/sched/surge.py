@@ -189,9 +189,15 @@ def prefill_left(replica: Replica, req: FlowRequest) -> bool:
 
 
 def answer_paced(replica: Replica, req: FlowRequest, now: float) -> None:
-    """``req``'s stream ended whole at ``now``: its time per output token is the replica's pace."""
+    """``req``'s stream ended whole at ``now``: its time per output token is the replica's pace.
+    The gate takes the lowest the averaged pace has been as the decode step: under an overload
+    every other step carries a prefill, the pace of the streams slows with them, and read as the
+    decode step it left a prefill's own share of a step looking small and the gate wide open —
+    the more prefills, the wider (1,024-token prompts on 3 × L40S: eight lower-tier prefills let
+    through a replica, Turbo 7–8× unloaded)."""
     if req.stream and req.first_byte_at is not None and req.completion_tokens > 1:
-        replica.step_s = _ewma(replica.step_s, (now - req.first_byte_at) / (req.completion_tokens - 1))
+        replica.pace_s = _ewma(replica.pace_s, (now - req.first_byte_at) / (req.completion_tokens - 1))
+        replica.step_s = replica.pace_s if replica.step_s <= 0.0 else min(replica.step_s, replica.pace_s)
         regate(replica)
 
 
