@@ -60,15 +60,21 @@ def answer(flow: Flow, req: FlowRequest, first_at: float, tokens: int, step_s: f
     return end
 
 
+def answered_alone(flow: Flow, now: float, count: int, step_s: float) -> float:
+    """``count`` Standard streams, each alone on the replica: a first token 78 ms after it is sent,
+    128 tokens ``step_s`` apart; returns a second after the last one ended."""
+    for _ in range(count):
+        req, sent = send(flow, Tier.STANDARD, now)
+        assert sent
+        now = answer(flow, req, now + 0.078, 128, step_s) + 1.0
+    return now
+
+
 def test_the_flow_measures_the_replica_and_narrows_the_gate_where_a_prefill_is_dear() -> None:
     flow = flow_of(32)
     replica = flow.picker.get("r0")
     assert replica.prefill_gate == 4
-    now = 0.0
-    for _ in range(3):  # alone on the replica: each times its first token and its pace
-        req, sent = send(flow, Tier.STANDARD, now)
-        assert sent
-        now = answer(flow, req, now + 0.078, 128, 0.0125) + 1.0
+    now = answered_alone(flow, 0.0, 3, 0.0125)  # each times the replica's first token and its pace
     assert abs(replica.first_s - 0.078) < 1e-9 and abs(replica.step_s - 0.0125) < 1e-9
     assert replica.prefill_gate == 1
     first, sent = send(flow, Tier.STANDARD, now)
@@ -90,10 +96,7 @@ def test_a_backlog_behind_the_gate_waits_for_the_next_event_not_the_first_token(
     next engine step, and every step would hold one for Turbo's prefill to wait out."""
     flow = flow_of(32)
     replica = flow.picker.get("r0")
-    now = 0.0
-    for _ in range(3):
-        req, _ = send(flow, Tier.STANDARD, now)
-        now = answer(flow, req, now + 0.078, 128, 0.0125) + 1.0
+    now = answered_alone(flow, 0.0, 3, 0.0125)
     assert replica.prefill_gate == 1
     first, _ = send(flow, Tier.STANDARD, now)
     backlog = [send(flow, Tier.STANDARD, now + 0.001 * i)[0] for i in range(1, 4)]
@@ -124,10 +127,7 @@ def test_a_stream_sent_behind_another_prefill_does_not_time_the_replica() -> Non
 def test_a_replica_whose_batch_is_not_known_has_no_gate() -> None:
     flow = flow_of(None)
     replica = flow.picker.get("r0")
-    now = 0.0
-    for _ in range(3):
-        req, _ = send(flow, Tier.STANDARD, now)
-        now = answer(flow, req, now + 0.078, 128, 0.0125) + 1.0
+    answered_alone(flow, 0.0, 3, 0.0125)
     assert replica.first_s > 0.0 and replica.prefill_gate == 1 << 30  # its slow start needs the lower tiers
 
 
@@ -137,13 +137,8 @@ def test_streams_slowed_by_prefills_do_not_open_the_gate() -> None:
     opened the gate to the eighth of the batch.  The decode step is the lowest the pace has been."""
     flow = flow_of(32)
     replica = flow.picker.get("r0")
-    now = 0.0
-    for _ in range(3):
-        req, _ = send(flow, Tier.STANDARD, now)
-        now = answer(flow, req, now + 0.078, 128, 0.0125) + 1.0
+    now = answered_alone(flow, 0.0, 3, 0.0125)
     assert replica.prefill_gate == 1
-    for _ in range(20):  # four times slower a token: prefills between the decode steps
-        req, _ = send(flow, Tier.STANDARD, now)
-        now = answer(flow, req, now + 0.078, 128, 0.05) + 1.0
+    answered_alone(flow, now, 20, 0.05)  # four times slower a token: prefills between the decode steps
     assert replica.pace_s > 0.04 and abs(replica.step_s - 0.0125) < 1e-9
     assert replica.prefill_gate == 1
