@@ -49,12 +49,12 @@ def paced(service: ServiceTime, per_token_s: float, at: list[float]) -> None:
     """One scrape interval of 100 tokens at ``per_token_s`` on replica "a" (``at``: its counters)."""
     at[0] += 100 * per_token_s
     at[1] += 100
-    service.pace.read("a", counters(at[0], at[1]))
+    service.paced("a", counters(at[0], at[1]))
 
 
 def test_the_estimate_grows_with_the_pace_at_once_and_never_shrinks_with_it() -> None:
     service, at = ServiceTime(min_samples=2), [0.0, 0.0]
-    service.pace.read("a", counters(0.0, 0.0))
+    service.paced("a", counters(0.0, 0.0))
     paced(service, 0.02, at)
     service.add(1.0)
     service.add(1.0)
@@ -69,8 +69,8 @@ def test_the_estimate_grows_with_the_pace_at_once_and_never_shrinks_with_it() ->
 
 def test_an_adopted_estimate_is_not_scaled_until_this_process_samples_a_pace() -> None:
     service = ServiceTime(min_samples=2)
-    service.pace.read("a", counters(0.0, 0.0))
-    service.pace.read("a", counters(5.0, 100))
+    service.paced("a", counters(0.0, 0.0))
+    service.paced("a", counters(5.0, 100))
     assert service.adopt(3.0) and service.estimate_s == 3.0  # measured at whatever pace the other process saw
 
 
@@ -81,6 +81,6 @@ def test_the_flow_feeds_each_pools_pace_from_its_scrapes() -> None:
     flow.scraped("r1", counters(1.0, 100), 1.0)
     flow.scraped("r0", counters(3.0, 200), 2.0)
     flow.scraped("r1", counters(2.0, 200), 2.0)
-    assert service.pace.seconds == pytest.approx(3.0 / 200)
+    assert service.pace_s == pytest.approx(3.0 / 200)
     flow.scraped("r0", ScrapeFailed("timeout"), 3.0)
-    assert service.pace.seconds == pytest.approx(1.0 / 100)
+    assert service.pace_s == pytest.approx(1.0 / 100)

@@ -406,7 +406,7 @@ class Flow:
         replica = self.picker.get(replica_id)
         self.picker.on_scrape(replica, result, now)
         load = result if isinstance(result, ReplicaLoad) else None
-        self.pools[replica.pool].admission.service.pace.read(replica_id, load)
+        self.pools[replica.pool].admission.service.paced(replica_id, load)
         if load is None:
             self.hung.unanswered(replica_id, now)
         elif replica.pool in self.guards:

@@ -80,6 +80,7 @@ _PACE_NAMES: dict[str, tuple[str, ...]] = {
     "sglang": ("sglang:inter_token_latency_seconds",),
 }
 _PACE_NAMES["emulator"] = _PACE_NAMES["vllm"]
+_ANY_PACE_NAMES = tuple(dict.fromkeys(n for names in _PACE_NAMES.values() for n in names))
 
 #: Every sample name any kind is read from (lets the shell skip the rest of a scrape cheaply).
 METRIC_NAMES: frozenset[str] = frozenset(n.split("{", 1)[0] for triple in _NAMES.values() for group in triple
@@ -128,8 +129,8 @@ def load_from_samples(kind: str, samples: Mapping[str, float]) -> ReplicaLoad:
 def _pace_counters(kind: str, samples: Mapping[str, float]) -> tuple[float | None, float | None]:
     """The first of ``kind``'s inter-token latency histograms (any kind's, for an unknown one) that
     ``samples`` hold whole: (sum, count), or (None, None)."""
-    names = _PACE_NAMES.get(kind) if kind in _NAMES else tuple(n for ns in _PACE_NAMES.values() for n in ns)
-    for name in names or ():
+    names = _PACE_NAMES.get(kind, ()) if kind in _NAMES else _ANY_PACE_NAMES
+    for name in names:
         total, count = samples.get(f"{name}_sum"), samples.get(f"{name}_count")
         if total is not None and count is not None:
             return total, count

@@ -71,30 +71,37 @@ class TokenPace:
 
 class ServiceTime:
     """EWMA of dispatch-to-completion time, trusted once ``min_samples`` have completed (or once
-    taken from another process: ``adopt``), scaled by the engines' pace since (``TokenPace``)."""
+    taken from another process: ``adopt``), scaled by the engines' pace since (``TokenPace``).
+    The estimate is read on every dispatch, so it is worked out when its inputs change: a sample,
+    an adoption, a scrape (``paced``)."""
 
-    __slots__ = ("_pace_at_samples", "min_samples", "pace", "samples", "value")
+    __slots__ = ("_pace", "_pace_at_samples", "estimate_s", "min_samples", "samples", "value")
 
     def __init__(self, min_samples: int = 5) -> None:
         self.value = 0.0
         self.samples = 0
         self.min_samples = min_samples
-        self.pace = TokenPace()
+        self._pace = TokenPace()
         self._pace_at_samples: float | None = None  # EWMA, with the samples' weight, of the pace as they came
+        self.estimate_s: float | None = None
 
     @property
-    def estimate_s(self) -> float | None:
-        if self.samples < self.min_samples:
-            return None
-        then, now = self._pace_at_samples, self.pace.seconds
-        return self.value * now / then if then and now and now > then else self.value
+    def pace_s(self) -> float | None:
+        """The engines' current time per output token (``TokenPace.seconds``)."""
+        return self._pace.seconds
+
+    def paced(self, replica_id: str, load: ReplicaLoad | None) -> None:
+        """A scrape of ``replica_id`` read ``load`` (None: it failed): ``TokenPace.read``."""
+        self._pace.read(replica_id, load)
+        self._estimate()
 
     def add(self, sample: float) -> None:
         self.samples += 1
         self.value += (SERVICE_ALPHA if self.samples > 1 else 1.0) * (sample - self.value)
-        pace, then = self.pace.seconds, self._pace_at_samples
+        pace, then = self._pace.seconds, self._pace_at_samples
         if pace is not None:
             self._pace_at_samples = pace if then is None else then + SERVICE_ALPHA * (pace - then)
+        self._estimate()
 
     def adopt(self, value: float) -> bool:
         """Take ``value`` (another process's estimate) while this one trusts none of its own (the
@@ -103,4 +110,12 @@ class ServiceTime:
             return False
         self.value = value
         self.samples = self.min_samples
+        self._estimate()
         return True
+
+    def _estimate(self) -> None:
+        if self.samples < self.min_samples:
+            self.estimate_s = None
+            return
+        then, now = self._pace_at_samples, self._pace.seconds
+        self.estimate_s = self.value * now / then if then and now and now > then else self.value
