@@ -8,8 +8,9 @@ does not hold the rate up once it has gone by.  Pure: arrival times passed in.""
 from __future__ import annotations
 
 import random
+from collections import deque
 
-from turbogate.sched.surge import PACE_STEADY, PACE_WINDOW, ArrivalPace
+from turbogate.sched.surge import PACE_LONGEST, PACE_WINDOW, ArrivalPace, longest_window
 
 
 def _arrivals(rate: float, count: int, start: float, rng: random.Random, top_share: float) -> list[tuple[float, bool]]:
@@ -38,7 +39,7 @@ def test_a_steady_rate_does_not_dip_with_the_last_sixteen_arrivals() -> None:
         for floor in (False, True):
             rng = random.Random(seed)
             pace = ArrivalPace()
-            warm = _arrivals(rate, 4 * PACE_STEADY, 0.0, rng, share)
+            warm = _arrivals(rate, 256, 0.0, rng, share)
             for t, top in warm:
                 pace.arrived(top, t)
             lows.append(_lowest_read(pace, _arrivals(rate, 2000, warm[-1][0], rng, share), floor))
@@ -62,7 +63,7 @@ def test_a_step_up_shows_within_sixteen_arrivals() -> None:
 def test_another_tier_s_batch_does_not_raise_the_floor() -> None:
     pace = ArrivalPace()
     t = 0.0
-    for i in range(4 * PACE_STEADY):  # 8 a second, one in four Turbo
+    for i in range(256):  # 8 a second, one in four Turbo
         t += 0.125
         pace.arrived(i % 4 == 0, t)
     before = pace.top_rate(t, 0.0)
@@ -70,3 +71,37 @@ def test_another_tier_s_batch_does_not_raise_the_floor() -> None:
         pace.arrived(False, t)
     t += 2.0  # the last sixteen arrivals are the batch's: the share of their rate reads nothing now
     assert pace.top_rate(t, 0.0) <= 1.1 * before
+
+
+def test_the_steady_run_reaches_back_to_a_step_and_no_further() -> None:
+    """Right after a step up the steady floor is the surge's own arrivals (a run reaching into the
+    quiet minute before it would read slower than the last sixteen), and it grows with them."""
+    rng = random.Random(5)
+    quiet = _arrivals(0.5, 300, 0.0, rng, 0.3)
+    surge = _arrivals(5.0, 700, quiet[-1][0], rng, 0.3)
+    times: deque[float] = deque(maxlen=PACE_LONGEST)
+    runs = {}
+    for i, (t, _) in enumerate(quiet + surge):
+        times.append(t)
+        runs[i - len(quiet) + 1] = longest_window(times, t)  # keyed by surge arrivals so far
+    assert runs[0] == 256  # a steady quiet minute: every arrival but the first 44 of 300
+    assert runs[40] == 32 and runs[80] == 64  # the step bounds the run
+    assert runs[700] == PACE_LONGEST
+
+
+def test_a_dip_among_a_surge_s_first_arrivals_is_not_a_fall() -> None:
+    """Forty arrivals into a tenfold step, the next sixteen come at 0.7 of its rate: the surge's
+    own run since the step holds the floor (the lower tiers would take what a fall frees and hold
+    it a service time), where a run of a fixed 64 reached back into the quiet minute."""
+    pace = ArrivalPace()
+    t = 0.0
+    for i in range(300):
+        t += 2.0
+        pace.arrived(i % 4 == 0, t)
+    for i in range(40):  # the surge: 5 a second, one in four Turbo
+        t += 0.2
+        pace.arrived(i % 4 == 0, t)
+    for i in range(16):  # a lull
+        t += 0.2 / 0.7
+        pace.arrived(i % 4 == 0, t)
+    assert pace.total_rate(t) > 0.75 * 5.0

@@ -45,9 +45,14 @@ PACE_WINDOW = 16
 #: what they take in that moment they hold for a whole service time (a 30 %-Turbo fleet of
 #: 4 × 64 sequences in simulation: Turbo waited up to a second in the gateway, 25–59× its
 #: unloaded TTFT).  So each rate (all arrivals', the top tier's own) is at least its rate over
-#: the last sixty-four (±12 %), within ``RECENT_MARGIN`` of the last sixteen: a dip is not a
+#: the longest run of its last 32, 64, … ``PACE_LONGEST`` arrivals each of which the run half its
+#: length bears out (no slower than it over ``RECENT_MARGIN``: a run that reaches back past a step
+#: up reads slower and ends the search), and within ``RECENT_MARGIN`` of the last sixteen: a dip is not a
 #: fall, and a fall (the end of a burst, another tier's batch gone by) is still followed at once.
-PACE_STEADY = 64
+#: The run grows with the evidence: right after a step it is the arrivals since the step (on a
+#: slow fleet a fixed run reaches back into the quiet minute for seconds, and a dip in the
+#: surge's first arrivals opens the ceiling), in a steady state up to 512 (±4 %).
+PACE_LONGEST = 512
 #: Weight of one arrival in Turbo's long-run share of arrivals (about the last 500).
 SHARE_ALPHA = 0.002
 #: The top tier's rate over its last ``PACE_WINDOW`` arrivals is within about ±1/√16 of the
@@ -76,13 +81,30 @@ def window_rate(times: deque[float], now: float, count: int = PACE_WINDOW) -> fl
     return (count - 1) / span if span > 0 else None
 
 
-def steady_rate(times: deque[float], now: float, recent: float | None = None) -> float:
+def longest_window(times: deque[float], now: float) -> int:
+    """The longest run of the last 32, 64, … arrival ``times`` up to ``now`` each of which reads
+    no slower than the run half its length (the first: the last ``PACE_WINDOW``) over
+    ``RECENT_MARGIN`` (0: none; see ``PACE_LONGEST``)."""
+    shorter = window_rate(times, now)
+    if shorter is None:
+        return 0
+    found, count = 0, 2 * PACE_WINDOW
+    while count <= len(times):
+        rate = window_rate(times, now, count)
+        if rate is None or rate * RECENT_MARGIN < shorter:
+            break
+        found, shorter = count, rate
+        count *= 2
+    return found
+
+
+def steady_rate(times: deque[float], now: float, count: int, recent: float | None = None) -> float:
     """The rate over the last ``PACE_WINDOW`` arrival ``times`` (``recent``, where the caller has
-    it), or over the last ``PACE_STEADY`` where that is more, but not more than ``RECENT_MARGIN``
-    times the first; 0 before there are ``PACE_WINDOW`` of them."""
+    it), or over the last ``count`` (``longest_window``'s) where that is more, but not more than
+    ``RECENT_MARGIN`` times the first; 0 before there are ``PACE_WINDOW`` of them."""
     if recent is None:
         recent = window_rate(times, now) or 0.0
-    steady = window_rate(times, now, PACE_STEADY) or 0.0
+    steady = (window_rate(times, now, count) or 0.0) if count else 0.0
     if steady > RECENT_MARGIN * recent:
         steady = RECENT_MARGIN * recent
     return steady if steady > recent else recent
@@ -90,21 +112,26 @@ def steady_rate(times: deque[float], now: float, recent: float | None = None) ->
 
 class ArrivalPace:
     """The recent rate of all arrivals, the top tier's long-run share of them, and the top tier's
-    own last ``PACE_STEADY`` arrivals (the last ``PACE_WINDOW`` of them to follow its rate down as
-    fast as up; all of them for a steady floor under it)."""
+    own last ``PACE_LONGEST`` arrivals (the last ``PACE_WINDOW`` of them to follow its rate down as
+    fast as up; the run of them since its rate last changed for a steady floor under it).  The
+    runs are chosen at each arrival, so that a read, at every dispatch, costs one rate each."""
 
-    __slots__ = ("_count", "_times", "_top_times", "share")
+    __slots__ = ("_count", "_run", "_times", "_top_run", "_top_times", "share")
 
     def __init__(self) -> None:
-        self._times: deque[float] = deque(maxlen=PACE_STEADY)
-        self._top_times: deque[float] = deque(maxlen=PACE_STEADY)
+        self._times: deque[float] = deque(maxlen=PACE_LONGEST)
+        self._top_times: deque[float] = deque(maxlen=PACE_LONGEST)
+        self._run = 0  # longest_window's, as of the last arrival
+        self._top_run = 0
         self.share = 0.0
         self._count = 0
 
     def arrived(self, top: bool, now: float) -> None:
         self._times.append(now)
+        self._run = longest_window(self._times, now)
         if top:
             self._top_times.append(now)
+            self._top_run = longest_window(self._top_times, now)
         # A plain mean over the first arrivals, then an exponential one: a quiet minute's few
         # arrivals already give the share a surge is scaled by.
         self._count += 1
@@ -117,16 +144,16 @@ class ArrivalPace:
 
     def total_rate(self, now: float) -> float:
         """The recent rate, or the steady one where that is more (within ``RECENT_MARGIN`` of the
-        recent: see ``PACE_STEADY``)."""
-        return steady_rate(self._times, now)
+        recent: see ``PACE_LONGEST``)."""
+        return steady_rate(self._times, now, self._run)
 
     def top_rate(self, now: float, averaged: float) -> float:
         """The top tier's rate for the holdback: its ``averaged`` rate, or more while all arrivals
         come faster than that average accounts for (a surge); less once the top tier's own last
         arrivals say it fell below that average (after a burst of Turbo: an average over
         ``RATE_TAU_S`` kept the headroom sized for the burst for another ten to twenty seconds,
-        a third of the pool idle while Standard's backlog waited).  Never less than its rate over
-        its own last ``PACE_STEADY`` arrivals (``steady_rate``): a dip in the last few of all
+        a third of the pool idle while Standard's backlog waited).  Never less than its steady rate
+        over its own last arrivals (``steady_rate``): a dip in the last few of all
         arrivals is not a fall.  Its own last ``PACE_WINDOW`` arrivals bound it from above (their
         rate × ``RECENT_MARGIN``)."""
         recent = window_rate(self._top_times, now)
@@ -135,7 +162,7 @@ class ArrivalPace:
         if self.share <= 0.0:
             return averaged
         fast = self.share * self.total_rate(now)
-        own = steady_rate(self._top_times, now, recent or 0.0)
+        own = steady_rate(self._top_times, now, self._top_run, recent or 0.0)
         if own > fast:
             fast = own
         return fast if fast > averaged else averaged
