@@ -53,6 +53,10 @@ PACE_WINDOW = 16
 #: slow fleet a fixed run reaches back into the quiet minute for seconds, and a dip in the
 #: surge's first arrivals opens the ceiling), in a steady state up to 512 (±4 %).
 PACE_LONGEST = 512
+#: Arrivals between two choices of a steady run: a run a few arrivals stale still reads the rate
+#: since a step (one reaching back past it reads slower, and the last sixteen's rate stays the
+#: floor), and choosing costs a handful of rates.
+RUN_EVERY = 8
 #: Weight of one arrival in Turbo's long-run share of arrivals (about the last 500).
 SHARE_ALPHA = 0.002
 #: The top tier's rate over its last ``PACE_WINDOW`` arrivals is within about ±1/√16 of the
@@ -114,27 +118,32 @@ class ArrivalPace:
     """The recent rate of all arrivals, the top tier's long-run share of them, and the top tier's
     own last ``PACE_LONGEST`` arrivals (the last ``PACE_WINDOW`` of them to follow its rate down as
     fast as up; the run of them since its rate last changed for a steady floor under it).  The
-    runs are chosen at each arrival, so that a read, at every dispatch, costs one rate each."""
+    runs are chosen every ``RUN_EVERY`` arrivals, so that a read, at every dispatch, costs one rate
+    each, and an arrival a fraction of a choice."""
 
-    __slots__ = ("_count", "_run", "_times", "_top_run", "_top_times", "share")
+    __slots__ = ("_count", "_run", "_times", "_top_count", "_top_run", "_top_times", "share")
 
     def __init__(self) -> None:
         self._times: deque[float] = deque(maxlen=PACE_LONGEST)
         self._top_times: deque[float] = deque(maxlen=PACE_LONGEST)
-        self._run = 0  # longest_window's, as of the last arrival
+        self._run = 0  # longest_window's, as of its last choice
         self._top_run = 0
         self.share = 0.0
         self._count = 0
+        self._top_count = 0
 
     def arrived(self, top: bool, now: float) -> None:
         self._times.append(now)
-        self._run = longest_window(self._times, now)
+        self._count += 1
+        if self._count % RUN_EVERY == 0:
+            self._run = longest_window(self._times, now)
         if top:
             self._top_times.append(now)
-            self._top_run = longest_window(self._top_times, now)
+            self._top_count += 1
+            if self._top_count % RUN_EVERY == 0:
+                self._top_run = longest_window(self._top_times, now)
         # A plain mean over the first arrivals, then an exponential one: a quiet minute's few
         # arrivals already give the share a surge is scaled by.
-        self._count += 1
         alpha = 1.0 / self._count if self._count * SHARE_ALPHA < 1.0 else SHARE_ALPHA
         self.share += alpha * ((1.0 if top else 0.0) - self.share)
 
