@@ -1,9 +1,10 @@
 """``sched/surge.py`` ``ArrivalPace.top_rate``: the top tier's rate the holdback reads at every
 dispatch.  Its share of the last sixteen arrivals of all tiers dips now and then under a steady
 rate; such a dip must not read as a fall (the lower tiers would take the slots it frees and hold
-them a service time): the rates over the last sixty-four arrivals (all tiers', and Turbo's own)
-are a floor under it.  A step up still shows within sixteen arrivals, and another tier's batch
-does not hold the rate up once it has gone by.  Pure: arrival times passed in."""
+them a service time): the rates over the longest runs of arrivals the last ones bear out (all
+tiers', and Turbo's own; back to a step and no further) are a floor under it.  A step up still
+shows within sixteen arrivals, and another tier's batch does not hold the rate up once it has gone
+by.  Pure: arrival times passed in."""
 
 from __future__ import annotations
 
