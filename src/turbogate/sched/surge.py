@@ -102,59 +102,71 @@ def longest_window(times: deque[float], now: float) -> int:
     return found
 
 
-def steady_rate(times: deque[float], now: float, count: int, recent: float | None = None) -> float:
-    """The rate over the last ``PACE_WINDOW`` arrival ``times`` (``recent``, where the caller has
-    it), or over the last ``count`` (``longest_window``'s) where that is more, but not more than
-    ``RECENT_MARGIN`` times the first; 0 before there are ``PACE_WINDOW`` of them."""
-    if recent is None:
-        recent = window_rate(times, now) or 0.0
-    steady = (window_rate(times, now, count) or 0.0) if count else 0.0
-    if steady > RECENT_MARGIN * recent:
-        steady = RECENT_MARGIN * recent
-    return steady if steady > recent else recent
+class Arrivals:
+    """One stream's last ``PACE_LONGEST`` arrival times, and its steady run (``longest_window``),
+    chosen every ``RUN_EVERY`` arrivals so that a read, at every dispatch, costs one rate and an
+    arrival a fraction of a choice."""
+
+    __slots__ = ("count", "run", "times")
+
+    def __init__(self) -> None:
+        self.times: deque[float] = deque(maxlen=PACE_LONGEST)
+        self.count = 0
+        self.run = 0  # longest_window's, as of its last choice
+
+    def add(self, now: float) -> None:
+        self.times.append(now)
+        self.count += 1
+        if self.count % RUN_EVERY == 0:
+            self.run = longest_window(self.times, now)
+
+    def recent(self, now: float) -> float | None:
+        """Arrivals per second over the last ``PACE_WINDOW`` (``window_rate``)."""
+        return window_rate(self.times, now)
+
+    def steady(self, now: float, recent: float | None = None) -> float:
+        """The rate over the last ``PACE_WINDOW`` arrivals (``recent``, where the caller has it), or
+        over the steady run where that is more, but not more than ``RECENT_MARGIN`` times the first;
+        0 before there are ``PACE_WINDOW`` of them."""
+        if recent is None:
+            recent = window_rate(self.times, now) or 0.0
+        steady = (window_rate(self.times, now, self.run) or 0.0) if self.run else 0.0
+        if steady > RECENT_MARGIN * recent:
+            steady = RECENT_MARGIN * recent
+        return steady if steady > recent else recent
 
 
 class ArrivalPace:
     """The recent rate of all arrivals, the top tier's long-run share of them, and the top tier's
-    own last ``PACE_LONGEST`` arrivals (the last ``PACE_WINDOW`` of them to follow its rate down as
-    fast as up; the run of them since its rate last changed for a steady floor under it).  The
-    runs are chosen every ``RUN_EVERY`` arrivals, so that a read, at every dispatch, costs one rate
-    each, and an arrival a fraction of a choice."""
+    own arrivals (the last ``PACE_WINDOW`` of them to follow its rate down as fast as up; the run
+    of them since its rate last changed for a steady floor under it): ``Arrivals`` each."""
 
-    __slots__ = ("_count", "_run", "_times", "_top_count", "_top_run", "_top_times", "share")
+    __slots__ = ("_all", "_top", "share")
 
     def __init__(self) -> None:
-        self._times: deque[float] = deque(maxlen=PACE_LONGEST)
-        self._top_times: deque[float] = deque(maxlen=PACE_LONGEST)
-        self._run = 0  # longest_window's, as of its last choice
-        self._top_run = 0
+        self._all = Arrivals()
+        self._top = Arrivals()
         self.share = 0.0
-        self._count = 0
-        self._top_count = 0
 
     def arrived(self, top: bool, now: float) -> None:
-        self._times.append(now)
-        self._count += 1
-        if self._count % RUN_EVERY == 0:
-            self._run = longest_window(self._times, now)
+        every = self._all
+        every.add(now)
         if top:
-            self._top_times.append(now)
-            self._top_count += 1
-            if self._top_count % RUN_EVERY == 0:
-                self._top_run = longest_window(self._top_times, now)
+            self._top.add(now)
         # A plain mean over the first arrivals, then an exponential one: a quiet minute's few
         # arrivals already give the share a surge is scaled by.
-        alpha = 1.0 / self._count if self._count * SHARE_ALPHA < 1.0 else SHARE_ALPHA
+        count = every.count
+        alpha = 1.0 / count if count * SHARE_ALPHA < 1.0 else SHARE_ALPHA
         self.share += alpha * ((1.0 if top else 0.0) - self.share)
 
     def recent_rate(self, now: float) -> float:
         """Arrivals per second over the last ``PACE_WINDOW`` of them; decays through a silence."""
-        return window_rate(self._times, now) or 0.0
+        return self._all.recent(now) or 0.0
 
     def total_rate(self, now: float) -> float:
         """The recent rate, or the steady one where that is more (within ``RECENT_MARGIN`` of the
         recent: see ``PACE_LONGEST``)."""
-        return steady_rate(self._times, now, self._run)
+        return self._all.steady(now)
 
     def top_rate(self, now: float, averaged: float) -> float:
         """The top tier's rate for the holdback: its ``averaged`` rate, or more while all arrivals
@@ -162,16 +174,17 @@ class ArrivalPace:
         arrivals say it fell below that average (after a burst of Turbo: an average over
         ``RATE_TAU_S`` kept the headroom sized for the burst for another ten to twenty seconds,
         a third of the pool idle while Standard's backlog waited).  Never less than its steady rate
-        over its own last arrivals (``steady_rate``): a dip in the last few of all
+        over its own last arrivals (``Arrivals.steady``): a dip in the last few of all
         arrivals is not a fall.  Its own last ``PACE_WINDOW`` arrivals bound it from above (their
         rate × ``RECENT_MARGIN``)."""
-        recent = window_rate(self._top_times, now)
+        own_arrivals = self._top
+        recent = own_arrivals.recent(now)
         if recent is not None and RECENT_MARGIN * recent < averaged:
             averaged = RECENT_MARGIN * recent
         if self.share <= 0.0:
             return averaged
-        fast = self.share * self.total_rate(now)
-        own = steady_rate(self._top_times, now, self._top_run, recent or 0.0)
+        fast = self.share * self._all.steady(now)
+        own = own_arrivals.steady(now, recent or 0.0)
         if own > fast:
             fast = own
         return fast if fast > averaged else averaged
