@@ -28,6 +28,7 @@ from turbogate.sched.replica import (
     ScrapeFailed,
 )
 from turbogate.sched.replica_book import PoolState, ReplicaBook
+from turbogate.sched.surge import lower_shut
 
 __all__ = ["Band", "Health", "HealthChange", "MetricsDoubt", "Picker", "PickerConfig", "Replica", "ScrapeFailed"]
 
@@ -116,8 +117,8 @@ class Picker(ReplicaBook):
             r = replicas[(rotor + i) % n]
             if r.health is not _HEALTHY or r.in_flight >= int(r.limit) or r.id in exclude:
                 continue
-            if not proven_only and r.lower_prefills >= r.prefill_gate:
-                continue  # its engine has a lower tier's prefills for about a step already (sched/surge.py)
+            if not proven_only and lower_shut(r):
+                continue  # a step's worth of lower-tier prefills, or Turbo's, under way (sched/surge.py)
             band = band_of(r, now)
             key = (_BUSY if band is _LIGHT else band, score_of(r, band))
             if key < best_key:

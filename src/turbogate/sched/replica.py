@@ -58,6 +58,9 @@ class PickerConfig:
     #: Weight of a replica's DCGM pressure for the request's phase in its score (sched/phase.py); 0: off.
     phase_weight: float = 0.0
 
+#: ``Replica.prefill_gate`` of a replica whose engine batch is not known: no gate.
+UNGATED = 1 << 30
+
 
 @dataclass(slots=True, eq=False)
 class Replica:
@@ -81,7 +84,8 @@ class Replica:
     proven: float = 0.0  # most requests the engine was seen running at once since the last cut
     awaiting_first: int = 0  # ours dispatched and not yet answering (prefilling, for streams)
     lower_prefills: int = 0  # of those, the lower tiers' streams (sched/surge.py ``prefill_gate``)
-    prefill_gate: int = 1 << 30  # most lower-tier streams awaiting a first token here (set by start_limit)
+    turbo_prefills: int = 0  # of those, Turbo's streams (sched/surge.py ``lower_shut``)
+    prefill_gate: int = UNGATED  # most lower-tier streams awaiting a first token here (set by start_limit)
     lone: int = -1  # the stream sent while none awaited a first token here, until its first token (-1: none)
     first_s: float = 0.0  # such a stream's time to its first token, averaged (0: not measured yet)
     pace_s: float = 0.0  # time per output token of its streams, averaged
