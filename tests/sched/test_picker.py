@@ -445,3 +445,18 @@ def test_turbo_goes_where_the_fewest_prefills_are_under_way() -> None:
     assert picker.pick("p", 0.1, proven_only=True) is b
     b.awaiting_first = 2
     assert picker.pick("p", 0.1, proven_only=True) is a  # as many: by score again
+
+
+def test_a_large_pool_s_full_scan_keeps_the_prefill_gate() -> None:
+    """Past SCAN_MAX replicas a lower tier's pick samples a few and scans the rest only when none
+    of those would do: the scan must hold the prefill gate too, or a large pool lets a lower-tier
+    prefill through every shut replica under an overload."""
+    picker, replicas = fleet(12)
+    for r in replicas:
+        r.prefill_gate, r.lower_prefills = 1, 1
+    assert picker.pick("p", 0.0) is None
+    replicas[7].lower_prefills = 0
+    assert picker.pick("p", 0.0) is replicas[7]
+    replicas[7].turbo_prefills = 1  # Turbo's prefill under way there shuts it as well
+    assert picker.pick("p", 0.0) is None
+    assert picker.pick("p", 0.0, proven_only=True) is not None  # Turbo is never gated

@@ -135,7 +135,7 @@ class Picker(ReplicaBook):
         chosen = safe if proven_only else best
         if chosen is None and indexed and len(state.room) > n:
             return self._scan(state, now, exclude, proven_only and not engine_priority, beyond,
-                              score_of)  # none sampled would do
+                              score_of, lower=not proven_only)  # none sampled would do
         return chosen
 
     def _turbo_room(self, replica: Replica, beyond: int) -> int:
@@ -180,11 +180,15 @@ class Picker(ReplicaBook):
         return picked
 
     def _scan(self, state: PoolState, now: float, exclude: Collection[str], proven_only: bool,
-              beyond: int, score_of: Scorer) -> Replica | None:
+              beyond: int, score_of: Scorer, *, lower: bool) -> Replica | None:
+        """``pick`` over every replica with room, where a sample found none (``lower``: for a
+        lower tier, so the prefill gate holds as in a small pool)."""
         best: Replica | None = None
         best_key = _NO_KEY
         for r in state.room:
             if r.id in exclude or (proven_only and r.in_flight >= self._turbo_room(r, beyond)):
+                continue
+            if lower and lower_shut(r):
                 continue
             band = self.band(r, now)
             key = (_BUSY if band is _LIGHT else band, score_of(r, band))
