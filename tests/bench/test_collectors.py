@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import aiohttp
 import pytest
 
-from turbogate.bench.collectors import GPU_NOTICE, Nvml, parse_metrics_option, parse_prometheus
+from turbogate.bench import collectors as collectors_module
+from turbogate.bench.collectors import GPU_NOTICE, Collectors, Nvml, parse_metrics_option, parse_prometheus
+from turbogate.results.schema import Sample
 
 PAGE = """# HELP vllm:num_requests_running Running.
 # TYPE vllm:num_requests_running gauge
@@ -33,6 +38,49 @@ def test_parse_prometheus_keeps_series_and_drops_buckets() -> None:
     assert got[("turbogate_queue_depth", (("pool", "p"), ("tier", "standard")))] == 7.0
     assert not any(s.name.endswith("_bucket") for s in samples)
     assert all(s.t == 2.5 and s.source == "http://x/metrics" for s in samples)
+
+
+class _Page(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = PAGE.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+async def test_pages_are_parsed_after_the_run_not_on_the_loads_event_loop(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The parser is pure Python and shares the event loop that reads the load's streams: the
+    collector keeps each page as it came and parses them all in ``stop``, each at its own time."""
+    parsed: list[float] = []
+
+    def counting_parse(text: str, t: float, source: str) -> list[Sample]:
+        parsed.append(t)
+        return parse_prometheus(text, t, source)
+
+    monkeypatch.setattr(collectors_module, "parse_prometheus", counting_parse)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    clock = iter([1.0, 1.0, 2.0, 2.0, 3.0, 3.0])
+    try:
+        async with aiohttp.ClientSession() as session:
+            collectors = Collectors(session, [url], lambda: next(clock))
+            await collectors.sample_once()
+            await collectors.sample_once()
+            assert parsed == [] and collectors.samples == []  # nothing parsed while the load runs
+            await collectors.stop()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert parsed == [1.0, 2.0, 3.0]
+    running = [s for s in collectors.samples if s.name == "vllm:num_requests_running"]
+    assert [s.t for s in running] == [1.0, 2.0, 3.0] and all(s.value == 3.0 for s in running)
+    assert [s.t for s in collectors.samples] == sorted(s.t for s in collectors.samples)
+    assert collectors.errors == {}
 
 
 def test_metrics_option() -> None:
