@@ -5,6 +5,7 @@ large admin bodies, wrong methods, max_tokens above the context."""
 from __future__ import annotations
 
 import select
+import signal
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -188,3 +189,29 @@ def test_header_names_in_any_case_trailing_whitespace_and_expect_100_continue(gw
     assert answer_head.startswith(b"HTTP/1.1 200 "), raw[:300]
     assert b"\r\nx-turbogate-tier: relax\r\n" in answer_head
     assert orjson.loads(payload)["object"] == "chat.completion"
+
+
+def test_a_body_sent_while_the_gateway_was_stopped_is_read_not_timed_out(gw: Service) -> None:
+    """A gateway stopped past its body timeout (a starved or paused process) reads the body that
+    came during the stop: its first sweep afterwards runs before the sockets are read, and must not
+    take the unread body for a stalled one (it answered 408 before the sweeper deferred a late sweep)."""
+    body = orjson.dumps({"model": MODEL, "messages": MSG, "max_tokens": 2})
+    head = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer %s\r\n"
+            b"content-type: application/json\r\nexpect: 100-continue\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n" % (KEY.encode(), len(body)))
+    with _connect(gw) as sock:
+        sock.sendall(head)
+        interim = b""
+        while b"\r\n\r\n" not in interim:  # the gateway now waits for the body, its timeout running
+            chunk = sock.recv(65536)
+            assert chunk, "closed before the interim answer"
+            interim += chunk
+        gw.process.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(1.6)  # the stop: longer than the 1-s body timeout and a sweep period
+            sock.sendall(body)
+            time.sleep(0.3)
+        finally:
+            gw.process.send_signal(signal.SIGCONT)
+        raw = _read_answer(sock)
+    assert raw.partition(b"\r\n")[0].startswith(b"HTTP/1.1 200 "), raw[:300]
