@@ -63,6 +63,16 @@ def _status_and_error(raw: bytes) -> tuple[int, dict[str, Any]]:
     return int(head.split()[1]), orjson.loads(body)["error"]
 
 
+def _interim_answer(sock: socket.socket) -> bytes:
+    """The interim answer to ``Expect: 100-continue`` (up to its blank line)."""
+    interim = b""
+    while b"\r\n\r\n" not in interim:
+        chunk = sock.recv(65536)
+        assert chunk, "closed before the interim answer"
+        interim += chunk
+    return interim
+
+
 def _send_until_answered(sock: socket.socket, chunks: Iterator[bytes]) -> None:
     """Send ``chunks`` one by one, stopping as soon as the server answers or closes."""
     for chunk in chunks:
@@ -177,12 +187,7 @@ def test_header_names_in_any_case_trailing_whitespace_and_expect_100_continue(gw
             b"Content-Length: %d\r\nConnection: close\r\n\r\n" % (KEY.encode(), len(body)))
     with _connect(gw) as sock:
         sock.sendall(head)
-        interim = b""
-        while b"\r\n\r\n" not in interim:
-            chunk = sock.recv(65536)
-            assert chunk, "closed before the interim answer"
-            interim += chunk
-        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+        assert _interim_answer(sock) == b"HTTP/1.1 100 Continue\r\n\r\n"
         sock.sendall(body)
         raw = _read_answer(sock)
     answer_head, _, payload = raw.partition(b"\r\n\r\n")
@@ -201,11 +206,7 @@ def test_a_body_sent_while_the_gateway_was_stopped_is_read_not_timed_out(gw: Ser
             b"content-length: %d\r\nconnection: close\r\n\r\n" % (KEY.encode(), len(body)))
     with _connect(gw) as sock:
         sock.sendall(head)
-        interim = b""
-        while b"\r\n\r\n" not in interim:  # the gateway now waits for the body, its timeout running
-            chunk = sock.recv(65536)
-            assert chunk, "closed before the interim answer"
-            interim += chunk
+        _interim_answer(sock)  # the gateway now waits for the body, its timeout running
         gw.process.send_signal(signal.SIGSTOP)
         try:
             time.sleep(1.6)  # the stop: longer than the 1-s body timeout and a sweep period
