@@ -3,15 +3,25 @@ dispatch.  Its share of the last sixteen arrivals of all tiers dips now and then
 rate; such a dip must not read as a fall (the lower tiers would take the slots it frees and hold
 them a service time): the rates over the longest runs of arrivals the last ones bear out (all
 tiers', and Turbo's own; back to a step and no further) are a floor under it.  A step up still
-shows within sixteen arrivals, and another tier's batch does not hold the rate up once it has gone
-by.  Pure: arrival times passed in."""
+shows within sixteen arrivals (within ten where they come too close together for the rate before
+them: the rate is then read since the step), a steady rate seldom reads as a step, and another
+tier's batch does not hold the rate up once it has gone by.  Pure: arrival times passed in."""
 
 from __future__ import annotations
 
 import random
 from collections import deque
 
-from turbogate.sched.surge import PACE_LONGEST, PACE_WINDOW, ArrivalPace, longest_window
+from turbogate.sched.surge import (
+    PACE_LONGEST,
+    PACE_WINDOW,
+    SURGE_HOLD,
+    SURGE_RUN,
+    ArrivalPace,
+    Arrivals,
+    longest_window,
+    window_rate,
+)
 
 
 def _arrivals(rate: float, count: int, start: float, rng: random.Random, top_share: float) -> list[tuple[float, bool]]:
@@ -59,6 +69,43 @@ def test_a_step_up_shows_within_sixteen_arrivals() -> None:
     for t, top in surge:
         pace.arrived(top, t)
     assert pace.top_rate(surge[-1][0], 0.0) > 0.5 * 0.25 * 50.0  # ten times the rate: read at once
+
+
+def test_a_tenfold_step_is_read_within_ten_arrivals_of_it() -> None:
+    """Ten arrivals into a step from 1/s to 10/s, the sixteen-arrival window still reads a
+    quarter of the new rate or less (its first six are the quiet minute's); the rate since the
+    step reads most of it in most seeds."""
+    since_step, window = [], []
+    for seed in range(1, 21):
+        rng = random.Random(seed)
+        arrivals, t = Arrivals(), 0.0
+        for _ in range(300):
+            t += rng.expovariate(1.0)
+            arrivals.add(t)
+        for _ in range(SURGE_RUN):
+            t += rng.expovariate(10.0)
+            arrivals.add(t)
+        since_step.append(arrivals.recent(t) or 0.0)
+        window.append(window_rate(arrivals.times, t) or 0.0)
+    assert max(window) < 5.0, window
+    assert sum(rate >= 6.0 for rate in since_step) >= 14, sorted(since_step)
+
+
+def test_a_steady_rate_seldom_reads_as_a_step() -> None:
+    """A Poisson clump can pass for a step; at a steady rate that is rare, and the arrivals after
+    it end the run since it (its rate falls back under twice the rate before) well before
+    ``SURGE_HOLD`` arrivals."""
+    for seed in range(1, 4):
+        rng = random.Random(seed)
+        arrivals, t = Arrivals(), 0.0
+        steps = held = 0
+        for _ in range(50_000):
+            t += rng.expovariate(10.0)
+            anchored = arrivals.anchor >= 0.0
+            arrivals.add(t)
+            steps += not anchored and arrivals.anchor >= 0.0
+            held += arrivals.anchor >= 0.0
+        assert steps <= 2 and held <= steps * SURGE_HOLD // 2, (seed, steps, held)
 
 
 def test_another_tier_s_batch_does_not_raise_the_floor() -> None:

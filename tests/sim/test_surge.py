@@ -4,14 +4,15 @@ L4 one's 0.2 as 5 s), default tier policy, ``max_num_seqs`` configured.
 
 What holds here, in every seed: no Turbo request is refused (what the pool cannot give Turbo is
 served Standard at once, first in Standard's line); the Standard requests served at 2× meet
-Standard's 5-s objective; on the 30 %-Turbo H100 fleet Turbo's p95 in every 5-s window after the
-step, the first included, stays within 1.5× of unloaded.  On the L4 fleet only from the second
-window on, and only within 2× (1.5× in two seeds of four; 1.2–1.35× now): its first window
-reaches 4.3× in one seed of four (docs/gateway.md, "Surges and graceful degradation").  On the A100 fleet
+Standard's 5-s objective; on the 30 %-Turbo H100 fleet and on the L4 fleet Turbo's p95 in every
+5-s window after the step, the first included, stays within 1.5× of unloaded (0.95–1.04× and
+0.99–1.32×).  The L4 fleet's first window reached 4.1× in one seed of four while the arrival
+rate was read over windows reaching back into the quiet minute before the step (sched/surge.py
+``too_fast``; docs/gateway.md, "Surges and graceful degradation").  On the A100 fleet
 (512-token prompts: a prefill adds 4.8 decode steps to a step) the lower tiers' prefills are
 gated by what one costs Turbo (sched/surge.py ``prefill_gate``), and the pool's service time
 follows the engines' pace (sched/service_time.py ``TokenPace``): its worst window's median over
-the seeds stays within 4×, and every seed within 5× (2.6–3.3×, median 3.1; 2.2–7.1× with the
+the seeds stays within 4×, and every seed within 5× (2.0–2.6×, median 2.4; 2.2–7.1× with the
 service time from completions alone; 6.4–18.6×, median 7.9, with an eighth of the batch as the
 gate), not 1.5×: Turbo's own prefills meeting each other already reach 1.2–2.1×
 (``benchmarks/surge.py --floor-only``).  Each ratio is over the fleet's Turbo p95 at 0.2× across
@@ -91,21 +92,22 @@ def p95(values: list[float]) -> float:
 
 
 def test_a_step_to_twice_capacity_with_30_percent_turbo_holds_from_the_first_window() -> None:
-    worst = [max(turbo_ratios("h100", seed, first=True)) for seed in SEEDS]
+    worst = [max(turbo_ratios("h100", seed)) for seed in SEEDS]
     assert max(worst) <= 1.5, worst
 
 
-def test_a_step_to_twice_capacity_on_the_l4_fleet_holds_after_the_first_window() -> None:
-    later = [max(turbo_ratios("l4", seed, first=False)) for seed in SEEDS]
-    assert sorted(later)[1] <= 1.5 and max(later) <= 2.0, later
+def test_a_step_to_twice_capacity_on_the_l4_fleet_holds_from_the_first_window() -> None:
+    worst = [max(turbo_ratios("l4", seed)) for seed in SEEDS]
+    assert max(worst) <= 1.5, worst
 
 
 def test_on_the_a100_fleet_the_lower_tiers_prefills_are_kept_from_turbos_steps() -> None:
-    """2.6-3.3x over the four seeds (median 3.1).  2.2-7.1x (median 3.5) with the service time from
+    """2.0-2.6x over the four seeds (median 2.4; 2.4-2.9x, median 2.6, before a step up was told
+    within ten arrivals).  2.2-7.1x (median 3.5) with the service time from
     completions alone: seed 3's 7.1 was Turbo waiting in the gateway for slots the lower tiers took
     while the estimate still read the quiet minute's.  6.4-18.6x (median 7.9) with an eighth of
     the batch as the gate."""
-    worst = [max(turbo_ratios("a100", seed, first=True)) for seed in SEEDS]
+    worst = [max(turbo_ratios("a100", seed)) for seed in SEEDS]
     assert statistics.median(worst) <= 4.0 and max(worst) <= 5.0, worst
 
 
@@ -132,14 +134,13 @@ def unloaded_p95(name: str) -> float:
     return p95(light)
 
 
-def turbo_ratios(name: str, seed: int, first: bool) -> list[float]:
-    """Turbo's p95 per window after the step ÷ the fleet's at 0.2× (``unloaded_p95``; from the
-    first window, or the second), after checking that no Turbo request was refused and Standard
-    met its objective."""
+def turbo_ratios(name: str, seed: int) -> list[float]:
+    """Turbo's p95 per window after the step ÷ the fleet's at 0.2× (``unloaded_p95``), after
+    checking that no Turbo request was refused and Standard met its objective."""
     records, hold, window = run(name, seed)
     base = unloaded_p95(name)
     ratios = []
-    t = hold if first else hold + window
+    t = hold
     while t + window <= 2 * hold:
         w = [r.ttft_s for r in records if t <= r.scheduled_s < t + window and r.tier_served == "turbo" and r.ok]
         ratios.append(p95(w) / base)

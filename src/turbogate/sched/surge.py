@@ -12,7 +12,8 @@ gateway learnt in the quiet minute before it is what meets it.  Two of those les
   long-run share of arrivals: the headroom follows a surge as fast as the surge comes.  And as
   fast when it goes: once Turbo's own last arrivals say its rate fell below that average, the
   headroom is sized on them (after a burst the average kept a third of the pool idle for ten to
-  twenty seconds while Standard's backlog waited).
+  twenty seconds while Standard's backlog waited).  A step up is told within ten arrivals of it
+  (``too_fast``), and the rate is read since it, not over a window reaching into the quiet minute.
 * **A flood of prefills.**  The lower tiers' first dispatches after the step go out together,
   and an engine runs their prompts' prefills before a Turbo request's (its own queue is FIFO):
   Turbo's time to first token grows by several prefill steps although a slot was free for it.
@@ -60,6 +61,18 @@ PACE_LONGEST = 512
 #: since a step (one reaching back past it reads slower, and the last sixteen's rate stays the
 #: floor), and choosing costs a handful of rates.
 RUN_EVERY = 8
+#: Arrivals a step up is told by: so close together that Poisson arrivals at the rate of the
+#: ``PACE_WINDOW`` before them would come that close with probability under
+#: ``SURGE_FALSE_ALARM``.  Until then a window reaches back into the quiet minute: sixteen
+#: arrivals after a tenfold step the rate still read a tenth to a quarter of it, and the lower
+#: tiers took the slots Turbo was about to need and held them a service time.
+SURGE_RUN = 10
+SURGE_FALSE_ALARM = 1e-6
+#: Arrivals after a step up read as one run (the rate since the step) before the usual windows;
+#: back to those sooner once that run reads under ``SURGE_KEEP`` times the rate before it (a
+#: clump of a steady rate, taken for a step: the arrivals after it bring its rate down).
+SURGE_HOLD = 64
+SURGE_KEEP = 2.0
 #: Weight of one arrival in Turbo's long-run share of arrivals (about the last 500).
 SHARE_ALPHA = 0.002
 #: The top tier's rate over its last ``PACE_WINDOW`` arrivals is within about ±1/√16 of the
@@ -88,6 +101,18 @@ def window_rate(times: deque[float], now: float, count: int = PACE_WINDOW) -> fl
     return (count - 1) / span if span > 0 else None
 
 
+def too_fast(gaps: int, x: float) -> bool:
+    """Whether ``gaps`` gaps between Poisson arrivals at rate 1 sum to less than ``x`` with a
+    probability under ``SURGE_FALSE_ALARM`` (the Gamma CDF, 1 − e^−x Σ_{i<gaps} x^i / i!)."""
+    if x >= gaps:  # no shorter than their mean: far from it (and the usual case, so no sum)
+        return False
+    term = total = 1.0
+    for i in range(1, gaps):
+        term *= x / i
+        total += term
+    return 1.0 - math.exp(-x) * total < SURGE_FALSE_ALARM
+
+
 def longest_window(times: deque[float], now: float) -> int:
     """The longest run of the last 32, 64, … arrival ``times`` up to ``now`` each of which reads
     no slower than the run half its length (the first: the last ``PACE_WINDOW``) over
@@ -108,32 +133,61 @@ def longest_window(times: deque[float], now: float) -> int:
 class Arrivals:
     """One stream's last ``PACE_LONGEST`` arrival times, and its steady run (``longest_window``),
     chosen every ``RUN_EVERY`` arrivals so that a read, at every dispatch, costs one rate and an
-    arrival a fraction of a choice."""
+    arrival a fraction of a choice.  A step up (``SURGE_RUN`` arrivals too close together for the
+    rate before them, ``too_fast``) anchors a run at its first arrival: until ``SURGE_HOLD``
+    arrivals came after it, that run is the steady one, and the recent one while fewer than
+    ``PACE_WINDOW`` did."""
 
-    __slots__ = ("count", "run", "times")
+    __slots__ = ("anchor", "before", "count", "run", "since", "times")
 
     def __init__(self) -> None:
         self.times: deque[float] = deque(maxlen=PACE_LONGEST)
         self.count = 0
         self.run = 0  # longest_window's, as of its last choice
+        self.anchor = -1.0  # the first arrival of a step up (-1: none)
+        self.since = 0  # arrivals from the anchor on
+        self.before = 0.0  # the rate of the PACE_WINDOW arrivals before the anchor
 
     def add(self, now: float) -> None:
-        self.times.append(now)
+        times = self.times
+        times.append(now)
         self.count += 1
+        if self.anchor >= 0.0:
+            self.since += 1
+            if self.since >= SURGE_HOLD or self.since - 1 < SURGE_KEEP * self.before * (now - self.anchor):
+                self.anchor = -1.0
+        elif len(times) >= SURGE_RUN + PACE_WINDOW:
+            n = len(times)
+            first = times[n - SURGE_RUN]
+            span = times[n - SURGE_RUN - 1] - times[n - SURGE_RUN - PACE_WINDOW]
+            before = (PACE_WINDOW - 1) / span if span > 0.0 else 0.0
+            if before > 0.0 and now > first and too_fast(SURGE_RUN - 1, before * (now - first)):
+                self.anchor, self.since, self.before = first, SURGE_RUN, before
         if self.count % RUN_EVERY == 0:
-            self.run = longest_window(self.times, now)
+            self.run = longest_window(times, now)
+
+    def _since_step(self, now: float) -> float | None:
+        """The rate since the anchor, or None without one."""
+        if self.anchor < 0.0 or now <= self.anchor:
+            return None
+        return (self.since - 1) / (now - self.anchor)
 
     def recent(self, now: float) -> float | None:
-        """Arrivals per second over the last ``PACE_WINDOW`` (``window_rate``)."""
+        """Arrivals per second over the last ``PACE_WINDOW`` (``window_rate``), or since a step up
+        while fewer than that came after it."""
+        if self.anchor >= 0.0 and self.since < PACE_WINDOW:
+            return self._since_step(now)
         return window_rate(self.times, now)
 
     def steady(self, now: float, recent: float | None = None) -> float:
         """The rate over the last ``PACE_WINDOW`` arrivals (``recent``, where the caller has it), or
-        over the steady run where that is more, but not more than ``RECENT_MARGIN`` times the first;
-        0 before there are ``PACE_WINDOW`` of them."""
+        over the steady run (since a step up, where one is anchored) where that is more, but not
+        more than ``RECENT_MARGIN`` times the first; 0 before there are ``PACE_WINDOW`` of them."""
         if recent is None:
-            recent = window_rate(self.times, now) or 0.0
-        steady = (window_rate(self.times, now, self.run) or 0.0) if self.run else 0.0
+            recent = self.recent(now) or 0.0
+        steady = self._since_step(now)
+        if steady is None:
+            steady = (window_rate(self.times, now, self.run) or 0.0) if self.run else 0.0
         if steady > RECENT_MARGIN * recent:
             steady = RECENT_MARGIN * recent
         return steady if steady > recent else recent
