@@ -97,10 +97,9 @@ def test_a_steady_rate_seldom_reads_as_a_step() -> None:
     ``SURGE_HOLD`` arrivals."""
     for seed in range(1, 4):
         rng = random.Random(seed)
-        arrivals, t = Arrivals(), 0.0
+        arrivals = Arrivals()
         steps = held = 0
-        for _ in range(50_000):
-            t += rng.expovariate(10.0)
+        for t, _ in _arrivals(10.0, 50_000, 0.0, rng, 0.0):
             anchored = arrivals.anchor >= 0.0
             arrivals.add(t)
             steps += not anchored and arrivals.anchor >= 0.0

@@ -156,8 +156,7 @@ class Arrivals:
             self.since += 1
             if self.since >= SURGE_HOLD or self.since - 1 < SURGE_KEEP * self.before * (now - self.anchor):
                 self.anchor = -1.0
-        elif len(times) >= SURGE_RUN + PACE_WINDOW:
-            n = len(times)
+        elif (n := len(times)) >= SURGE_RUN + PACE_WINDOW:
             first = times[n - SURGE_RUN]
             span = times[n - SURGE_RUN - 1] - times[n - SURGE_RUN - PACE_WINDOW]
             before = (PACE_WINDOW - 1) / span if span > 0.0 else 0.0
