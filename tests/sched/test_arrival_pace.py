@@ -72,23 +72,22 @@ def test_a_step_up_shows_within_sixteen_arrivals() -> None:
 
 
 def test_a_tenfold_step_is_read_within_ten_arrivals_of_it() -> None:
-    """Ten arrivals into a step from 1/s to 10/s, the sixteen-arrival window still reads a
-    quarter of the new rate or less (its first six are the quiet minute's); the rate since the
-    step reads most of it in most seeds."""
+    """Ten arrivals into a step from 1/s to 10/s, the sixteen-arrival window still reads under
+    half the new rate (its first six are the quiet minute's); the rate since the step reads most
+    of it in about two draws of three (400 draws: 66 %, a binomial standard deviation 2.4 points;
+    the test at 1e-6 misses the rest until later arrivals)."""
+    draws = 200
     since_step, window = [], []
-    for seed in range(1, 21):
+    for seed in range(1, draws + 1):
         rng = random.Random(seed)
-        arrivals, t = Arrivals(), 0.0
-        for _ in range(300):
-            t += rng.expovariate(1.0)
-            arrivals.add(t)
-        for _ in range(SURGE_RUN):
-            t += rng.expovariate(10.0)
+        arrivals = Arrivals()
+        quiet = _arrivals(1.0, 300, 0.0, rng, 0.0)
+        for t, _ in quiet + _arrivals(10.0, SURGE_RUN, quiet[-1][0], rng, 0.0):
             arrivals.add(t)
         since_step.append(arrivals.recent(t) or 0.0)
         window.append(window_rate(arrivals.times, t) or 0.0)
-    assert max(window) < 5.0, window
-    assert sum(rate >= 6.0 for rate in since_step) >= 14, sorted(since_step)
+    assert sum(rate < 5.0 for rate in window) >= 0.85 * draws, sorted(window)[-30:]
+    assert sum(rate >= 6.0 for rate in since_step) >= 0.55 * draws, sorted(since_step)
 
 
 def test_a_steady_rate_seldom_reads_as_a_step() -> None:

@@ -12,8 +12,9 @@ gateway learnt in the quiet minute before it is what meets it.  Two of those les
   long-run share of arrivals: the headroom follows a surge as fast as the surge comes.  And as
   fast when it goes: once Turbo's own last arrivals say its rate fell below that average, the
   headroom is sized on them (after a burst the average kept a third of the pool idle for ten to
-  twenty seconds while Standard's backlog waited).  A step up is told within ten arrivals of it
-  (``too_fast``), and the rate is read since it, not over a window reaching into the quiet minute.
+  twenty seconds while Standard's backlog waited).  A step up is told once ten arrivals make it plain
+  (``too_fast``; a tenfold step within its first ten arrivals in two draws of three), and the rate
+  is read since it, not over a window reaching into the quiet minute.
 * **A flood of prefills.**  The lower tiers' first dispatches after the step go out together,
   and an engine runs their prompts' prefills before a Turbo request's (its own queue is FIFO):
   Turbo's time to first token grows by several prefill steps although a slot was free for it.
