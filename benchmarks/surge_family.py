@@ -75,12 +75,18 @@ def judge(fleet: Fleet, hold_s: float, seeds: Sequence[int]) -> dict[str, Any]:
     mixed: list[float | None] = []
     alone: list[float | None] = []
     goodput: list[float] = []
+    served: list[float] = []
+    kept: list[float | None] = []
     cold: list[float | None] = []
     thin = False
     for seed in seeds:
         m = analyse(simulated(fleet, hold_s, seed, turbo_alone=False), fleet, hold_s)
         base = m["turbo_unloaded_ttft_s"]
         goodput.append(m["goodput_at_2x"]["standard"]["goodput_rps"])
+        served.append(round(sum(t["served_rps"] for t in m["goodput_at_2x"].values()), 3))
+        asked = m["turbo_asked_at_2x"]
+        told = m["turbo_downgraded"] + m["turbo_refused_at_once"] + m["turbo_shed_after_wait"]
+        kept.append(round(1.0 - told / asked, 3) if asked else None)
         cold.append(max((m["cold_light"][t]["ratio_to_turbo"] or 0.0 for t in ("standard", "relax")), default=None))
         thin = thin or base["n"] < MIN_REFERENCE
         a = analyse(simulated(fleet, hold_s, seed, turbo_alone=True), fleet, hold_s)
@@ -94,7 +100,7 @@ def judge(fleet: Fleet, hold_s: float, seeds: Sequence[int]) -> dict[str, Any]:
             "shape": f"{fleet.replicas}x {fleet.gpu}, {fleet.seqs} seqs, x{fleet.scale}, "
                      f"{fleet.prompt}/{fleet.output} tokens, {fleet.mix}",
             "hold_s": hold_s, "mixed": mixed, "alone": alone, "class": kind,
-            "standard_goodput_rps": goodput, "cold_ratio": cold}
+            "standard_goodput_rps": goodput, "served_rps": served, "turbo_served_turbo": kept, "cold_ratio": cold}
 
 
 def _geomean(values: Sequence[float | None]) -> float | None:
@@ -106,16 +112,23 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per class: fleets, runs within the target, the geometric mean of the worst windows and of
     Standard's goodput within its objective at 2× (what a rule costs the lower tiers: compare two
     versions' by their ratio; a run without any is counted apart), and the worst cold ratio (every
-    lower tier's p95 over Turbo's at 0.2×)."""
+    lower tier's p95 over Turbo's at 0.2×).  Standard's goodput counts the Turbo requests served
+    Standard, so beside it: every tier's answers at 2× (``geomean_served_rps``, what a rule costs
+    the fleet) and the share of Turbo's requests at 2× served Turbo (``mean_turbo_served_turbo``).
+    ``all`` is every fleet, whatever its class: a rule that bounds Turbo's own load moves fleets
+    between the classes, and ``all`` compares two versions on the same runs."""
     out: dict[str, Any] = {}
-    for kind in ("scheduling", "engine", "thin"):
-        mine = [r for r in rows if r["class"] == kind]
+    for kind in ("scheduling", "engine", "thin", "all"):
+        mine = [r for r in rows if kind in ("all", r["class"])]
+        kept = [v for r in mine for v in r["turbo_served_turbo"] if v is not None]
         worst = [v for r in mine for v in r["mixed"]]
         out[kind] = {"fleets": len(mine), "runs": len(worst),
                      "within_target": sum(1 for v in worst if v is not None and v <= TARGET),
                      "geomean_worst_window": _geomean(worst),
                      "geomean_standard_goodput_rps": _geomean([v for r in mine for v in r["standard_goodput_rps"]]),
                      "runs_without_standard_goodput": sum(1 for r in mine for v in r["standard_goodput_rps"] if not v),
+                     "geomean_served_rps": _geomean([v for r in mine for v in r["served_rps"]]),
+                     "mean_turbo_served_turbo": round(sum(kept) / len(kept), 3) if kept else None,
                      "max_cold_ratio": max((v for r in mine for v in r["cold_ratio"] if v is not None), default=None)}
     return out
 

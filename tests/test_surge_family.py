@@ -35,14 +35,17 @@ def test_a_slow_fleet_gets_a_longer_run() -> None:
 
 def test_summary_counts_each_class_apart() -> None:
     def row(kind: str, mixed: list[float | None], goodput: list[float], cold: list[float | None]) -> dict[str, Any]:
-        return {"class": kind, "mixed": mixed, "standard_goodput_rps": goodput, "cold_ratio": cold}
+        return {"class": kind, "mixed": mixed, "standard_goodput_rps": goodput, "cold_ratio": cold,
+                "served_rps": [2.0 * g or 1.0 for g in goodput], "turbo_served_turbo": [0.5, None]}
 
     rows = [row("scheduling", [1.2, 2.0], [4.0, 9.0], [1.1, 0.9]), row("engine", [3.0, None], [2.0, 0.0], [None, 1.3]),
             row("thin", [1.1, 9.0], [1.0, 1.0], [1.0, 1.0])]
     out = summary(rows)
     assert out["scheduling"] == {"fleets": 1, "runs": 2, "within_target": 1, "geomean_worst_window": 1.549,
                                  "geomean_standard_goodput_rps": 6.0, "runs_without_standard_goodput": 0,
-                                 "max_cold_ratio": 1.1}
+                                 "geomean_served_rps": 12.0, "mean_turbo_served_turbo": 0.5, "max_cold_ratio": 1.1}
+    assert out["all"]["fleets"] == 3 and out["all"]["runs"] == 6 and out["all"]["within_target"] == 2
+    assert out["all"]["max_cold_ratio"] == 1.3
     assert out["engine"]["geomean_standard_goodput_rps"] == 2.0 and out["engine"]["runs_without_standard_goodput"] == 1
     assert out["engine"]["max_cold_ratio"] == 1.3
     assert out["engine"]["runs"] == 2 and out["engine"]["within_target"] == 0
@@ -64,4 +67,4 @@ def test_a_run_prints_one_json_object_per_family() -> None:
     # in 25 s at 0.2x: its run is made longer, so its reference is a p95 of enough answers.
     assert rows[0]["hold_s"] == 25.0 and rows[2]["hold_s"] > 25.0
     assert result["min_reference"] == MIN_REFERENCE
-    assert sum(v["runs"] for v in result["summary"].values()) == 3
+    assert sum(v["runs"] for k, v in result["summary"].items() if k != "all") == 3 == result["summary"]["all"]["runs"]

@@ -17,7 +17,6 @@ import math
 from turbogate.config import parse_config
 from turbogate.configpolicy import flow_policy
 from turbogate.sched import Admission, Admitted, Flow, PoolSpec, ReplicaSpec, Ticket, Tier, TierPolicy
-from turbogate.sched.headroom import staffing_beta
 
 from .toy_fleet import Served, capacity, run_toy
 
@@ -65,7 +64,7 @@ def test_a_relax_backlog_leaves_standard_room_for_its_swing() -> None:
     adm, now, backlog = steady_then_relax_backlog(turbo_in_7=2)
     slots, service = 32, 1.5
     assert any(t.dispatched_at is not None for t in backlog)  # Relax runs, short of Standard's room
-    swing = math.ceil(staffing_beta(adm.headroom_risk) * math.sqrt(5.0 * service))
+    swing = math.ceil(adm.swing_beta * math.sqrt(5.0 * service))
     clump = [submit(adm, S, now, slots) for _ in range(swing)]
     started = [adm.next_dispatch(now, slots) for _ in clump]
     assert started == clump, f"{sum(t is not None for t in started)} of {swing} started at once"

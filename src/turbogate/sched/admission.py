@@ -39,7 +39,7 @@ from collections.abc import Mapping
 
 from turbogate.sched.codel import ControlledDelay
 from turbogate.sched.concurrency import LOWER_TIERS_BAR
-from turbogate.sched.headroom import Headroom, whole_slots
+from turbogate.sched.headroom import Headroom, staffing_beta, whole_slots
 from turbogate.sched.service_time import ServiceTime
 from turbogate.sched.surge import turbo_deficit
 from turbogate.sched.ticket import Admitted, Shed, State, TenantPolicy, Ticket, TierPolicy, clamp_retry
@@ -122,14 +122,9 @@ class Admission:
         return self.service.estimate_s
 
     @property
-    def headroom_risk(self) -> float:
-        """The chance a Turbo arrival may find no slot kept free (sched/headroom.py)."""
-        return self._headroom.risk
-
-    @property
-    def headroom_staffing(self) -> bool:
-        """Whether the headroom covers Turbo's own swing too (sched/headroom.py)."""
-        return self._headroom.staffing
+    def swing_beta(self) -> float:
+        """β of Turbo's own swing the headroom keeps room for, 0 where it keeps none (sched/headroom.py)."""
+        return staffing_beta(self._headroom.risk) if self._headroom.staffing else 0.0
 
     def headroom(self, now: float, slots: int) -> int:
         """The slots the holdback keeps for Turbo's bursts right now (0 without holdback)."""
@@ -143,6 +138,10 @@ class Admission:
         path; where Relax is kept below its own line, ``_kept``, Standard's alone count)."""
         kept_for = self._kept_for
         return (kept_for.length if kept_for else self.queued - self._queues[_TOP].length) > 1
+
+    def pressed(self) -> bool:
+        """The lower tiers queue (``saturated``) or a step up in arrivals is told (sched/surge.py)."""
+        return self.saturated() or self._headroom.pace.surging()
 
     def _top_rate(self, now: float, slots: int) -> float:  # a saturated pool's arrivals come as fast as it completes
         return self._headroom.top_rate(now, slots, self.service_estimate_s if self.saturated() else None)

@@ -72,8 +72,12 @@ def pick_for(flow: Flow, pool: _Pool, ticket: Ticket, now: float) -> Replica | N
         elif admission.queued == admission.queue_length(Tier.TURBO):
             beyond = 1
     req = ticket.payload
+    # A lower tier keeps a replica clear of its prefills for Turbo where it queues anyway, or a
+    # surge is told (sched/surge.py ``keeps_clear``).
+    keep_clear = not turbo and pool.admission.pressed()
     return flow.picker.pick(pool.spec.name, now, proven_only=turbo, engine_priority=pool.spec.priority_field,
-                            beyond=beyond, prefill_share=req.prefill_share if type(req) is FlowRequest else None)
+                            beyond=beyond, prefill_share=req.prefill_share if type(req) is FlowRequest else None,
+                            keep_clear=keep_clear)
 
 
 def note_held(flow: Flow, pool: _Pool, now: float) -> None:

@@ -28,7 +28,7 @@ from turbogate.sched.replica import (
     ScrapeFailed,
 )
 from turbogate.sched.replica_book import PoolState, ReplicaBook
-from turbogate.sched.surge import lower_shut
+from turbogate.sched.surge import keeps_clear, last_clear_left, lower_shut
 
 __all__ = ["Band", "Health", "HealthChange", "MetricsDoubt", "Picker", "PickerConfig", "Replica", "ScrapeFailed"]
 
@@ -76,7 +76,8 @@ class Picker(ReplicaBook):
 
     # ---- choice ----------------------------------------------------------------------------
     def pick(self, pool: str, now: float, exclude: Collection[str] = (), *, proven_only: bool = False,
-             engine_priority: bool = False, beyond: int = 0, prefill_share: float | None = None) -> Replica | None:
+             engine_priority: bool = False, beyond: int = 0, prefill_share: float | None = None,
+             keep_clear: bool = False) -> Replica | None:
         """The replica for the next request of ``pool``, or ``None`` if none can take one.
 
         ``proven_only`` (Turbo): only a replica whose in-flight count is below what its engine
@@ -92,7 +93,9 @@ class Picker(ReplicaBook):
         waits there ahead of the lower tiers, no longer than it would in the gateway: the probed
         slots are Turbo's too.  ``prefill_share`` (the request's
         prompt share of its tokens), with ``phase_weight`` set: the score weighs each replica's
-        DCGM pressure for that phase (sched/phase.py)."""
+        DCGM pressure for that phase (sched/phase.py).  ``keep_clear`` (a lower tier, while
+        they queue or a surge is told): the last replica with no lower-tier prefill under way is
+        not taken where a prefill is dear (sched/surge.py ``keeps_clear``)."""
         state = self._pools.get(pool)
         if state is None:
             return None
@@ -109,6 +112,7 @@ class Picker(ReplicaBook):
             replicas = self._sample(replicas, 2 * SAMPLE if proven_only else SAMPLE)
             n = len(replicas)
         rotor = state.rotor = (state.rotor + 1) % max(n, 1)
+        last_clear = keep_clear and not proven_only and not indexed and last_clear_left(state.replicas)
         band_of = self.band
         score_of: Scorer = self._score
         if prefill_share is not None and self.config.phase_weight > 0:
@@ -117,7 +121,7 @@ class Picker(ReplicaBook):
             r = replicas[(rotor + i) % n]
             if r.health is not _HEALTHY or r.in_flight >= int(r.limit) or r.id in exclude:
                 continue
-            if not proven_only and lower_shut(r):
+            if not proven_only and (lower_shut(r) or (last_clear and keeps_clear(r))):
                 continue  # a step's worth of lower-tier prefills, or Turbo's, under way (sched/surge.py)
             band = band_of(r, now)
             key = (_BUSY if band is _LIGHT else band, score_of(r, band))

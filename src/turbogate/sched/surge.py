@@ -26,6 +26,10 @@ gateway learnt in the quiet minute before it is what meets it.  Two of those les
   costs it half its unloaded time to first token.  And none joins Turbo's own: while a Turbo
   stream awaits its first token at a replica, that replica takes no lower-tier stream
   (``lower_shut``; 256-token prompts on 4 × H100: a step of two prefills 26 ms, of one 16 ms).
+  Where one lower-tier prefill is that dear, a Turbo request that finds one under way at every
+  replica waits it out; so while the lower tiers queue or a surge is told, they leave the last
+  replica with none of theirs under way to Turbo (``keeps_clear``), and Turbo's own supply is
+  bounded by its prefills (sched/turbo_supply.py ``prefill_supply_rps``).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING
 
-from turbogate.sched.replica import UNGATED
+from turbogate.sched.replica import UNGATED, Health
 from turbogate.sched.tiers import Tier
 
 if TYPE_CHECKING:
@@ -216,6 +220,10 @@ class ArrivalPace:
         alpha = 1.0 / count if count * SHARE_ALPHA < 1.0 else SHARE_ALPHA
         self.share += alpha * ((1.0 if top else 0.0) - self.share)
 
+    def surging(self) -> bool:
+        """Whether a step up in all arrivals was told and is still read since (``too_fast``)."""
+        return self._all.anchor >= 0.0
+
     def recent_rate(self, now: float) -> float:
         """Arrivals per second over the last ``PACE_WINDOW`` of them; decays through a silence."""
         return self._all.recent(now) or 0.0
@@ -303,6 +311,26 @@ def lower_shut(replica: Replica) -> bool:
     awaits its first token there (a lower-tier prefill sent meanwhile would join Turbo's step)."""
     gate = replica.prefill_gate
     return replica.lower_prefills >= gate or (replica.turbo_prefills > 0 and gate < UNGATED)
+
+
+def last_clear_left(replicas: list[Replica]) -> bool:
+    """Whether of two or more healthy ``replicas`` just one has no lower-tier stream awaiting its
+    first token: the one a Turbo request would find free of their prefills."""
+    healthy = clear = 0
+    for r in replicas:
+        if r.health is Health.HEALTHY:
+            healthy += 1
+            clear += r.lower_prefills == 0
+    return healthy >= 2 and clear == 1
+
+
+def keeps_clear(replica: Replica) -> bool:
+    """Whether ``replica``, the last clear one (``last_clear_left``), is kept for Turbo: where one
+    lower-tier prefill costs Turbo more than half its time to a first token (the gate is one),
+    a Turbo request that finds every replica prefilling the lower tiers waits one out.  Kept while
+    the lower tiers queue or a surge is told, where one of them waiting a prefill longer costs
+    little (at 0.2x it was their p95)."""
+    return replica.lower_prefills == 0 and replica.prefill_gate == 1
 
 
 def answer_paced(replica: Replica, req: FlowRequest, now: float) -> None:

@@ -9,8 +9,12 @@ proven slots over the measured dispatch-to-completion time, sched/admission.py),
 shares of dispatches the lower tiers that ask for any are guaranteed (``min_share``), less the
 holdback's headroom for Turbo's own swing.  A token bucket at that
 rate, as deep as one service time of it, passes Turbo's own bursts and stops a demand that
-stays above it.  Independently, a Turbo request that would queue behind others for longer than
-Turbo's TTFT objective (its queue budget where it has none) is served Standard at once.
+stays above it.  Where prefills are dear, Turbo's own prefills meeting each other bound it
+further (``prefill_supply_rps``): the rate at which no more than 5 % of Turbo's prefills find a
+Turbo prefill under way at every replica (Erlang C over the replicas, each Turbo stream holding
+one for its measured time to a first token), the bucket one prefill per replica deep.
+Independently, a Turbo request that would queue behind others for longer than Turbo's TTFT
+objective (its queue budget where it has none) is served Standard at once.
 
 A downgraded request goes first in Standard's line (``Ticket.first``): Standard's own queue
 may stand under the same overload (sched/codel.py serves it newest first and refuses the rest
@@ -24,7 +28,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from turbogate.sched.headroom import staffing_beta
+from turbogate.sched.replica import Health
 from turbogate.sched.tiers import TIERS
 
 if TYPE_CHECKING:
@@ -41,6 +45,9 @@ QUEUE_OVER_OBJECTIVE = "turbo_queue_over_objective"
 #: sooner than Standard's line would (in simulation it sent requests to be refused there).
 QUEUE_RULE = False
 
+#: The share of Turbo requests that may find a Turbo prefill under way at every replica (Turbo's
+#: target is its p95: the tail it leaves is 5 %).
+PREFILL_RISK = 0.05
 #: Why a request is served Standard for want of Turbo supply (``Ticket.first`` for these).
 EXCESS_REASONS = frozenset({OVER_SUPPLY, QUEUE_OVER_OBJECTIVE})
 
@@ -70,15 +77,21 @@ class TurboSupply:
         if not lower:
             return None  # no other tier asks for anything: Turbo may have the whole pool
         room = proven_slots * max(0.0, 1.0 - sum(lower))
-        beta = staffing_beta(admission.headroom_risk) if admission.headroom_staffing else 0.0
+        beta = admission.swing_beta
         root = (-beta + math.sqrt(beta * beta + 4.0 * room)) / 2.0  # occupancy a with a + β √a = room
         return root * root / service
 
     def grant(self, admission: Admission, now: float, slots: int, proven_slots: int,
-              configured: bool = False) -> str | None:
-        """None: a Turbo request may be served Turbo; else why it is served Standard."""
+              configured: bool = False, prefill_rps: float | None = None, servers: int = 1) -> str | None:
+        """None: a Turbo request may be served Turbo; else why it is served Standard.
+        ``prefill_rps``: what the pool's replicas (``servers``) can start prefilling
+        (``prefill_supply_rps``)."""
         base = proven_slots if proven_slots < slots else slots
-        rate = self.rate_rps = self.supply_rps(admission, base)
+        rate = self.supply_rps(admission, base)
+        by_prefill = prefill_rps is not None and (rate is None or prefill_rps < rate)
+        if by_prefill:
+            rate = prefill_rps
+        self.rate_rps = rate
         if rate is None:
             return None
         policy = admission.policies[_TOP]
@@ -89,6 +102,8 @@ class TurboSupply:
         # the bound is firm, and the bucket passes only Turbo's natural swing (a deeper one let a
         # surge's first seconds of Turbo fill the pool: 20-30x in the first window in simulation).
         depth = 2.0 + math.sqrt(rate * service) if configured else max(2.0, rate * service)
+        if by_prefill:
+            depth = min(depth, float(max(1, servers)))  # a burst one prefill per replica
         tokens = depth if self._tokens < 0.0 else min(depth, self._tokens + (now - self._at) * rate)
         self._at = now
         self._tokens = tokens
@@ -104,14 +119,51 @@ class TurboSupply:
 
 
 
+def erlang_c(servers: int, offered: float) -> float:
+    """The chance an arrival waits in an M/M/c queue with ``servers`` servers and ``offered``
+    load (arrival rate × service time), by the Erlang B recursion."""
+    if offered <= 0.0:
+        return 0.0
+    if offered >= servers:
+        return 1.0
+    blocked = 1.0
+    for k in range(1, servers + 1):
+        blocked = offered * blocked / (k + offered * blocked)
+    rho = offered / servers
+    return blocked / (1.0 - rho + rho * blocked)
+
+
+def prefill_supply_rps(first_s: list[float], risk: float = PREFILL_RISK) -> float | None:
+    """Turbo requests per second a pool can start prefilling with no more than ``risk`` of them
+    finding a Turbo prefill under way at every replica (each replica's ``first_s``: its time from
+    dispatch to the first token of a stream that met none; L2 sends Turbo where fewest await one),
+    or None while a replica's is not measured."""
+    if not first_s or min(first_s) <= 0.0:
+        return None
+    servers = len(first_s)
+    lo, hi = 0.0, float(servers)
+    for _ in range(40):
+        mid = (lo + hi) / 2.0
+        if erlang_c(servers, mid) <= risk:
+            lo = mid
+        else:
+            hi = mid
+    return lo / (sum(first_s) / servers)
+
+
 def turbo_excess(admission: Admission, picker: Picker, pool: str, now: float) -> str | None:
     """For a Turbo request about to be opened on ``pool``: None (served Turbo), or the reason it
     is served Standard (first in Standard's line: ``Ticket.first``).  No bound while a replica of
     the pool is still in slow start: its capacity is not known yet (and a bound drawn on a part of
-    it would send Turbo into Standard's line)."""
+    it would send Turbo into Standard's line).  The bound by Turbo's own prefills holds while the
+    lower tiers queue or a surge is told (as sched/surge.py ``keeps_clear``): at a light load the
+    Turbo traffic a tenant sends is theirs to collide, and a single replica's bound (5 % of one
+    prefill time) would turn a second Turbo stream in the same prefill into Standard."""
     replicas = picker.replicas(pool)
     if any(math.isinf(r.ssthresh) for r in replicas):
         return None
     slots, proven = picker.slot_counts(pool, now)
     configured = all(r.engine_seqs is not None for r in replicas)
-    return admission.supply.grant(admission, now, slots, proven, configured)
+    healthy = [r.first_s for r in replicas if r.health is Health.HEALTHY]
+    return admission.supply.grant(admission, now, slots, proven, configured,
+                                  prefill_supply_rps(healthy) if admission.pressed() else None, len(healthy))
