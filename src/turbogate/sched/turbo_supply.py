@@ -9,10 +9,11 @@ proven slots over the measured dispatch-to-completion time, sched/admission.py),
 shares of dispatches the lower tiers that ask for any are guaranteed (``min_share``), less the
 holdback's headroom for Turbo's own swing.  A token bucket at that
 rate, as deep as one service time of it, passes Turbo's own bursts and stops a demand that
-stays above it.  Where prefills are dear, Turbo's own prefills meeting each other bound it
-further (``prefill_supply_rps``): the rate at which no more than 5 % of Turbo's prefills find a
-Turbo prefill under way at every replica (Erlang C over the replicas, each Turbo stream holding
-one for its measured time to a first token), the bucket one prefill per replica deep.
+stays above it.  While the lower tiers queue or a surge is told, Turbo's own prefills meeting
+each other bound it further (``prefill_supply_rps``): the rate at which no more than 5 % of
+Turbo's prefills find a Turbo prefill under way at every replica (Erlang C over the replicas,
+each Turbo stream holding one for its measured time to a first token), the bucket one prefill
+per replica deep.
 Independently, a Turbo request that would queue behind others for longer than Turbo's TTFT
 objective (its queue budget where it has none) is served Standard at once.
 
@@ -25,6 +26,7 @@ Before anything is measured (a cold gateway) nothing is downgraded: the bound wo
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING
 
@@ -133,6 +135,20 @@ def erlang_c(servers: int, offered: float) -> float:
     return blocked / (1.0 - rho + rho * blocked)
 
 
+@functools.lru_cache(maxsize=1024)
+def offered_at_risk(servers: int, risk: float) -> float:
+    """The offered load (erlangs) at which an arrival waits with probability ``risk`` on
+    ``servers`` servers (Erlang C, bisected once per pool size: it is read per Turbo request)."""
+    lo, hi = 0.0, float(servers)
+    for _ in range(40):
+        mid = (lo + hi) / 2.0
+        if erlang_c(servers, mid) <= risk:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 def prefill_supply_rps(first_s: list[float], risk: float = PREFILL_RISK) -> float | None:
     """Turbo requests per second a pool can start prefilling with no more than ``risk`` of them
     finding a Turbo prefill under way at every replica (each replica's ``first_s``: its time from
@@ -141,14 +157,7 @@ def prefill_supply_rps(first_s: list[float], risk: float = PREFILL_RISK) -> floa
     if not first_s or min(first_s) <= 0.0:
         return None
     servers = len(first_s)
-    lo, hi = 0.0, float(servers)
-    for _ in range(40):
-        mid = (lo + hi) / 2.0
-        if erlang_c(servers, mid) <= risk:
-            lo = mid
-        else:
-            hi = mid
-    return lo / (sum(first_s) / servers)
+    return offered_at_risk(servers, risk) / (sum(first_s) / servers)
 
 
 def turbo_excess(admission: Admission, picker: Picker, pool: str, now: float) -> str | None:
@@ -164,6 +173,8 @@ def turbo_excess(admission: Admission, picker: Picker, pool: str, now: float) ->
         return None
     slots, proven = picker.slot_counts(pool, now)
     configured = all(r.engine_seqs is not None for r in replicas)
-    healthy = [r.first_s for r in replicas if r.health is Health.HEALTHY]
-    return admission.supply.grant(admission, now, slots, proven, configured,
-                                  prefill_supply_rps(healthy) if admission.pressed() else None, len(healthy))
+    prefill_rps, servers = None, 1
+    if admission.pressed():
+        healthy = [r.first_s for r in replicas if r.health is Health.HEALTHY]
+        prefill_rps, servers = prefill_supply_rps(healthy), len(healthy)
+    return admission.supply.grant(admission, now, slots, proven, configured, prefill_rps, servers)
