@@ -187,9 +187,10 @@ class Arrivals:
         """The rate over the last ``PACE_WINDOW`` arrivals (``recent``, where the caller has it), or
         over the steady run (since a step up, where one is anchored) where that is more, but not
         more than ``RECENT_MARGIN`` times the first; 0 before there are ``PACE_WINDOW`` of them."""
-        if recent is None:
-            recent = self.recent(now) or 0.0
         steady = self._since_step(now)
+        if recent is None:  # as ``recent``, without reading the rate since a step twice
+            recent = (steady if self.anchor >= 0.0 and self.since < PACE_WINDOW
+                      else window_rate(self.times, now)) or 0.0
         if steady is None:
             steady = (window_rate(self.times, now, self.run) or 0.0) if self.run else 0.0
         if steady > RECENT_MARGIN * recent:
