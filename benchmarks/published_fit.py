@@ -36,7 +36,11 @@ EXTRA_SEARCH: dict[str, dict[str, tuple[float | None, ...]]] = {
     # The fitting half's TensorRT-LLM TTFTs all have 5,000-token prompts: they fix the front end's total
     # there, not its split.  The fixed part is set to vLLM's API server's (5 ms), the rest fitted per token.
     # TensorRT-LLM runs its own custom all-reduce in prefill and decode alike: one latency, not two.
-    "trtllm": {"frontend_s": (0.005,), "decode_allreduce_s": ()},
+    # NIM's table (5 shapes x 1-250 clients) shows two costs the other engines' cells do not: a first token
+    # waits several decode steps once others run, and every running request adds host time to a step.
+    "trtllm": {"frontend_s": (0.005,), "decode_allreduce_s": (),
+               "busy_ttft_steps": (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0),
+               "per_seq_overhead_s": (0.000004, 0.00001, 0.00002, 0.00003, 0.00004, 0.00005, 0.00006, 0.00008)},
 }
 # vLLM V0 and V1 run the same kernels: their GPU-side factors are fitted once, on both profiles' fitting
 # cells under vllm-v0 (whose ttft_steps comes from the runs' own --num-scheduler-steps 10, not a fit);

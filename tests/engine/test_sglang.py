@@ -94,7 +94,7 @@ def test_the_check_is_sglangs_rule_at_any_decode_clock() -> None:
 
 def test_vllms_chunked_prefill_mix_is_unchanged() -> None:
     for name, profile in ENGINE_PROFILES.items():
-        assert profile.reserve_outputs == (name == "sglang")
+        assert profile.reserve_outputs == (name in ("sglang", "trtllm"))  # TensorRT-LLM's: test_trtllm.py
     eng = Engine(DEP, profile_config("vllm-v1"))
     eng.add_request(Request("a", 100, 50), 0.0)
     eng.step(eng.step(0.0).end)

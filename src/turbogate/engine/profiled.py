@@ -27,7 +27,7 @@ def profile_config(profile: EngineProfile | str, max_num_seqs: int | None = None
     return EngineConfig(max_num_seqs=seqs, max_num_batched_tokens=budget, policy=policy,
                         num_gpu_blocks=num_gpu_blocks, chunked_prefill=prof.chunked_prefill,
                         num_scheduler_steps=prof.num_scheduler_steps, output_lag_steps=prof.output_lag_steps,
-                        reserve_outputs=prof.reserve_outputs)
+                        reserve_outputs=prof.reserve_outputs, reserve_whole=prof.reserve_whole)
 
 
 def first_token_wait_steps(factors: PerfFactors, config: EngineConfig, output_lag_steps: int) -> float:

@@ -20,6 +20,11 @@ sorted as they join and leave (:class:`~turbogate.engine.decode.DecodeSet` tells
 is a few list operations at C speed.  KV blocks hold ``block_size`` tokens where SGLang's pages hold
 one, so each request is counted ``block_size − 1`` tokens larger.
 
+TensorRT-LLM's default capacity scheduler (``GUARANTEED_NO_EVICT``) never evicts either, but counts
+more simply: a request is admitted only if every running request at its final length, and the
+candidate at its own, fit the pool together (``whole``): it does not credit the blocks that requests
+finishing earlier will have freed.
+
 Not modelled: the ``new_token_ratio`` estimate SGLang uses for requests that may stop early, and the
 ``max_prefill_tokens`` cap (16,384 by default, above the 8,192-token chunk that binds first).
 """
@@ -41,13 +46,15 @@ def held(tokens: int, block_size: int) -> int:
 class Reservation:
     """The running decoders' ``(F, b)``, sorted by ``F`` (parallel lists)."""
 
-    __slots__ = ("_b", "_f", "block_size", "capacity")
+    __slots__ = ("_b", "_f", "_final", "block_size", "capacity", "whole")
 
-    def __init__(self, num_blocks: int, block_size: int) -> None:
+    def __init__(self, num_blocks: int, block_size: int, whole: bool = False) -> None:
         self.block_size = block_size
         self.capacity = num_blocks * block_size
+        self.whole = whole  # TensorRT-LLM's count: every request at its final length at once
         self._f: list[int] = []
         self._b: list[int] = []
+        self._final = 0  # Σ (F + b): the decoders' tokens at their final lengths
 
     def __len__(self) -> int:
         return len(self._f)
@@ -62,6 +69,7 @@ class Reservation:
         i = bisect_right(self._f, f)
         self._f.insert(i, f)
         self._b.insert(i, b)
+        self._final += f + b
 
     def leave(self, seq: Seq) -> None:
         f, b = self._key(seq)
@@ -70,6 +78,7 @@ class Reservation:
         while bs[i] != b:  # equal keys are interchangeable: drop the first that matches
             i += 1
         del fs[i], bs[i]
+        self._final -= f + b
 
     def state(self, seq: Seq, clock: int) -> tuple[int, int]:
         """``(F, b)`` of a request not decoding (prefilling or waiting): its whole prompt held, its
@@ -77,7 +86,10 @@ class Reservation:
         return clock + seq.req.output_tokens - seq.output, held(seq.num_tokens, self.block_size) - clock
 
     def fits(self, others: list[tuple[int, int]]) -> bool:
-        """SGLang's check over the decoders and ``others`` (prefilling requests and candidates, ``state``)."""
+        """SGLang's check over the decoders and ``others`` (prefilling requests and candidates, ``state``),
+        or with ``whole`` TensorRT-LLM's: all of them at their final lengths at once."""
+        if self.whole:
+            return self._final + sum(f + b for f, b in others) <= self.capacity
         fs, bs = self._f[:], self._b[:]
         for f, b in others:
             i = bisect_right(fs, f)

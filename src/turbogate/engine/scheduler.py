@@ -61,7 +61,7 @@ class Engine:
 
     def __init__(self, deployment: Deployment, config: EngineConfig | None = None) -> None:
         self.deployment = deployment
-        self.config = config or EngineConfig()
+        self.config = cfg = config or EngineConfig()
         blocks = self.config.num_gpu_blocks or deployment.kv_capacity_blocks
         if blocks < 1:
             raise ValueError(f"{deployment.model.name} leaves no KV cache on {deployment.gpu.name}")
@@ -72,7 +72,7 @@ class Engine:
         priority = self.config.policy == "priority"
         self._waiting = WaitingQueue(priority)
         self._victims = Victims(priority)
-        self._reserve = Reservation(blocks, self.config.block_size) if self.config.reserve_outputs else None
+        self._reserve = Reservation(blocks, cfg.block_size, cfg.reserve_whole) if cfg.reserve_outputs else None
         self._decode = DecodeSet(self.config.block_size, self._reserve)
         self._prefill: list[Seq] = []  # running, still prefilling, in admission order
         self._by_id: dict[str, Seq] = {}

@@ -47,6 +47,8 @@ class EngineConfig:
     reserve_outputs: SGLang's admission (:mod:`turbogate.engine.reserve`): a waiting request is admitted
         only if it and every running request can produce their remaining output in the KV cache; with
         ``chunked_prefill`` False this is SGLang's prefill-first scheduling of batched prefills.
+    reserve_whole: with ``reserve_outputs``, TensorRT-LLM's count (``GUARANTEED_NO_EVICT``): every running
+        request and the candidate at their final lengths at once, not SGLang's walk by finish order.
     """
 
     max_num_seqs: int = 256
@@ -58,6 +60,7 @@ class EngineConfig:
     num_scheduler_steps: int = 1
     output_lag_steps: int = 0
     reserve_outputs: bool = False
+    reserve_whole: bool = False
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:

@@ -35,6 +35,7 @@ class EngineProfile:
     num_scheduler_steps: int = 1  # vLLM V0's multi-step scheduling: decode steps planned at once
     output_lag_steps: int = 0  # steps a sampled token waits to reach the client (stepped engine, multi-step)
     reserve_outputs: bool = False  # SGLang's admission: only while every running request's output fits the KV
+    reserve_whole: bool = False  # with reserve_outputs, TensorRT-LLM's: all of them at their final lengths at once
 
 
 _COMMON_FIT = "the fitting half of perf/data/published_cells.yaml"
@@ -42,7 +43,7 @@ _COMMON_FIT = "the fitting half of perf/data/published_cells.yaml"
 # Fitted values: ``python benchmarks/engine_calibration.py --fit PROFILE`` (closed form, fitting half only,
 # coordinate descent from the previous values and 25 seeded random starts).  The two later terms were fitted
 # alone, the rest kept: ``--fit trtllm --fit-only frontend_s,frontend_per_token_s`` and ``--fit vllm-v0|sglang
-# --fit-only decode_allreduce_s``.
+# --fit-only decode_allreduce_s``.  trtllm was refitted whole once NIM's whole table was in (docs/plan.md).
 _VLLM_GPU_SIDE = {"bw_scale": 1.05, "mfu_scale": 0.8, "tp_allreduce_s": 0.000025, "tp_allreduce_growth_s": 0.00002,
                   "ridge_exponent": 2.0}  # fitted as vllm-v0 on both vLLM profiles' cells (same kernels)
 # decode_allreduce_s stays None (the prefill's) for vLLM: searched on the fitting half, no other value lowered
@@ -75,10 +76,13 @@ _PROFILES: tuple[EngineProfile, ...] = (
         chunked_prefill=False, reserve_outputs=True),
     EngineProfile(
         "trtllm", "TensorRT-LLM (trtllm-bench, NIM): in-process C++ runtime, custom all-reduce.",
-        PerfFactors(frontend_s=0.005, frontend_per_token_s=0.00003, bw_scale=0.875, mfu_scale=1.1,
-                    tp_allreduce_s=0.000012, tp_allreduce_growth_s=0.00002),
-        2048, 8192, f"trtllm cells of {_COMMON_FIT} (NIM 1.8.0); the front end's fixed part is vLLM's (its "
-                    "fitting TTFTs all have 5,000-token prompts, which fix only the total)"),
+        PerfFactors(frontend_s=0.005, frontend_per_token_s=0.00003, bw_scale=0.9, mfu_scale=1.3,
+                    tp_allreduce_s=0.000018, tp_allreduce_growth_s=0.00002, ridge_exponent=2.0,
+                    frontend_per_streamed_token_s=0.0002, busy_ttft_steps=4.0, per_seq_overhead_s=0.00004),
+        2048, 8192, f"trtllm cells of {_COMMON_FIT} (NIM 1.8.0's whole 70B table, 55 cells); the front end's "
+                    "fixed part is vLLM's 5 ms (freed, the fit takes the search's floor, 0, which no API server "
+                    "reaches); admission as TensorRT-LLM's GUARANTEED_NO_EVICT",
+        reserve_outputs=True, reserve_whole=True),
 )
 
 ENGINE_PROFILES: Mapping[str, EngineProfile] = {p.name: p for p in _PROFILES}

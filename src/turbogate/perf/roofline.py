@@ -93,6 +93,10 @@ class PerfFactors:
         bandwidth- nor compute-bound (2^(1/p) at the ridge itself), and the same far from it.
     ttft_steps: decode steps a new request's first token waits beyond its prefill before it is
         returned (vLLM V0's multi-step scheduling hands tokens out every k steps: (k − 1)/2 on average).
+    busy_ttft_steps: decode steps a new request's first token waits beyond its prefill when other requests
+        are running, on top of ``ttft_steps``; none when the engine was idle.  NIM's TensorRT-LLM shows it:
+        its concurrency-1 TTFTs are a front end plus a prefill, while at 5–250 clients every shape's TTFT is
+        that plus 3–8 of that load's decode steps (docs/plan.md).  0 (the default): no such wait.
     moe_routing_scale: MoE only: the share of a step's tokens that pick experts independently;
         tokens in one batch pick the same experts more often than independent draws would, so
         fewer experts are read than ``1 − (1 − k/E)^tokens`` says.  1 = independent draws.
@@ -117,6 +121,7 @@ class PerfFactors:
     ridge_exponent: float = 0.0
     moe_routing_scale: float = 1.0
     ttft_steps: float = 0.0
+    busy_ttft_steps: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("mfu", "bw_efficiency", "link_efficiency", "kv_bw_efficiency", "moe_routing_scale"):
@@ -128,7 +133,7 @@ class PerfFactors:
                 raise ValueError(f"{name} must be in (0, 1.5], got {getattr(self, name)}")
         for name in ("step_overhead_s", "per_seq_overhead_s", "activation_reserve_bytes", "tp_allreduce_s",
                      "mfu_size_exponent", "frontend_s", "tp_allreduce_growth_s", "ridge_exponent", "ttft_steps",
-                     "frontend_per_token_s", "decode_allreduce_s", "frontend_per_streamed_token_s"):
+                     "busy_ttft_steps", "frontend_per_token_s", "decode_allreduce_s", "frontend_per_streamed_token_s"):
             if (getattr(self, name) or 0.0) < 0:
                 raise ValueError(f"{name} must be >= 0")
 

@@ -9,8 +9,9 @@ Closed form, by load:
   min(rate, saturation) × output tokens;
 * concurrency ``C`` (a closed loop): the saturation point with ``max_num_seqs = C`` (its step is the
   TPOT); throughput by Little's law, C × O / (TTFT + (O − 1) × TPOT); TTFT = front end (stretched while
-  the other ``C − 1`` stream a token per step through it) + half a running step + the prompt's prefill
-  beside the other ``C − 1`` decodes;
+  the other ``C − 1`` stream a token per step through it) + half a running step and the busy engine's
+  ``busy_ttft_steps`` + the prompt's prefill beside the other ``C − 1`` decodes; where the KV cache holds
+  fewer than ``C``, the clients beyond the batch wait (C − batch) / batch of a request's time for a slot;
 * burst of ``N``: the front end, the ``N`` prompts prefilled in budget-sized steps, then ``O − 1``
   decode steps of the whole batch.
 Lengths drawn uniformly or from ShareGPT enter the closed form as their means; the engine replays draws.
@@ -79,14 +80,17 @@ def closed_form(cell: PublishedCell, profile: EngineProfile) -> Prediction:
         chunks, chunk, cached = prefill_chunks(prompt, budget)
         prefill = chunks * dep.step_time(chunk, others, int(others * ctx), cached)
         tpot = sat.tpot_s if others else dep.decode_step_time(1, int(ctx))
-        ttft = dep.frontend_time(prompt) + ((0.5 if others else 0.0) + dep.factors.ttft_steps) * tpot + prefill
-        ttft += dep.frontend_wait(prompt, others / tpot)
+        steps = (0.5 + dep.factors.busy_ttft_steps if others else 0.0) + dep.factors.ttft_steps
+        ttft = dep.frontend_time(prompt) + steps * tpot + prefill + dep.frontend_wait(prompt, others / tpot)
         tokens_per_s = min(sat.output_tokens_per_s, sat.batch * output / (ttft + (output - 1) * tpot))
         # Other clients' prompts queue for the prefill too: M/D/1 at the rate they arrive.
         busy = tokens_per_s / output * prefill
         if others and busy < 1.0:
             ttft += busy * prefill / (2.0 * (1.0 - busy))
             tokens_per_s = min(sat.output_tokens_per_s, sat.batch * output / (ttft + (output - 1) * tpot))
+        if sat.batch < load.concurrency:  # the KV cache holds fewer than the clients: the rest queue
+            service = ttft + (output - 1) * tpot  # Little's law: a client's round is C / (batch / service)
+            ttft += (load.concurrency - sat.batch) * service / sat.batch
         if metric == "output_tok_s":
             value = tokens_per_s
         elif metric == "itl_median_ms":

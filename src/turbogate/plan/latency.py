@@ -149,6 +149,7 @@ class LatencyModel:
     kv_tokens_per_seq: float  # mean KV footprint of a running sequence (whole blocks)
     kv_capacity_tokens: int
     ttft_steps: float = 0.0  # steps a first token waits beyond its prefill (PerfFactors.ttft_steps)
+    busy_ttft_steps: float = 0.0  # more such steps while others run (PerfFactors.busy_ttft_steps)
     frontend_s: float = 0.0  # a request's front end alone (in ttft0 and ttft_full)
     frontend_per_streamed_token_s: float = 0.0  # front-end time per token the running requests stream
 
@@ -176,7 +177,7 @@ class LatencyModel:
         prefill = self.ttft0 + n / self.batch_cap * (self.ttft_full - self.ttft0)
         # The running requests (seen by an arrival as they are on average) each stream a token per step.
         busy = busy_frontend_wait(self.frontend_s, self.frontend_per_streamed_token_s, n / s if s > 0 else 0.0)
-        return w + (min(1.0, n) / 2.0 + self.ttft_steps) * s + prefill + busy
+        return w + (min(1.0, n) * (0.5 + self.busy_ttft_steps) + self.ttft_steps) * s + prefill + busy
 
     def e2e(self, rate: float) -> float:
         return self.ttft(rate) + (self.output_tokens - 1) * self.tpot(rate)
@@ -243,6 +244,7 @@ def latency_model(
         kv_tokens_per_seq=avg_kv_tokens_per_seq(prompt_tokens, output_tokens, dep.block_size),
         kv_capacity_tokens=dep.kv_capacity_tokens,
         ttft_steps=dep.factors.ttft_steps,
+        busy_ttft_steps=dep.factors.busy_ttft_steps,
         frontend_s=front,
         frontend_per_streamed_token_s=dep.factors.frontend_per_streamed_token_s,
     )

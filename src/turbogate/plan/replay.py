@@ -122,6 +122,7 @@ class _Driver:
         # The engine reports a first token after the config's output lag itself; the driver holds it only
         # for the closed form's stand-in for multi-step scheduling, where the engine runs single steps.
         self.ttft_steps = first_token_wait_steps(dep.factors, config, config.output_lag_steps)
+        self.busy_steps = dep.factors.busy_ttft_steps  # more steps where others were decoding in the step
         # (ready time, order, request, arrival, whether its wait behind the streaming is in the ready time)
         self.ready: list[tuple[float, int, Request, float, bool]] = []
         self.per_streamed = dep.factors.frontend_per_streamed_token_s
@@ -172,9 +173,10 @@ class _Driver:
                     if left < 1:
                         self.first[rid] = now
                 self.pending = [(rid, left) for rid, left in self.pending if left >= 1]
+            hold = self.ttft_steps + (self.busy_steps if step.decode_seqs else 0.0)
             for rid in step.first_token:
-                if self.ttft_steps >= 1:
-                    self.pending.append((rid, self.ttft_steps))
+                if hold >= 1:
+                    self.pending.append((rid, hold))
                 else:
                     self.first[rid] = now
             for done in step.finished:

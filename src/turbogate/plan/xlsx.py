@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from turbogate.perf import DTYPE_BYTES, GPUS, Deployment
+from turbogate.perf.roofline import FRONTEND_BUSY_CAP
 from turbogate.plan.formula import Book, col_letter, col_number
 from turbogate.plan.knee import KNEE_ITERATIONS
 from turbogate.plan.matrix import LABELS, MODES, MatrixInputs
@@ -88,6 +89,8 @@ INPUT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("frontend", "front end, fixed (s)"),
     ("frontend_tok", "front end per prompt token (s)"),
     ("ttft_steps", "first-token wait (decode steps)"),
+    ("busy_ttft_steps", "first-token wait while others run (decode steps)"),
+    ("frontend_streamed", "front end per token others stream (s)"),
     ("engine_profile", "engine profile (the factors' source; docs/plan.md)"),
 )
 
@@ -280,8 +283,10 @@ def _knee_cells(row: int) -> list[str]:
         cells.append(_fill("={m:s_idle}/(1-" + mid + "*{i:max_tokens}*{m:delta})", row, m))
         cells.append(_fill("=" + mid + "*{i:max_tokens}*" + s, row, m))
         w = _fill(f"IF({mid}<=0,0,({mid}/{{m:mu}})^SQRT(2*({{m:c}}+1))/({mid}*(1-{mid}/{{m:mu}}))/2)", row, m)
-        ttft = _fill(f"{w}+(MIN(1,{n})/2+{{i:ttft_steps}})*{s}+{{m:ttft0}}+{n}/{{m:c}}*({{m:ttft_full}}-{{m:ttft0}})",
-                     row, m)
+        rho = f"MIN({FRONTEND_BUSY_CAP},{{i:frontend_streamed}}*{n}/{s})"  # the front end's share the others take
+        ttft = _fill(f"{w}+(MIN(1,{n})*(0.5+{{i:busy_ttft_steps}})+{{i:ttft_steps}})*{s}+{{m:ttft0}}"
+                     f"+{n}/{{m:c}}*({{m:ttft_full}}-{{m:ttft0}})"
+                     f"+IF({n}*{{i:frontend_streamed}}>0,{{m:front}}*{rho}/(1-{rho}),0)", row, m)
         cells.append(_fill(f"={ttft}+({{i:max_tokens}}-1)*{s}", row, m))
         del e2e
     last = KNEE_ITERATIONS - 1
@@ -311,7 +316,8 @@ def _input_values(sc: Scenario) -> dict[str, object]:
         "kv_bw_eff": d.kv_bw_efficiency, "ar_growth": f.tp_allreduce_growth_s,
         "decode_ar": "" if f.decode_allreduce_s is None else f.decode_allreduce_s, "ridge": f.ridge_exponent,
         "moe_routing": f.moe_routing_scale, "frontend": f.frontend_s, "frontend_tok": f.frontend_per_token_s,
-        "ttft_steps": f.ttft_steps, "engine_profile": sc.engine_profile,
+        "ttft_steps": f.ttft_steps, "busy_ttft_steps": f.busy_ttft_steps,
+        "frontend_streamed": f.frontend_per_streamed_token_s, "engine_profile": sc.engine_profile,
     }
 
 
