@@ -40,7 +40,12 @@ EXTRA_SEARCH: dict[str, dict[str, tuple[float | None, ...]]] = {
     # waits several decode steps once others run, and every running request adds host time to a step.
     "trtllm": {"frontend_s": (0.005,), "decode_allreduce_s": (),
                "busy_ttft_steps": (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0),
-               "per_seq_overhead_s": (0.000004, 0.00001, 0.00002, 0.00003, 0.00004, 0.00005, 0.00006, 0.00008)},
+               "per_seq_overhead_s": (0.000004, 0.00001, 0.00002, 0.00003, 0.00004, 0.00005, 0.00006, 0.00008),
+               # The KV cache's queue (clients beyond what it holds) tells the memory held besides it.
+               "activation_reserve_bytes": tuple(g * 2**30 for g in (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)),
+               # Widened where the first fit stopped at the top of SEARCH's values.
+               "mfu_scale": (0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5),
+               "ridge_exponent": (0.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0)},
 }
 # vLLM V0 and V1 run the same kernels: their GPU-side factors are fitted once, on both profiles' fitting
 # cells under vllm-v0 (whose ttft_steps comes from the runs' own --num-scheduler-steps 10, not a fit);

@@ -76,9 +76,10 @@ _PROFILES: tuple[EngineProfile, ...] = (
         chunked_prefill=False, reserve_outputs=True),
     EngineProfile(
         "trtllm", "TensorRT-LLM (trtllm-bench, NIM): in-process C++ runtime, custom all-reduce.",
-        PerfFactors(frontend_s=0.005, frontend_per_token_s=0.00003, bw_scale=0.9, mfu_scale=1.3,
-                    tp_allreduce_s=0.000018, tp_allreduce_growth_s=0.00002, ridge_exponent=2.0,
-                    frontend_per_streamed_token_s=0.0002, busy_ttft_steps=4.0, per_seq_overhead_s=0.00004),
+        PerfFactors(frontend_s=0.005, frontend_per_token_s=0.000015, bw_scale=1.0, mfu_scale=1.3,
+                    tp_allreduce_s=0.00003, tp_allreduce_growth_s=0.00003, ridge_exponent=8.0,
+                    frontend_per_streamed_token_s=0.0002, busy_ttft_steps=5.0, per_seq_overhead_s=0.00005,
+                    activation_reserve_bytes=3.0 * 2**30),
         2048, 8192, f"trtllm cells of {_COMMON_FIT} (NIM 1.8.0's whole 70B table, 55 cells); the front end's "
                     "fixed part is vLLM's 5 ms (freed, the fit takes the search's floor, 0, which no API server "
                     "reaches); admission as TensorRT-LLM's GUARANTEED_NO_EVICT",
