@@ -52,12 +52,9 @@ class Reservation:
         self.block_size = block_size
         self.capacity = num_blocks * block_size
         self.whole = whole  # TensorRT-LLM's count: every request at its final length at once
-        self._f: list[int] = []
+        self._f: list[int] = []  # SGLang's walk only: ``whole`` keeps the sum alone
         self._b: list[int] = []
         self._final = 0  # Σ (F + b): the decoders' tokens at their final lengths
-
-    def __len__(self) -> int:
-        return len(self._f)
 
     def _key(self, seq: Seq) -> tuple[int, int]:
         # A decoder's output is clock − out_off: it finishes at output_tokens + out_off and holds
@@ -66,19 +63,23 @@ class Reservation:
 
     def join(self, seq: Seq) -> None:
         f, b = self._key(seq)
+        self._final += f + b
+        if self.whole:
+            return  # its check reads the sum alone
         i = bisect_right(self._f, f)
         self._f.insert(i, f)
         self._b.insert(i, b)
-        self._final += f + b
 
     def leave(self, seq: Seq) -> None:
         f, b = self._key(seq)
+        self._final -= f + b
+        if self.whole:
+            return
         fs, bs = self._f, self._b
         i = bisect_left(fs, f)
         while bs[i] != b:  # equal keys are interchangeable: drop the first that matches
             i += 1
         del fs[i], bs[i]
-        self._final -= f + b
 
     def state(self, seq: Seq, clock: int) -> tuple[int, int]:
         """``(F, b)`` of a request not decoding (prefilling or waiting): its whole prompt held, its

@@ -62,18 +62,18 @@ class Engine:
     def __init__(self, deployment: Deployment, config: EngineConfig | None = None) -> None:
         self.deployment = deployment
         self.config = cfg = config or EngineConfig()
-        blocks = self.config.num_gpu_blocks or deployment.kv_capacity_blocks
+        blocks = cfg.num_gpu_blocks or deployment.kv_capacity_blocks
         if blocks < 1:
             raise ValueError(f"{deployment.model.name} leaves no KV cache on {deployment.gpu.name}")
-        self.blocks = BlockManager(blocks, self.config.block_size)
-        self._max_tokens = blocks * self.config.block_size
-        self._max_seqs = self.config.max_num_seqs
-        self._token_budget = self.config.max_num_batched_tokens
-        priority = self.config.policy == "priority"
+        self.blocks = BlockManager(blocks, cfg.block_size)
+        self._max_tokens = blocks * cfg.block_size
+        self._max_seqs = cfg.max_num_seqs
+        self._token_budget = cfg.max_num_batched_tokens
+        priority = cfg.policy == "priority"
         self._waiting = WaitingQueue(priority)
         self._victims = Victims(priority)
         self._reserve = Reservation(blocks, cfg.block_size, cfg.reserve_whole) if cfg.reserve_outputs else None
-        self._decode = DecodeSet(self.config.block_size, self._reserve)
+        self._decode = DecodeSet(cfg.block_size, self._reserve)
         self._prefill: list[Seq] = []  # running, still prefilling, in admission order
         self._by_id: dict[str, Seq] = {}
         self._order = itertools.count()

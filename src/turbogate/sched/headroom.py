@@ -76,9 +76,11 @@ def headroom_slots(top_rate: float, completion_rate: float, risk: float, most: i
 
 
 @functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=64)
 def staffing_beta(risk: float) -> float:
     """β with Halfin–Whitt delay probability [1 + β Φ(β) / φ(β)]⁻¹ = ``risk`` (bisection; the
-    probability falls as β grows).  0.05 gives about 1.74, 0.02 about 2.12."""
+    probability falls as β grows).  0.05 gives about 1.74, 0.02 about 2.12.  Cached: the risk is a
+    setting, and the holdback and Turbo's supply read β on every dispatch."""
     def delay(beta: float) -> float:
         cdf = 0.5 * (1.0 + math.erf(beta / math.sqrt(2.0)))
         pdf = math.exp(-beta * beta / 2.0) / math.sqrt(2.0 * math.pi)
