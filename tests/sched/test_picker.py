@@ -444,7 +444,23 @@ def test_turbo_goes_where_the_fewest_prefills_are_under_way() -> None:
     assert picker.pick("p", 0.1) is a  # lower tiers: by score
     assert picker.pick("p", 0.1, proven_only=True) is b
     b.awaiting_first = 2
-    assert picker.pick("p", 0.1, proven_only=True) is a  # as many: by score again
+    a.last_sent = b.last_sent = 0.05
+    assert picker.pick("p", 0.1, proven_only=True) is a  # as many, sent together: by score again
+
+
+def test_among_as_many_prefills_turbo_goes_where_they_were_sent_first() -> None:
+    """Two replicas each with one prefill under way: Turbo goes where it was sent earlier (nearest
+    done), not where one was just sent and would share Turbo's engine step, whatever the score."""
+    picker = Picker(CFG)
+    a, b = (picker.add(Replica(id=f"r{i}", pool="p", engine_seqs=16)) for i in range(2))
+    for r in (a, b):
+        picker.on_metrics(r, ReplicaLoad(running=4, waiting=0, kv_usage=0.3), 0.0)
+    a.in_flight, b.in_flight = 4, 10  # a is the emptier: the score's choice
+    for r, sent in ((a, 0.099), (b, 0.03)):
+        r.awaiting_first, r.last_sent = 1, sent
+    assert picker.pick("p", 0.1, proven_only=True) is b
+    a.last_sent = 0.02
+    assert picker.pick("p", 0.1, proven_only=True) is a
 
 
 def test_a_large_pool_s_full_scan_keeps_the_prefill_gate() -> None:

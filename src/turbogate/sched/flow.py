@@ -258,7 +258,7 @@ class Flow:
             self._leave_upstream(req)  # it leaves the replica that failed
         move(req, event, _UPSTREAM)
         self.picker.on_dispatch(replica)
-        prefill_sent(replica, req)  # (sched/surge.py prefill_gate)
+        prefill_sent(replica, req, now)  # (sched/surge.py prefill_gate)
         if self.hung.dispatched(req, replica, now) < self._wake_floor:
             self.timers_epoch += 1
         req.replica = replica

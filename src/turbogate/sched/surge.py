@@ -276,8 +276,8 @@ def prefill_gate(engine_seqs: int, first_s: float = 0.0, step_s: float = 0.0) ->
     return min(count, max(1, int(TURBO_EXTRA_WAIT * first_s / extra)))
 
 
-def prefill_sent(replica: Replica, req: FlowRequest) -> None:
-    """``req`` was sent to ``replica`` and awaits its first token (counted for L2)."""
+def prefill_sent(replica: Replica, req: FlowRequest, now: float) -> None:
+    """``req`` was sent to ``replica`` at ``now`` and awaits its first token (counted for L2)."""
     if req.stream:
         if replica.awaiting_first == 0:
             replica.lone = req.id  # nothing ahead of its prefill: its first token times the replica
@@ -286,6 +286,7 @@ def prefill_sent(replica: Replica, req: FlowRequest) -> None:
         else:
             replica.turbo_prefills += 1
     replica.awaiting_first += 1
+    replica.last_sent = now
 
 
 def prefill_left(replica: Replica, req: FlowRequest) -> bool:
