@@ -102,10 +102,12 @@ def test_a_turbo_prefill_under_way_shuts_the_replica_to_the_lower_tiers() -> Non
     assert not sent
     second_turbo, sent = send(flow, Tier.TURBO, now + 0.002)
     assert sent  # Turbo is never gated
+    assert replica.last_sent == now + 0.002  # the latest prefill sent (Turbo's pick breaks ties on it)
     assert flow.first_byte(turbo, now + 0.05) == []  # the other Turbo prefill is still under way
     actions = flow.first_byte(second_turbo, now + 0.06)
     assert [a.req for a in actions if isinstance(a, Dispatch)] == [standard]
     assert standard.replica is replica and replica.turbo_prefills == 0
+    assert replica.last_sent == now + 0.06
 
 
 def test_turbo_shuts_no_replica_whose_batch_is_not_known() -> None:
