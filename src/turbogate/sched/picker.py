@@ -89,8 +89,7 @@ class Picker(ReplicaBook):
         for, as few others as it can (under an overload every replica prefills something, and
         a burst chosen by score alone meets in one engine step); among as many, the one whose
         latest was sent first: its prefills are nearest done, where one just sent would share
-        Turbo's step (a 2-replica A100 fleet at 2x: 57 slow Turbo answers in 24 seeds, 29 with
-        it).  ``engine_priority``: the
+        Turbo's engine step (docs/gateway.md).  ``engine_priority``: the
         engines order their own queue by the request's ``priority`` (vLLM
         ``--scheduling-policy priority``), so a Turbo request sent past what an engine runs
         waits there ahead of the lower tiers, no longer than it would in the gateway: the probed

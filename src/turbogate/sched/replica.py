@@ -86,7 +86,7 @@ class Replica:
     lower_prefills: int = 0  # of those, the lower tiers' streams (sched/surge.py ``prefill_gate``)
     turbo_prefills: int = 0  # of those, Turbo's streams (sched/surge.py ``lower_shut``)
     prefill_gate: int = UNGATED  # most lower-tier streams awaiting a first token here (set by start_limit)
-    last_sent: float = 0.0  # when the latest of those was sent: the replica's prefills end after it (Turbo's pick)
+    last_sent: float = 0.0  # when the latest of ``awaiting_first`` was sent: its prefills end after (Turbo's pick)
     lone: int = -1  # the stream sent while none awaited a first token here, until its first token (-1: none)
     first_s: float = 0.0  # such a stream's time to its first token, averaged (0: not measured yet)
     pace_s: float = 0.0  # time per output token of its streams, averaged
