@@ -76,7 +76,6 @@ def headroom_slots(top_rate: float, completion_rate: float, risk: float, most: i
 
 
 @functools.lru_cache(maxsize=8)
-@functools.lru_cache(maxsize=64)
 def staffing_beta(risk: float) -> float:
     """β with Halfin–Whitt delay probability [1 + β Φ(β) / φ(β)]⁻¹ = ``risk`` (bisection; the
     probability falls as β grows).  0.05 gives about 1.74, 0.02 about 2.12.  Cached: the risk is a
