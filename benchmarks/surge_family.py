@@ -32,7 +32,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from surge import Fleet, analyse, ratio, simulated
+from surge import SLO_S, Fleet, analyse, ratio, simulated
 from turbogate.sim.progress import Bar
 
 GPUS = ("L4", "A10G", "L40S", "A100-80G-SXM", "H100-SXM", "H200")
@@ -75,14 +75,17 @@ def judge(fleet: Fleet, hold_s: float, seeds: Sequence[int]) -> dict[str, Any]:
     mixed: list[float | None] = []
     alone: list[float | None] = []
     goodput: list[float] = []
+    asked_goodput: list[float] = []
     served: list[float] = []
     kept: list[float | None] = []
     cold: list[float | None] = []
     thin = False
     for seed in seeds:
-        m = analyse(simulated(fleet, hold_s, seed, turbo_alone=False), fleet, hold_s)
+        records = simulated(fleet, hold_s, seed, turbo_alone=False)
+        m = analyse(records, fleet, hold_s)
         base = m["turbo_unloaded_ttft_s"]
         goodput.append(m["goodput_at_2x"]["standard"]["goodput_rps"])
+        asked_goodput.append(standard_asked_goodput(records, hold_s))
         served.append(round(sum(t["served_rps"] for t in m["goodput_at_2x"].values()), 3))
         asked = m["turbo_asked_at_2x"]
         told = m["turbo_downgraded"] + m["turbo_refused_at_once"] + m["turbo_shed_after_wait"]
@@ -100,7 +103,19 @@ def judge(fleet: Fleet, hold_s: float, seeds: Sequence[int]) -> dict[str, Any]:
             "shape": f"{fleet.replicas}x {fleet.gpu}, {fleet.seqs} seqs, x{fleet.scale}, "
                      f"{fleet.prompt}/{fleet.output} tokens, {fleet.mix}",
             "hold_s": hold_s, "mixed": mixed, "alone": alone, "class": kind,
-            "standard_goodput_rps": goodput, "served_rps": served, "turbo_served_turbo": kept, "cold_ratio": cold}
+            "standard_goodput_rps": goodput, "standard_asked_goodput_rps": asked_goodput,
+            "served_rps": served, "turbo_served_turbo": kept, "cold_ratio": cold}
+
+
+def standard_asked_goodput(records: list[dict[str, Any]], hold_s: float) -> float:
+    """Answers per second to requests that asked for Standard, within Standard's objective, over
+    the window ``analyse``'s goodput uses (the 2× half's last three quarters): unlike the goodput
+    by the tier served, it does not move when Turbo's excess is served Standard instead of Turbo."""
+    lo, hi = 1.25 * hold_s, 2.0 * hold_s
+    slo = SLO_S["standard"] or 1e9
+    good = sum(1 for r in records if r.get("ok") and r.get("tier_asked") == "standard" and r.get("end_s") is not None
+               and lo <= float(r["end_s"]) < hi and r.get("ttft_s") is not None and float(r["ttft_s"]) <= slo)
+    return round(good / (hi - lo), 3)
 
 
 def _geomean(values: Sequence[float | None]) -> float | None:
@@ -113,8 +128,10 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     Standard's goodput within its objective at 2× (what a rule costs the lower tiers: compare two
     versions' by their ratio; a run without any is counted apart), and the worst cold ratio (every
     lower tier's p95 over Turbo's at 0.2×).  Standard's goodput counts the Turbo requests served
-    Standard, so beside it: every tier's answers at 2× (``geomean_served_rps``, what a rule costs
-    the fleet) and the share of Turbo's requests at 2× served Turbo (``mean_turbo_served_turbo``).
+    Standard, so beside it: the goodput of the requests that asked for Standard
+    (``geomean_standard_asked_goodput_rps``), every tier's answers at 2× (``geomean_served_rps``,
+    what a rule costs the fleet) and the share of Turbo's requests at 2× served Turbo
+    (``mean_turbo_served_turbo``).
     ``all`` is every fleet, whatever its class: a rule that bounds Turbo's own load moves fleets
     between the classes, and ``all`` compares two versions on the same runs."""
     out: dict[str, Any] = {}
@@ -126,6 +143,8 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
                      "within_target": sum(1 for v in worst if v is not None and v <= TARGET),
                      "geomean_worst_window": _geomean(worst),
                      "geomean_standard_goodput_rps": _geomean([v for r in mine for v in r["standard_goodput_rps"]]),
+                     "geomean_standard_asked_goodput_rps": _geomean(
+                         [v for r in mine for v in r["standard_asked_goodput_rps"]]),
                      "runs_without_standard_goodput": sum(1 for r in mine for v in r["standard_goodput_rps"] if not v),
                      "geomean_served_rps": _geomean([v for r in mine for v in r["served_rps"]]),
                      "mean_turbo_served_turbo": round(sum(kept) / len(kept), 3) if kept else None,

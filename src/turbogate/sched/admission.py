@@ -29,8 +29,7 @@ How the next request is chosen (``next_dispatch``):
   A tier below Standard's line leaves Standard room for its own arrivals (tier_queue.py).
 * **Fairness within a tier.**  Tenants share by start-time fair queueing on tokens
   (sched/tier_queue.py).
-* The holdback's headroom is sized in sched/headroom.py; the values L1 takes and gives are in
-  sched/ticket.py.
+* The holdback's headroom is sized in sched/headroom.py; the values L1 takes and gives, sched/ticket.py.
 """
 
 from __future__ import annotations
@@ -381,6 +380,8 @@ class Admission:
         queue = self._queues[tier]
         ticket.state = _DISPATCHED
         ticket.dispatched_at = now
+        if ticket.first:
+            self.supply.first_served(now - ticket.arrival)
         queue.started(ticket)
         self.dispatched[tier] += 1
         self._update_shares(queue)

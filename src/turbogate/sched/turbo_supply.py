@@ -17,6 +17,16 @@ per replica deep.
 Independently, a Turbo request that would queue behind others for longer than Turbo's TTFT
 objective (its queue budget where it has none) is served Standard at once.
 
+While the lower tiers queue or a surge is told, what the pool can give Turbo *now* is a replica
+whose prefills end soon (``prefill_clear``): one with none under way, or whose latest was sent
+long enough ago that what is left of it adds no more than ``TURBO_EXTRA_WAIT`` of its time to a
+first token (sched/surge.py).  Where every healthy replica's prefill has just begun, a Turbo
+request sent there shares or waits out a whole prefill step (1.6-1.9x its unloaded TTFT on the
+A100 fleet) and makes the next Turbo arrival's wait longer too; it is served Standard at once
+(``PREFILLS_UNDER_WAY``), but only while the requests served so are being served within Turbo's
+own objective (``first_wait_s``): where Standard's line keeps them seconds (a slow fleet under a
+standing overload), a moment's shared step is the lesser wait.
+
 A downgraded request goes first in Standard's line (``Ticket.first``): Standard's own queue
 may stand under the same overload (sched/codel.py serves it newest first and refuses the rest
 at its objective), and a paying Turbo request must not wait out Standard's objective there.
@@ -31,39 +41,53 @@ import math
 from typing import TYPE_CHECKING
 
 from turbogate.sched.replica import Health
+from turbogate.sched.surge import TURBO_EXTRA_WAIT
 from turbogate.sched.tiers import TIERS
 
 if TYPE_CHECKING:
     from turbogate.sched.admission import Admission
     from turbogate.sched.picker import Picker
+    from turbogate.sched.replica import Replica
 
 _TOP = TIERS[0]
 
 #: Downgrade reasons (``X-Turbogate-Downgrade``).
 OVER_SUPPLY = "turbo_over_supply"
 QUEUE_OVER_OBJECTIVE = "turbo_queue_over_objective"
+PREFILLS_UNDER_WAY = "turbo_prefills_under_way"
 #: Whether a Turbo request that would queue past Turbo's objective is served Standard at once.
 #: Off: in a transient (a burst, a cold controller) Turbo's own queue, served first, clears
 #: sooner than Standard's line would (in simulation it sent requests to be refused there).
 QUEUE_RULE = False
 
 #: The share of Turbo requests that may find a Turbo prefill under way at every replica (Turbo's
-#: target is its p95: the tail it leaves is 5 %).
+#: target is its p95: the tail it leaves is 5 %).  Erlang C over-counts it (0.1 % of the A100
+#: fleet's Turbo dispatches at 2× found one), but looser bounds let Turbo's own load outgrow the
+#: replicas on other fleets (docs/gateway.md, "Turbo where every replica has just begun a prefill").
 PREFILL_RISK = 0.05
 #: Why a request is served Standard for want of Turbo supply (``Ticket.first`` for these).
-EXCESS_REASONS = frozenset({OVER_SUPPLY, QUEUE_OVER_OBJECTIVE})
+EXCESS_REASONS = frozenset({OVER_SUPPLY, QUEUE_OVER_OBJECTIVE, PREFILLS_UNDER_WAY})
+#: Weight of one downgraded request's wait in Standard's line (``first_wait_s``).
+FIRST_WAIT_ALPHA = 0.1
 
 
 class TurboSupply:
     """One pool's Turbo supply: a token bucket at the measured rate Turbo can be given."""
 
-    __slots__ = ("_at", "_tokens", "queue_rule", "rate_rps")
+    __slots__ = ("_at", "_tokens", "first_wait_s", "queue_rule", "rate_rps")
 
     def __init__(self) -> None:
         self._tokens = -1.0  # full at the first look
         self._at = 0.0
         self.rate_rps: float | None = None  # the supply as of the last look (None: not measured yet)
         self.queue_rule = QUEUE_RULE
+        #: A downgraded request's wait in Standard's line, averaged (None: none served yet).
+        self.first_wait_s: float | None = None
+
+    def first_served(self, wait_s: float) -> None:
+        """A request served Standard for want of supply left Standard's line after ``wait_s``."""
+        last = self.first_wait_s
+        self.first_wait_s = wait_s if last is None else last + FIRST_WAIT_ALPHA * (wait_s - last)
 
     def supply_rps(self, admission: Admission, proven_slots: int) -> float | None:
         """Turbo requests per second the pool can give Turbo now, or None (no bound: nothing
@@ -175,6 +199,26 @@ def turbo_excess(admission: Admission, picker: Picker, pool: str, now: float) ->
     configured = all(r.engine_seqs is not None for r in replicas)
     prefill_rps, servers = None, 1
     if admission.pressed():
-        healthy = [r.first_s for r in replicas if r.health is Health.HEALTHY]
-        prefill_rps, servers = prefill_supply_rps(healthy), len(healthy)
+        healthy = [r for r in replicas if r.health is Health.HEALTHY]
+        if healthy and not any(prefill_clear(r, now) for r in healthy) and downgrades_served_in_time(admission):
+            return PREFILLS_UNDER_WAY
+        prefill_rps, servers = prefill_supply_rps([r.first_s for r in healthy]), len(healthy)
     return admission.supply.grant(admission, now, slots, proven, configured, prefill_rps, servers)
+
+
+def prefill_clear(replica: Replica, now: float) -> bool:
+    """Whether a Turbo prefill sent to ``replica`` at ``now`` would wait for little of another's:
+    none awaits its first token there, or the latest sent has had all but ``TURBO_EXTRA_WAIT`` of
+    the replica's time to a first token (``first_s``; not measured yet: clear, nothing is known)."""
+    if replica.lower_prefills + replica.turbo_prefills == 0 or replica.first_s <= 0.0:
+        return True
+    return replica.last_sent + replica.first_s - now <= TURBO_EXTRA_WAIT * replica.first_s
+
+
+def downgrades_served_in_time(admission: Admission) -> bool:
+    """Whether requests served Standard for want of supply have lately left Standard's line within
+    Turbo's TTFT objective (its queue budget where it has none)."""
+    waited = admission.supply.first_wait_s
+    policy = admission.policies[_TOP]
+    objective = policy.ttft_slo_s if policy.ttft_slo_s is not None else policy.queue_limit_s
+    return waited is not None and waited <= objective
