@@ -15,10 +15,12 @@ follows the engines' pace (sched/service_time.py ``TokenPace``); Turbo's supply 
 its own prefills (sched/turbo_supply.py ``prefill_supply_rps``) and, while the lower tiers queue
 or a surge is told, they leave one replica clear of their prefills (sched/surge.py
 ``keeps_clear``); among replicas with as many prefills under way, Turbo goes where the latest was
-sent first (sched/picker.py): every seed's worst window within 2× (1.32–1.57×; 1.37–1.79× where
-Turbo broke that tie by score, 2.0–2.6× without the two rules before it, 6.4–18.6× with an eighth
-of the batch as the gate), not 1.5×.  Each ratio is over the
-fleet's Turbo p95 at 0.2× across the four seeds (``unloaded_p95``).  At 0.2× from the cold
+sent first (sched/picker.py); and a Turbo request that finds every replica's prefill just begun is
+served Standard at once (sched/turbo_supply.py ``prefill_clear``): every seed's worst window within
+2× (1.32–1.54×; 1.32–1.57× before that, 1.37–1.79× where Turbo broke that tie by score, 2.0–2.6×
+without the two rules before it, 6.4–18.6× with an eighth of the batch as the gate), not 1.5×;
+within 1.5× in 14 of 24 seeds (6 before the last rule).  Each ratio is over the fleet's Turbo
+p95 at 0.2× across the seeds (``unloaded_p95``).  At 0.2× from the cold
 gateway, every tier's p95 TTFT stays within 1.5× of Turbo's on the L4 and H100 fleets.
 
 A gateway restarted 10 s into the 2× overload (benchmarks/surge.py ``simulated_restart``: the
@@ -34,6 +36,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -103,7 +106,8 @@ def test_a_step_to_twice_capacity_on_the_l4_fleet_holds_from_the_first_window() 
 
 
 def test_on_the_a100_fleet_the_lower_tiers_prefills_are_kept_from_turbos_steps() -> None:
-    """1.32-1.57x over the four seeds; 1.37-1.79x before Turbo broke a tie in prefills under way by
+    """1.32-1.54x over the four seeds; 1.32-1.57x before a Turbo request finding every replica's
+    prefill just begun was served Standard; 1.37-1.79x before Turbo broke a tie in prefills under way by
     when they were sent; 2.0-2.6x (median 2.4) before Turbo's supply was bounded by
     its own prefills and a replica kept clear of the lower tiers' (2.4-2.9x before a step up was
     told within ten arrivals).  2.2-7.1x (median 3.5) with the service time from
@@ -112,6 +116,17 @@ def test_on_the_a100_fleet_the_lower_tiers_prefills_are_kept_from_turbos_steps()
     the batch as the gate."""
     worst = [max(turbo_ratios("a100", seed)) for seed in SEEDS]
     assert max(worst) <= 2.0, worst
+
+
+def test_on_the_a100_fleet_turbo_is_not_sent_where_every_prefill_has_just_begun() -> None:
+    """Over 24 seeds (the reference pooled over all of them), the worst window is within 1.5× in 14
+    (6 while such a Turbo request was sent there; sched/turbo_supply.py ``prefill_clear``), and no
+    Turbo request is refused: the rule holds only while downgraded requests leave Standard's line
+    within Turbo's objective."""
+    seeds = range(1, 25)
+    base = unloaded_p95("a100", seeds)
+    within = sum(max(turbo_ratios("a100", seed, base)) <= 1.5 for seed in seeds)
+    assert within >= 12, within
 
 
 def test_a_cold_gateway_at_a_fifth_of_capacity_does_not_hold_the_lower_tiers_back() -> None:
@@ -128,20 +143,21 @@ def test_a_cold_gateway_at_a_fifth_of_capacity_does_not_hold_the_lower_tiers_bac
     assert all(ratio <= 1.5 for _, _, ratio in worst), worst
 
 
-def unloaded_p95(name: str) -> float:
+def unloaded_p95(name: str, seeds: Iterable[int] = SEEDS) -> float:
     """The fleet's Turbo p95 at 0.2×, over the four seeds' 0.2× halves (71–102 answers).  One
     seed's own 17–26 put its p95 at about its maximum, and a single collision at 0.2× doubles it
     (the A100 fleet's seed 3: 0.142 s against the other seeds' 0.078–0.080)."""
-    light = [r.ttft_s for seed in SEEDS for records, hold, _ in [run(name, seed)] for r in records
+    light = [r.ttft_s for seed in seeds for records, hold, _ in [run(name, seed)] for r in records
              if r.scheduled_s < hold and r.tier_served == "turbo" and r.ok]
     return p95(light)
 
 
-def turbo_ratios(name: str, seed: int) -> list[float]:
-    """Turbo's p95 per window after the step ÷ the fleet's at 0.2× (``unloaded_p95``), after
-    checking that no Turbo request was refused and Standard met its objective."""
+def turbo_ratios(name: str, seed: int, base: float | None = None) -> list[float]:
+    """Turbo's p95 per window after the step ÷ ``base``, by default the fleet's at 0.2×
+    (``unloaded_p95``), after checking that no Turbo request was refused and Standard met its
+    objective."""
     records, hold, window = run(name, seed)
-    base = unloaded_p95(name)
+    base = unloaded_p95(name) if base is None else base
     ratios = []
     t = hold
     while t + window <= 2 * hold:
