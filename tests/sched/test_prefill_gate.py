@@ -171,3 +171,25 @@ def test_streams_slowed_by_prefills_do_not_open_the_gate() -> None:
     answered_alone(flow, now, 20, 0.05)  # four times slower a token: prefills between the decode steps
     assert replica.pace_s > 0.04 and abs(replica.step_s - 0.0125) < 1e-9
     assert replica.prefill_gate == 1
+
+
+def test_a_lower_tier_head_the_gate_holds_back_does_not_hold_back_a_queued_turbo_request() -> None:
+    """An owed lower tier's head goes before Turbo's (its minimum share), but where L2 has no
+    replica for it (its gate is full, Turbo's prefill shuts the replica), Turbo's head goes in
+    its turn: strict precedence.  Else Turbo waited for the next completion or arrival (on the
+    simulated A100 fleet, 30-40 ms: 1.5x its unloaded TTFT)."""
+    flow = flow_of(32)
+    replica = flow.picker.get("r0")
+    now = answered_alone(flow, 0.0, 3, 0.0125)
+    assert replica.prefill_gate == 1
+    _, sent = send(flow, Tier.STANDARD, now)
+    assert sent and replica.lower_prefills == 1
+    relax, sent = send(flow, Tier.RELAX, now + 0.001)
+    assert not sent
+    standard, sent = send(flow, Tier.STANDARD, now + 0.002)
+    assert not sent
+    # Each Turbo dispatch while Relax queues lowers Relax's share of dispatches, until it is below
+    # its minimum and owed (by the ninth); every Turbo request still goes at once.
+    sent_turbo = [send(flow, Tier.TURBO, now + 0.003 + 0.001 * i)[1] for i in range(12)]
+    assert all(sent_turbo), sent_turbo.index(False)
+    assert relax.replica is None and standard.replica is None

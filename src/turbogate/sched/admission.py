@@ -46,7 +46,6 @@ from turbogate.sched.tier_queue import TierQueue, count_down, holdback_line, pat
 from turbogate.sched.tiers import RANK, TIERS, Tier
 from turbogate.sched.turbo_supply import TurboSupply
 
-# The values flow.py and others take from here; they live in sched/ticket.py.
 __all__ = ["Admission", "Admitted", "Shed", "State", "TenantPolicy", "Ticket", "TierPolicy", "clamp_retry"]
 
 #: Weight of one dispatch in each tier's recent-share EWMA (about the last 200 dispatches): long
@@ -302,11 +301,12 @@ class Admission:
         return 1 if predicted is None else clamp_retry(predicted)
 
     # ---- dispatch ------------------------------------------------------------------------
-    def next_dispatch(self, now: float, slots: int, proven: int | None = None) -> Ticket | None:
+    def next_dispatch(self, now: float, slots: int, proven: int | None = None, top_only: bool = False) -> Ticket | None:
         """The ticket to send upstream now, or ``None`` if none may go.  The caller must later
         call ``on_complete`` (or ``requeue`` if no replica could take it).  ``proven`` is the
         part of ``slots`` the engines have shown they run (``Picker.proven_slots``): holdback
-        lines are drawn on it, so the headroom kept for Turbo is real engine capacity."""
+        lines are drawn on it, so the headroom kept for Turbo is real engine capacity.
+        ``top_only``: Turbo's head or none (the lower tiers' head found no replica just now)."""
         in_flight = self.in_flight
         self.held_share = 1.0
         if in_flight >= slots or self.queued == 0:
@@ -323,7 +323,7 @@ class Admission:
         owed: Ticket | None = None
         line_above = 0  # the holdback line of the best tier above with queued work
         for _tier, queue, policy in self._order:
-            if queue.length == 0:
+            if queue.length == 0 or (top_only and _tier is not _TOP):
                 continue
             line = slots
             if held and policy.max_utilization < 1.0:
@@ -380,8 +380,6 @@ class Admission:
         queue = self._queues[tier]
         ticket.state = _DISPATCHED
         ticket.dispatched_at = now
-        if ticket.first:
-            self.supply.first_served(now - ticket.arrival)
         queue.started(ticket)
         self.dispatched[tier] += 1
         self._update_shares(queue)

@@ -57,8 +57,7 @@ _QUEUED, _UPSTREAM, _ANSWERING = Phase.QUEUED, Phase.UPSTREAM, Phase.ANSWERING
 _ARRIVE, _DISPATCH, _FIRST_BYTE = FlowEvent.ARRIVE, FlowEvent.DISPATCH, FlowEvent.FIRST_BYTE
 _FINISHED, _FAILED = FlowEvent.FINISHED, FlowEvent.FAILED
 _CLIENT_GONE, _SETTLE = FlowEvent.CLIENT_GONE, FlowEvent.SETTLE
-# Enum members read per request as module names: a read through the enum class is a metaclass
-# lookup, on the path every request takes.
+# Enum members read per request as module names (through the enum class: a metaclass lookup).
 _TURBO, _STANDARD = Tier.TURBO, Tier.STANDARD
 
 class _Pool:
@@ -76,9 +75,8 @@ class Flow:
         self.policy = policy
         self.picker = Picker(policy.picker)
         self.mode = policy.mode
-        # Read per request, fixed by the config: the mode's kind, and each tier's deadline and
-        # queue limit (TierPolicy.queue_limit_s is a property; a tier the config leaves out gets
-        # the defaults, as ``tiers.get(t) or TierPolicy()`` did on every arrival).
+        # Read per request, fixed by the config: the mode's kind, each tier's deadline and queue limit
+        # (TierPolicy.queue_limit_s is a property; a tier the config leaves out gets the defaults).
         self._plain = self.mode in ("round-robin", "least-outstanding")  # baselines: no L1, no limits
         self._tiered = self.mode == "turbogate"  # else every ticket queues as Standard (fifo)
         self._watch_first_byte = self.mode in ("turbogate", "fifo")
@@ -266,6 +264,8 @@ class Flow:
         req.retried = req.retried or retry
         if self.guards and not retry and req.pool in self.guards:  # signals for an online knee
             self.guards[req.pool].dispatched(req.served is _TURBO, now - req.arrival, now)
+        if not retry and req.downgrade in EXCESS_REASONS:  # how soon Standard's line serves them
+            self.pools[req.pool].admission.supply.first_served(now - req.arrival)
         if self._watch_first_byte:  # plain proxies let engines queue: a slow first byte is normal there
             due = now + self._slow_first_byte_s
             self._first_byte_timers.append((due, req, replica))

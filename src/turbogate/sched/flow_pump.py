@@ -32,15 +32,21 @@ def pump(flow: Flow, pool: _Pool, now: float, actions: list[Action],
         return actions
     slots, proven = flow.picker.slot_counts(pool.spec.name, now) if counts is None else counts
     admission.learning = flow.picker.learning(pool.spec.name)
+    top_only = False
     while True:
-        ticket = admission.next_dispatch(now, slots, proven)
+        ticket = admission.next_dispatch(now, slots, proven, top_only)
         if ticket is None:
             note_held(flow, pool, now)
             return actions
         replica = pick_for(flow, pool, ticket, now)
         if replica is None:  # L1's slot total says yes, but no single replica has room
             admission.requeue(ticket)
-            return actions
+            # A lower-tier head that L2 holds back (its prefill gate, a replica kept clear for
+            # Turbo) does not hold back a queued Turbo request: it goes, if a replica takes it.
+            if ticket.tier is _TURBO or admission.queue_length(_TURBO) == 0:
+                return actions
+            top_only = True
+            continue
         req = ticket.payload
         assert isinstance(req, FlowRequest)
         actions.append(flow._dispatch(req, replica, now, _DISPATCH))
