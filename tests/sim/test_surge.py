@@ -4,9 +4,9 @@ L4 one's 0.2 as 5 s), default tier policy, ``max_num_seqs`` configured.
 
 What holds here, in every seed: no Turbo request is refused (what the pool cannot give Turbo is
 served Standard at once, first in Standard's line); the Standard requests served at 2× meet
-Standard's 5-s objective; on the 30 %-Turbo H100 fleet and on the L4 fleet Turbo's p95 in every
-5-s window after the step, the first included, stays within 1.5× of unloaded (0.95–1.04× and
-0.96–1.35×).  The L4 fleet's first window reached 4.1× in one seed of four while the arrival
+Standard's 5-s objective; on every fleet Turbo's p95 in every 5-s window after the step, the
+first included, stays within 1.5× of unloaded (H100, 30 % Turbo, 1.03–1.04×; L4 1.10–1.20×;
+A100, below).  The L4 fleet's first window reached 4.1× in one seed of four while the arrival
 rate was read over windows reaching back into the quiet minute before the step (sched/surge.py
 ``too_fast``; docs/gateway.md, "Surges and graceful degradation").  On the A100 fleet
 (512-token prompts: a prefill adds 4.8 decode steps to a step) the lower tiers' prefills are
@@ -16,11 +16,12 @@ its own prefills (sched/turbo_supply.py ``prefill_supply_rps``) and, while the l
 or a surge is told, they leave one replica clear of their prefills (sched/surge.py
 ``keeps_clear``); among replicas with as many prefills under way, Turbo goes where the latest was
 sent first (sched/picker.py); and a Turbo request that finds every replica's prefill just begun is
-served Standard at once (sched/turbo_supply.py ``prefill_clear``): every seed's worst window within
-2× (1.32–1.54×; 1.32–1.57× before that, 1.37–1.79× where Turbo broke that tie by score, 2.0–2.6×
-without the two rules before it, 6.4–18.6× with an eighth of the batch as the gate), not 1.5×;
-within 1.5× in 14 of 24 seeds (6 before the last rule).  Each ratio is over the fleet's Turbo
-p95 at 0.2× across the seeds (``unloaded_p95``).  At 0.2× from the cold
+served Standard at once (sched/turbo_supply.py ``prefill_clear``), and a lower-tier head that L2
+holds back does not hold a queued Turbo request back (sched/flow_pump.py): every seed's worst
+window within 1.5× (1.31–1.46×; 1.32–1.57× before the last two rules, 1.37–1.79× where Turbo broke
+that tie by score, 2.0–2.6× without the two rules before it, 6.4–18.6× with an eighth of the batch
+as the gate); over 24 seeds, within 1.5× in 18 (6 before the last two rules).  Each ratio is
+over the fleet's Turbo p95 at 0.2× across the seeds (``unloaded_p95``).  At 0.2× from the cold
 gateway, every tier's p95 TTFT stays within 1.5× of Turbo's on the L4 and H100 fleets.
 
 A gateway restarted 10 s into the 2× overload (benchmarks/surge.py ``simulated_restart``: the
@@ -105,8 +106,10 @@ def test_a_step_to_twice_capacity_on_the_l4_fleet_holds_from_the_first_window() 
     assert max(worst) <= 1.5, worst
 
 
-def test_on_the_a100_fleet_the_lower_tiers_prefills_are_kept_from_turbos_steps() -> None:
-    """1.32-1.54x over the four seeds; 1.32-1.57x before a Turbo request finding every replica's
+def test_a_step_to_twice_capacity_on_the_a100_fleet_holds_from_the_first_window() -> None:
+    """1.31-1.46x over the four seeds; 1.32-1.54x before a lower-tier head L2 held back stopped
+    ending the dispatch round while Turbo queued (seed 2: a Turbo request waited 38 ms behind an
+    owed Relax one); 1.32-1.57x before a Turbo request finding every replica's
     prefill just begun was served Standard; 1.37-1.79x before Turbo broke a tie in prefills under way by
     when they were sent; 2.0-2.6x (median 2.4) before Turbo's supply was bounded by
     its own prefills and a replica kept clear of the lower tiers' (2.4-2.9x before a step up was
@@ -115,18 +118,19 @@ def test_on_the_a100_fleet_the_lower_tiers_prefills_are_kept_from_turbos_steps()
     while the estimate still read the quiet minute's.  6.4-18.6x (median 7.9) with an eighth of
     the batch as the gate."""
     worst = [max(turbo_ratios("a100", seed)) for seed in SEEDS]
-    assert max(worst) <= 2.0, worst
+    assert max(worst) <= 1.5, worst
 
 
 def test_on_the_a100_fleet_turbo_is_not_sent_where_every_prefill_has_just_begun() -> None:
-    """Over 24 seeds (the reference pooled over all of them), the worst window is within 1.5× in 14
-    (6 while such a Turbo request was sent there; sched/turbo_supply.py ``prefill_clear``), and no
+    """Over 24 seeds (the reference pooled over all of them), the worst window is within 1.5× in 18:
+    14 with such a Turbo request served Standard (sched/turbo_supply.py ``prefill_clear``) but a
+    lower-tier head L2 held back ending the dispatch round (sched/flow_pump.py), 6 with neither.  No
     Turbo request is refused: the rule holds only while downgraded requests leave Standard's line
     within Turbo's objective."""
     seeds = range(1, 25)
     base = unloaded_p95("a100", seeds)
     within = sum(max(turbo_ratios("a100", seed, base)) <= 1.5 for seed in seeds)
-    assert within >= 12, within
+    assert within >= 15, within
 
 
 def test_a_cold_gateway_at_a_fifth_of_capacity_does_not_hold_the_lower_tiers_back() -> None:

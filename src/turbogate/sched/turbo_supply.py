@@ -120,8 +120,7 @@ class TurboSupply:
         self.rate_rps = rate
         if rate is None:
             return None
-        policy = admission.policies[_TOP]
-        objective = policy.ttft_slo_s if policy.ttft_slo_s is not None else policy.queue_limit_s
+        objective = turbo_objective_s(admission)
         service = admission.service_estimate_s or 0.0
         # As deep as one service time of the supply where it rests on learned limits (a lower
         # estimate while probes may still raise them); where every replica's batch is configured
@@ -219,6 +218,10 @@ def downgrades_served_in_time(admission: Admission) -> bool:
     """Whether requests served Standard for want of supply have lately left Standard's line within
     Turbo's TTFT objective (its queue budget where it has none)."""
     waited = admission.supply.first_wait_s
+    return waited is not None and waited <= turbo_objective_s(admission)
+
+
+def turbo_objective_s(admission: Admission) -> float:
+    """Turbo's TTFT objective, or its queue budget where it has none."""
     policy = admission.policies[_TOP]
-    objective = policy.ttft_slo_s if policy.ttft_slo_s is not None else policy.queue_limit_s
-    return waited is not None and waited <= objective
+    return policy.ttft_slo_s if policy.ttft_slo_s is not None else policy.queue_limit_s
