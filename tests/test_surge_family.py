@@ -36,13 +36,15 @@ def test_a_slow_fleet_gets_a_longer_run() -> None:
 def test_summary_counts_each_class_apart() -> None:
     def row(kind: str, mixed: list[float | None], goodput: list[float], cold: list[float | None]) -> dict[str, Any]:
         return {"class": kind, "mixed": mixed, "standard_goodput_rps": goodput, "cold_ratio": cold,
+                "standard_asked_goodput_rps": [0.5 * g for g in goodput],
                 "served_rps": [2.0 * g or 1.0 for g in goodput], "turbo_served_turbo": [0.5, None]}
 
     rows = [row("scheduling", [1.2, 2.0], [4.0, 9.0], [1.1, 0.9]), row("engine", [3.0, None], [2.0, 0.0], [None, 1.3]),
             row("thin", [1.1, 9.0], [1.0, 1.0], [1.0, 1.0])]
     out = summary(rows)
     assert out["scheduling"] == {"fleets": 1, "runs": 2, "within_target": 1, "geomean_worst_window": 1.549,
-                                 "geomean_standard_goodput_rps": 6.0, "runs_without_standard_goodput": 0,
+                                 "geomean_standard_goodput_rps": 6.0, "geomean_standard_asked_goodput_rps": 3.0,
+                                 "runs_without_standard_goodput": 0,
                                  "geomean_served_rps": 12.0, "mean_turbo_served_turbo": 0.5, "max_cold_ratio": 1.1}
     assert out["all"]["fleets"] == 3 and out["all"]["runs"] == 6 and out["all"]["within_target"] == 2
     assert out["all"]["max_cold_ratio"] == 1.3
@@ -63,6 +65,8 @@ def test_a_run_prints_one_json_object_per_family() -> None:
     for r in rows:
         assert len(r["mixed"]) == 1 and len(r["alone"]) == 1 and r["class"] in ("scheduling", "engine", "thin")
         assert len(r["standard_goodput_rps"]) == 1 and r["standard_goodput_rps"][0] > 0 and r["cold_ratio"][0] > 0
+        # Those that asked for Standard are among those served it (with Turbo's excess).
+        assert 0 < r["standard_asked_goodput_rps"][0] <= r["standard_goodput_rps"][0]
     # f2 (two slow L4 replicas, 32 sequences at 1.5 s a second) would send about 5 Turbo requests
     # in 25 s at 0.2x: its run is made longer, so its reference is a p95 of enough answers.
     assert rows[0]["hold_s"] == 25.0 and rows[2]["hold_s"] > 25.0
