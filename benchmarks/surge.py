@@ -18,7 +18,8 @@ Per fleet, the JSON reports:
 - ``goodput_at_2x``: per tier, answers within the tier's ``ttft_slo_s`` per second (answers
   ending in the last three quarters of the 2× half), and for Standard that goodput as a share of
   what it was given: of its answers (``share_of_served``, target ≥ 0.9), and, stricter, of the
-  fleet's capacity less what Turbo and Relax were served (``share_of_capacity_left``);
+  fleet's capacity less what Turbo and Relax were served (``share_of_capacity_left``); and the
+  goodput of the requests that asked for Standard (``asked_goodput_rps``);
 - ``restart``: the same step (a longer overload) with the gateway stopped 10 s into it and
   started again on the same port with the same store: the largest window p95 ratio from the
   third scrape interval after it answers again (target ≤ 1.5); requests sent while it was down
@@ -194,11 +195,13 @@ def analyse(records: list[dict[str, Any]], fleet: Fleet, hold_s: float, from_s: 
     # three quarters (past the step's first seconds, before the drain), per second of it.
     lo, hi = 1.25 * hold_s, 2.0 * hold_s
     span = hi - lo
-    served = {tier: [r for r in records if r.get("ok") and r.get("tier_served") == tier
-                     and r.get("end_s") is not None and lo <= float(r["end_s"]) < hi]
-              for tier in ("turbo", "standard", "relax")}
-    good = {tier: [r for r in rs if r.get("ttft_s") is not None and float(r["ttft_s"]) <= (SLO_S[tier] or 1e9)]
-            for tier, rs in served.items()}
+    ended = [r for r in records if r.get("ok") and r.get("end_s") is not None and lo <= float(r["end_s"]) < hi]
+    served = {tier: [r for r in ended if r.get("tier_served") == tier] for tier in ("turbo", "standard", "relax")}
+
+    def within(r: dict[str, Any], tier: str) -> bool:
+        return r.get("ttft_s") is not None and float(r["ttft_s"]) <= (SLO_S[tier] or 1e9)
+
+    good = {tier: [r for r in rs if within(r, tier)] for tier, rs in served.items()}
     cap = fleet.capacity_rps()
     given = cap - (len(served["turbo"]) + len(served["relax"])) / span
     out["goodput_at_2x"] = {
@@ -209,6 +212,10 @@ def analyse(records: list[dict[str, Any]], fleet: Fleet, hold_s: float, from_s: 
     # stricter, the fleet's capacity less what Turbo and Relax were served (so the holdback's idle
     # headroom counts against it too).
     std["share_of_served"] = round(len(good["standard"]) / len(served["standard"]), 3) if served["standard"] else None
+    # Those that asked for Standard: unlike the goodput by the tier served, it does not move when
+    # Turbo's excess is served Standard instead of Turbo.
+    asked = sum(1 for r in ended if r.get("tier_asked") == "standard" and within(r, "standard"))
+    std["asked_goodput_rps"] = round(asked / span, 3)
     std["capacity_left_rps"] = round(given, 3)
     std["share_of_capacity_left"] = round(len(good["standard"]) / span / given, 3) if given > 0 else None
     lags = [float(r.get("dispatch_lag_s") or 0.0) for r in records]

@@ -32,7 +32,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from surge import SLO_S, Fleet, analyse, ratio, simulated
+from surge import Fleet, analyse, ratio, simulated
 from turbogate.sim.progress import Bar
 
 GPUS = ("L4", "A10G", "L40S", "A100-80G-SXM", "H100-SXM", "H200")
@@ -81,11 +81,10 @@ def judge(fleet: Fleet, hold_s: float, seeds: Sequence[int]) -> dict[str, Any]:
     cold: list[float | None] = []
     thin = False
     for seed in seeds:
-        records = simulated(fleet, hold_s, seed, turbo_alone=False)
-        m = analyse(records, fleet, hold_s)
+        m = analyse(simulated(fleet, hold_s, seed, turbo_alone=False), fleet, hold_s)
         base = m["turbo_unloaded_ttft_s"]
         goodput.append(m["goodput_at_2x"]["standard"]["goodput_rps"])
-        asked_goodput.append(standard_asked_goodput(records, hold_s))
+        asked_goodput.append(m["goodput_at_2x"]["standard"]["asked_goodput_rps"])
         served.append(round(sum(t["served_rps"] for t in m["goodput_at_2x"].values()), 3))
         asked = m["turbo_asked_at_2x"]
         told = m["turbo_downgraded"] + m["turbo_refused_at_once"] + m["turbo_shed_after_wait"]
@@ -105,17 +104,6 @@ def judge(fleet: Fleet, hold_s: float, seeds: Sequence[int]) -> dict[str, Any]:
             "hold_s": hold_s, "mixed": mixed, "alone": alone, "class": kind,
             "standard_goodput_rps": goodput, "standard_asked_goodput_rps": asked_goodput,
             "served_rps": served, "turbo_served_turbo": kept, "cold_ratio": cold}
-
-
-def standard_asked_goodput(records: list[dict[str, Any]], hold_s: float) -> float:
-    """Answers per second to requests that asked for Standard, within Standard's objective, over
-    the window ``analyse``'s goodput uses (the 2× half's last three quarters): unlike the goodput
-    by the tier served, it does not move when Turbo's excess is served Standard instead of Turbo."""
-    lo, hi = 1.25 * hold_s, 2.0 * hold_s
-    slo = SLO_S["standard"] or 1e9
-    good = sum(1 for r in records if r.get("ok") and r.get("tier_asked") == "standard" and r.get("end_s") is not None
-               and lo <= float(r["end_s"]) < hi and r.get("ttft_s") is not None and float(r["ttft_s"]) <= slo)
-    return round(good / (hi - lo), 3)
 
 
 def _geomean(values: Sequence[float | None]) -> float | None:
