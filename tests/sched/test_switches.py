@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from turbogate.sched import Tier
 from turbogate.sched.switches import (
+    LocalWrites,
     SetTenantTurbo,
     SetTier,
     parse_switch,
@@ -37,3 +38,28 @@ def test_changes_are_only_tier_switches_that_differ_and_every_tenant_switch() ->
     assert changes == [SetTier(Tier.RELAX, False), SetTenantTurbo("acme", True)]
     assert switch_changes(stored, {Tier.STANDARD}, TENANTS) == [SetTier(Tier.TURBO, True),
                                                                SetTenantTurbo("acme", True)]
+
+
+def test_a_read_leaves_alone_switches_written_here_since_it_began() -> None:
+    writes, turbo, acme = LocalWrites(), tier_switch(Tier.TURBO), tenant_switch("acme")
+    writes.begin(turbo)
+    writes.end(turbo)
+    mark = writes.read_began()
+    assert writes.newer(mark) == frozenset()  # written before the read: the store has it
+    writes.begin(acme)
+    assert writes.newer(mark) == {acme}
+    writes.end(acme)
+    assert writes.newer(mark) == {acme}  # done, but after the read began: the read may be older
+    assert writes.newer(writes.read_began()) == frozenset()
+    writes.begin(turbo)
+    later = writes.read_began()
+    assert writes.newer(later) == {turbo}  # still being written: the store may not have it yet
+    writes.end(turbo)
+    assert writes.newer(later) == frozenset()
+
+
+def test_changes_skip_the_switches_newer_here() -> None:
+    stored = {tier_switch(Tier.TURBO): False, tenant_switch("acme"): False}
+    everything = {Tier.TURBO, Tier.STANDARD, Tier.RELAX}
+    assert switch_changes(stored, everything, TENANTS, {tier_switch(Tier.TURBO)}) == [SetTenantTurbo("acme", False)]
+    assert switch_changes(stored, everything, TENANTS, set(stored)) == []

@@ -21,7 +21,7 @@ from turbogate.asgi import Message, Send
 from turbogate.errors import ConfigError
 from turbogate.sched import FlowRequest
 from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord
-from turbogate.sched.switches import SetTier, switch_changes
+from turbogate.sched.switches import LocalWrites, SetTier, switch_changes
 from turbogate.store.base import Spent, Store, StoreUnavailable
 from turbogate.store.journal import UsageJournal
 from turbogate.store.memory import MemoryStore
@@ -97,6 +97,7 @@ class Metering:
         self._task: asyncio.Task[None] | None = None
         #: called after each sync with the store (the jobs API: cancels asked on other workers)
         self.sync_hooks: list[Callable[[], Awaitable[None]]] = []
+        self.local_switches = LocalWrites()  # so that a sync does not undo a switch made during its read
 
     # ---- records ---------------------------------------------------------------------------
     def record_id(self, req: FlowRequest) -> str:
@@ -197,8 +198,12 @@ class Metering:
     async def share_switch(self, name: str, on: bool) -> None:
         """Write an admin switch (its name: sched/switches.py) to the store, where every gateway
         process reads it."""
-        with contextlib.suppress(StoreUnavailable):  # down: this process has it; the others keep theirs
-            await self.store.set_switch(name, on)
+        self.local_switches.begin(name)
+        try:
+            with contextlib.suppress(StoreUnavailable):  # down: this process has it; the others keep theirs
+                await self.store.set_switch(name, on)
+        finally:
+            self.local_switches.end(name)
 
     # ---- limits ----------------------------------------------------------------------------
     async def admit(self, req: FlowRequest) -> LimitRefusal | None:
@@ -218,7 +223,9 @@ class Metering:
     async def sync(self) -> None:
         """Read switches, budgets and spend back from the store (other processes' changes)."""
         store, flow = self.store, self.flow
-        for change in switch_changes(await store.switches(), flow.enabled, flow.tenants):
+        mark = self.local_switches.read_began()
+        stored = await store.switches()
+        for change in switch_changes(stored, flow.enabled, flow.tenants, self.local_switches.newer(mark)):
             if isinstance(change, SetTier):
                 flow.set_tier(change.tier, change.on)
             else:

@@ -11,6 +11,11 @@ stored switch means to a process, are decided here:
 
 A name this process does not know (a tenant not in its config, a tier it cannot switch, a kind
 from a newer version) is ignored, not guessed.
+
+A sync's read of the store takes time, and an admin switch may land in this process meanwhile:
+the value read is then older than the process's own, and applying it would undo the switch just
+made (Turbo switched back on, then off again by the sync that read the store a moment before).
+:class:`LocalWrites` names the switches a read must leave alone for that reason.
 """
 
 from __future__ import annotations
@@ -61,15 +66,57 @@ def parse_switch(name: str, on: bool, tenants: Collection[str]) -> SetTier | Set
     return None
 
 
-def switch_changes(stored: Mapping[str, bool], enabled: Collection[Tier],
-                   tenants: Collection[str]) -> list[SetTier | SetTenantTurbo]:
+def switch_changes(stored: Mapping[str, bool], enabled: Collection[Tier], tenants: Collection[str],
+                   newer_here: Collection[str] = ()) -> list[SetTier | SetTenantTurbo]:
     """What the store's switches ask of a process whose tiers ``enabled`` are on: each tier
-    switch that differs from it, and every tenant switch (setting one again changes nothing)."""
+    switch that differs from it, and every tenant switch (setting one again changes nothing).
+    ``newer_here``: switches this process set after the read began (:meth:`LocalWrites.newer`),
+    whose stored value may be the older one."""
     changes: list[SetTier | SetTenantTurbo] = []
     for name, on in stored.items():
+        if name in newer_here:
+            continue
         change = parse_switch(name, on, tenants)
         if isinstance(change, SetTier) and (change.tier in enabled) == on:
             continue
         if change is not None:
             changes.append(change)
     return changes
+
+
+class LocalWrites:
+    """This process's own switch writes, so that a sync applies no value older than them.
+
+    A write counts from the moment the switch is set here until its store write is done; a
+    read began at :meth:`read_began`'s mark leaves alone every switch written since, or still
+    being written (the store may not have it yet)."""
+
+    __slots__ = ("_count", "_last", "_writing")
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._last: dict[str, int] = {}
+        self._writing: dict[str, int] = {}
+
+    def begin(self, name: str) -> None:
+        """The switch ``name`` was set here and its store write starts."""
+        self._count += 1
+        self._last[name] = self._count
+        self._writing[name] = self._writing.get(name, 0) + 1
+
+    def end(self, name: str) -> None:
+        """The store write begun for ``name`` is done (or failed: the next sync's read is then
+        the store's word again)."""
+        left = self._writing[name] - 1
+        if left:
+            self._writing[name] = left
+        else:
+            del self._writing[name]
+
+    def read_began(self) -> int:
+        """The mark to pass to :meth:`newer` once the read is back."""
+        return self._count
+
+    def newer(self, mark: int) -> frozenset[str]:
+        """Switches written here since ``mark``, or still being written."""
+        return frozenset(name for name, at in self._last.items() if at > mark or name in self._writing)
