@@ -1,4 +1,4 @@
-"""A sync with the store does not undo an admin switch made while it was reading the store.
+"""A sync with the store does not undo an admin switch or budget made while it was reading the store.
 
 The race: a sync reads the stored switches (Turbo off, from an earlier switch), an admin switches
 Turbo back on meanwhile, and the sync then applies the value it read.  A real SQLite store; the
@@ -7,12 +7,16 @@ read is held open by an event so that the interleaving is certain, not a matter 
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from tests.gateway.conftest import gateway_config, pool
 from turbogate.config import parse_config
 from turbogate.gateway.metering import Metering
 from turbogate.gateway.runtime import build_runtime
+from turbogate.gateway.usage_api import UsageApi
 from turbogate.sched import Tier
 from turbogate.sched.switches import tenant_switch, tier_switch
 
@@ -24,20 +28,38 @@ def make_meter(tmp_path: Path) -> Metering:
     return Metering(cfg, build_runtime(cfg).flow, {}, 30.0)
 
 
-async def held_sync(meter: Metering, during_read: asyncio.Future[None]) -> None:
-    """A sync whose store read returns what it read only once ``during_read`` is done."""
-    read = meter.store.switches
+async def held_sync(meter: Metering, read_name: str, reading: asyncio.Event,
+                    during_read: asyncio.Future[None]) -> None:
+    """A sync whose store read ``read_name`` sets ``reading`` once it has read, and returns what it
+    read only once ``during_read`` is done."""
+    read: Callable[[], Awaitable[Any]] = getattr(meter.store, read_name)
 
-    async def slow_read() -> dict[str, bool]:
+    async def slow_read() -> Any:
         stored = await read()
+        reading.set()
         await during_read
         return stored
 
-    meter.store.switches = slow_read  # type: ignore[method-assign]
+    setattr(meter.store, read_name, slow_read)
     try:
         await meter.sync()
     finally:
-        meter.store.switches = read  # type: ignore[method-assign]
+        setattr(meter.store, read_name, read)
+
+
+async def set_budget(api: UsageApi, tenant: str, units: float) -> int:
+    """``POST /admin/budgets/{tenant}`` through the API's own handler; its status."""
+    body = json.dumps({"turbo_budget_units": units, "period": "month"}).encode()
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await api._set_budget(tenant, receive, send)
+    return int(sent[0]["status"])
 
 
 async def test_a_switch_made_during_the_read_is_kept(tmp_path: Path) -> None:
@@ -51,8 +73,9 @@ async def test_a_switch_made_during_the_read_is_kept(tmp_path: Path) -> None:
         await meter.share_switch(tenant_switch("acme"), False)
 
         switched_back: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        sync = asyncio.create_task(held_sync(meter, switched_back))
-        await asyncio.sleep(0)  # the sync has begun its read
+        reading = asyncio.Event()
+        sync = asyncio.create_task(held_sync(meter, "switches", reading, switched_back))
+        await reading.wait()  # the sync has read the store: Turbo off
         flow.set_tier(Tier.TURBO, True)
         await meter.share_switch(tier_switch(Tier.TURBO), True)
         flow.set_tenant_turbo("acme", True)
@@ -76,5 +99,25 @@ async def test_another_process_switch_is_still_applied(tmp_path: Path) -> None:
         await meter.store.set_switch(tier_switch(Tier.TURBO), False)  # written by another process
         await meter.sync()
         assert Tier.TURBO not in meter.flow.enabled
+    finally:
+        await meter.stop()
+
+
+async def test_a_budget_set_during_the_read_is_kept(tmp_path: Path) -> None:
+    meter = make_meter(tmp_path)
+    api = UsageApi(None, meter.flow, meter, None, 4096)  # type: ignore[arg-type]  # (no auth or shed used)
+    await meter.start()
+    try:
+        assert await set_budget(api, "acme", 100.0) == 200
+        set_again: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        reading = asyncio.Event()
+        sync = asyncio.create_task(held_sync(meter, "budgets", reading, set_again))
+        await reading.wait()  # the sync has read the store: 100 units
+        assert await set_budget(api, "acme", 5.0) == 200
+        set_again.set_result(None)
+        await sync
+        assert meter.flow.budgets.describe("acme")["turbo_budget_units"] == 5.0
+        await meter.sync()
+        assert meter.flow.budgets.describe("acme")["turbo_budget_units"] == 5.0
     finally:
         await meter.stop()

@@ -21,7 +21,7 @@ from turbogate.asgi import Message, Send
 from turbogate.errors import ConfigError
 from turbogate.sched import FlowRequest
 from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord
-from turbogate.sched.switches import LocalWrites, SetTier, switch_changes
+from turbogate.sched.switches import LocalWrites, SetTier, budget_write, switch_changes
 from turbogate.store.base import Spent, Store, StoreUnavailable
 from turbogate.store.journal import UsageJournal
 from turbogate.store.memory import MemoryStore
@@ -97,7 +97,7 @@ class Metering:
         self._task: asyncio.Task[None] | None = None
         #: called after each sync with the store (the jobs API: cancels asked on other workers)
         self.sync_hooks: list[Callable[[], Awaitable[None]]] = []
-        self.local_switches = LocalWrites()  # so that a sync does not undo a switch made during its read
+        self.local_writes = LocalWrites()  # so that a sync does not undo a switch or budget set during its read
 
     # ---- records ---------------------------------------------------------------------------
     def record_id(self, req: FlowRequest) -> str:
@@ -198,12 +198,12 @@ class Metering:
     async def share_switch(self, name: str, on: bool) -> None:
         """Write an admin switch (its name: sched/switches.py) to the store, where every gateway
         process reads it."""
-        self.local_switches.begin(name)
+        self.local_writes.begin(name)
         try:
             with contextlib.suppress(StoreUnavailable):  # down: this process has it; the others keep theirs
                 await self.store.set_switch(name, on)
         finally:
-            self.local_switches.end(name)
+            self.local_writes.end(name)
 
     # ---- limits ----------------------------------------------------------------------------
     async def admit(self, req: FlowRequest) -> LimitRefusal | None:
@@ -223,16 +223,20 @@ class Metering:
     async def sync(self) -> None:
         """Read switches, budgets and spend back from the store (other processes' changes)."""
         store, flow = self.store, self.flow
-        mark = self.local_switches.read_began()
+        mark = self.local_writes.read_began()
         stored = await store.switches()
-        for change in switch_changes(stored, flow.enabled, flow.tenants, self.local_switches.newer(mark)):
+        newer_here = self.local_writes.newer(mark)
+        for change in switch_changes(stored, flow.enabled, flow.tenants, newer_here):
             if isinstance(change, SetTier):
                 flow.set_tier(change.tier, change.on)
             else:
                 flow.set_tenant_turbo(change.tenant, change.on)
         book = flow.budgets
-        for tenant, (units, period) in (await store.budgets()).items():
-            if tenant in flow.tenants:
+        mark = self.local_writes.read_began()
+        budgets = await store.budgets()
+        newer_here = self.local_writes.newer(mark)
+        for tenant, (units, period) in budgets.items():
+            if tenant in flow.tenants and budget_write(tenant) not in newer_here:
                 book.set_budget(tenant, units, period)
         now = time.time()
         for tenant in list(book.budgets):

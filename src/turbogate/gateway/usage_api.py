@@ -27,6 +27,7 @@ from turbogate.errors import TurbogateError
 from turbogate.gateway.admin import body_limit, read_model
 from turbogate.gateway.conformance import method_not_allowed
 from turbogate.sched.metering import period_key
+from turbogate.sched.switches import budget_write
 from turbogate.store.base import COLUMNS, SUMMARY_COLUMNS, StoreUnavailable, summarize
 
 if TYPE_CHECKING:
@@ -161,15 +162,20 @@ class UsageApi:
         if not isinstance(body, BudgetSet):
             return
         now = time.time()
+        writes, written = self.meter.local_writes, budget_write(name)
+        writes.begin(written)  # a sync reading the store meanwhile keeps this process's new budget
         try:
-            await self.meter.store.set_budget(name, body.turbo_budget_units, body.period)
-            spent = await self.meter.store.spent(name, period_key(now, body.period))
-        except StoreUnavailable as exc:
-            await self.shed.refuse(send, 503, f"the store is unreachable; the budget was not changed: {exc}",
-                                   "store_unavailable", 5)
-            return
-        book = flow.budgets
-        book.set_budget(name, body.turbo_budget_units, body.period)
+            try:
+                await self.meter.store.set_budget(name, body.turbo_budget_units, body.period)
+                spent = await self.meter.store.spent(name, period_key(now, body.period))
+            except StoreUnavailable as exc:
+                await self.shed.refuse(send, 503, f"the store is unreachable; the budget was not changed: {exc}",
+                                       "store_unavailable", 5)
+                return
+            book = flow.budgets
+            book.set_budget(name, body.turbo_budget_units, body.period)
+        finally:
+            writes.end(written)
         key = book.start_period(name, now)
         assert key is not None  # the budget was just set
         book.observe(name, key, spent)

@@ -15,7 +15,8 @@ from a newer version) is ignored, not guessed.
 A sync's read of the store takes time, and an admin switch may land in this process meanwhile:
 the value read is then older than the process's own, and applying it would undo the switch just
 made (Turbo switched back on, then off again by the sync that read the store a moment before).
-:class:`LocalWrites` names the switches a read must leave alone for that reason.
+:class:`LocalWrites` names the switches a read must leave alone for that reason (and the Turbo
+budgets, set through the admin API and read back the same way: :func:`budget_write`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,11 @@ def tenant_switch(tenant: str) -> str:
     return f"{_TENANT}:{tenant}"
 
 
+def budget_write(tenant: str) -> str:
+    """The name :class:`LocalWrites` knows ``tenant``'s Turbo budget by (budgets are stored apart)."""
+    return f"budget:{tenant}"
+
+
 def parse_switch(name: str, on: bool, tenants: Collection[str]) -> SetTier | SetTenantTurbo | None:
     """The change a stored switch asks of a process serving ``tenants``; None: not one it knows."""
     kind, _, what = name.partition(":")
@@ -85,7 +91,7 @@ def switch_changes(stored: Mapping[str, bool], enabled: Collection[Tier], tenant
 
 
 class LocalWrites:
-    """This process's own switch writes, so that a sync applies no value older than them.
+    """This process's own switch (and budget) writes, so that a sync applies no value older than them.
 
     A write counts from the moment the switch is set here until its store write is done; a
     read began at :meth:`read_began`'s mark leaves alone every switch written since, or still
