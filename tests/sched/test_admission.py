@@ -544,3 +544,25 @@ def test_a_pool_still_learning_its_limits_holds_no_tier_at_its_line_while_its_lo
     assert relax_sent(learning=False, surge=False) == line  # limits learnt: the line holds
     assert line < relax_sent(learning=True, surge=False) <= 14  # learning: up to Turbo's ceiling
     assert relax_sent(learning=True, surge=True) <= line  # a surge: the line (or Turbo's ceiling) holds again
+
+
+def test_an_owed_tier_put_back_for_want_of_a_replica_stays_owed() -> None:
+    """Standard is owed and its head is taken, but no replica can take it (L2 holds it back): the
+    take is put back.  Standard stays owed, so its head is the next taken; a put-back take that
+    counted as a dispatch would let Turbo's backlog pass it until that dispatch decayed.  A ticket
+    its replica failed later (``just_taken`` false) keeps its dispatch counted."""
+    policies = {**POLICIES, Tier.STANDARD: TierPolicy(max_utilization=1.0, min_share=0.3)}
+    adm = Admission(policies)
+    slots = 1
+    serve_one_at_a_time(adm, [Tier.TURBO, Tier.STANDARD], range(300), slots)  # Standard's share: about 0.8
+    standard = submit(adm, Tier.STANDARD, 300.0, slots)
+    for i in range(300, 700):  # Turbo takes every dispatch while Standard waits: Standard becomes owed
+        t = submit(adm, Tier.TURBO, float(i), slots)
+        assert adm.next_dispatch(float(i), slots, top_only=True) is t
+        adm.on_complete(t, float(i))
+    turbo = submit(adm, Tier.TURBO, 700.0, slots)
+    assert adm.next_dispatch(700.0, slots) is standard  # owed: past the queued Turbo request
+    adm.requeue(standard, just_taken=True)
+    assert adm.next_dispatch(700.0, slots) is standard  # still owed
+    adm.requeue(standard)  # as if its replica failed it: the dispatch stays counted
+    assert adm.next_dispatch(700.0, slots) is turbo

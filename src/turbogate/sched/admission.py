@@ -42,16 +42,20 @@ from turbogate.sched.headroom import Headroom, staffing_beta, whole_slots
 from turbogate.sched.service_time import ServiceTime
 from turbogate.sched.surge import turbo_deficit
 from turbogate.sched.ticket import Admitted, Shed, State, TenantPolicy, Ticket, TierPolicy, clamp_retry
-from turbogate.sched.tier_queue import TierQueue, count_down, holdback_line, patient_reach, room_kept
+from turbogate.sched.tier_queue import (
+    SHARE_ALPHA,
+    TierQueue,
+    count_dispatch,
+    count_down,
+    holdback_line,
+    patient_reach,
+    room_kept,
+    undo_dispatch,
+)
 from turbogate.sched.tiers import RANK, TIERS, Tier
 from turbogate.sched.turbo_supply import TurboSupply
 
 __all__ = ["Admission", "Admitted", "Shed", "State", "TenantPolicy", "Ticket", "TierPolicy", "clamp_retry"]
-
-#: Weight of one dispatch in each tier's recent-share EWMA (about the last 200 dispatches): long
-#: enough that a burst of Turbo, which takes most dispatches for a few seconds, does not make a
-#: lower tier owed and let it pass queued Turbo requests (at 50, Turbo's p95 at 2× rose tenfold).
-SHARE_ALPHA = 0.005
 
 #: The policy of a tenant the admission was not told of (frozen: one shared value will do).
 _ANY_TENANT = TenantPolicy()
@@ -73,6 +77,7 @@ class Admission:
         self.holdback = True
         self._queues: dict[Tier, TierQueue] = {t: TierQueue() for t in TIERS}
         self._order = [(t, self._queues[t], self.policies[t]) for t in TIERS]
+        self._queue_list = [q for _t, q, _p in self._order]
         #: The highest holdback line among the lower tiers that have one (tier_queue.py ``holdback_line``).
         self._top_line = max((p.max_utilization for t, p in self.policies.items()
                               if t is not _TOP and p.max_utilization < 1.0), default=0.0)
@@ -382,23 +387,13 @@ class Admission:
         ticket.dispatched_at = now
         queue.started(ticket)
         self.dispatched[tier] += 1
-        self._update_shares(queue)
+        count_dispatch(self._queue_list, queue)
         self.in_flight += 1
 
-    def _update_shares(self, queue: TierQueue) -> None:
-        """Each tier's recent share of dispatches, after one to ``queue``'s tier."""
-        for _other, q, _policy in self._order:
-            if q is queue:
-                q.share += SHARE_ALPHA * (1.0 - q.share)
-            elif q.length:  # a tier with nothing queued is not kept from anything: its share stands
-                # Owed by one dispatch at most: a tier kept short for a while (Turbo's backlog
-                # while a cold gateway learns its limits) gets its minimum from then on,
-                # interleaved with Turbo, not its past shortfall in one block ahead of Turbo.
-                share = q.share * (1.0 - SHARE_ALPHA)
-                q.share = share if share > q.share_floor else q.share_floor
-
-    def requeue(self, ticket: Ticket) -> None:
-        """Put a dispatched ticket back (no replica could take it); it keeps its place."""
+    def requeue(self, ticket: Ticket, *, just_taken: bool = False) -> None:
+        """Put a dispatched ticket back: it keeps its place.  ``just_taken``: taken by the last
+        call and put back for want of a replica, so the shares are as before (a tier L2 holds
+        back stays owed); otherwise (its replica failed it) its dispatch stays counted."""
         if ticket.state is not _DISPATCHED:
             return
         queue = self._queues[ticket.tier]
@@ -407,6 +402,8 @@ class Admission:
         queue.in_flight -= 1
         self.in_flight -= 1
         self.dispatched[ticket.tier] -= 1
+        if just_taken:
+            undo_dispatch(self._queue_list, queue)
         queue.push(ticket)
         self.queued += 1
 

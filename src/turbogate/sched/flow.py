@@ -232,7 +232,7 @@ class Flow:
             replica = pick_for(self, pool, ticket, now)
             if replica is not None:
                 return [self._dispatch(req, replica, now, _DISPATCH)]
-            admission.requeue(ticket)  # L1's slot total says yes, but no single replica has room
+            admission.requeue(ticket, just_taken=True)  # L1's slot total says yes, but no single replica has room
             return []
         if decision is False:  # it waits (the pump would find nothing to send either)
             note_held(self, pool, now)

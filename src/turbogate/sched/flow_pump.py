@@ -40,7 +40,7 @@ def pump(flow: Flow, pool: _Pool, now: float, actions: list[Action],
             return actions
         replica = pick_for(flow, pool, ticket, now)
         if replica is None:  # L1's slot total says yes, but no single replica has room
-            admission.requeue(ticket)
+            admission.requeue(ticket, just_taken=True)
             # A lower-tier head that L2 holds back (its prefill gate, a replica kept clear for
             # Turbo) does not hold back a queued Turbo request: it goes, if a replica takes it.
             if ticket.tier is _TURBO or admission.queue_length(_TURBO) == 0:
