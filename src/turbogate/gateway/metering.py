@@ -15,7 +15,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from turbogate.asgi import Message, Send
 from turbogate.errors import ConfigError
@@ -31,6 +31,8 @@ from turbogate.store.writer import UsageWriter
 if TYPE_CHECKING:
     from turbogate.config import GatewayConfig
     from turbogate.sched import Flow
+
+_Read = TypeVar("_Read")
 
 log = logging.getLogger("turbogate.gateway")
 
@@ -223,18 +225,14 @@ class Metering:
     async def sync(self) -> None:
         """Read switches, budgets and spend back from the store (other processes' changes)."""
         store, flow = self.store, self.flow
-        mark = self.local_writes.read_began()
-        stored = await store.switches()
-        newer_here = self.local_writes.newer(mark)
+        stored, newer_here = await self._read(store.switches)
         for change in switch_changes(stored, flow.enabled, flow.tenants, newer_here):
             if isinstance(change, SetTier):
                 flow.set_tier(change.tier, change.on)
             else:
                 flow.set_tenant_turbo(change.tenant, change.on)
         book = flow.budgets
-        mark = self.local_writes.read_began()
-        budgets = await store.budgets()
-        newer_here = self.local_writes.newer(mark)
+        budgets, newer_here = await self._read(store.budgets)
         for tenant, (units, period) in budgets.items():
             if tenant in flow.tenants and budget_write(tenant) not in newer_here:
                 book.set_budget(tenant, units, period)
@@ -245,6 +243,12 @@ class Metering:
                 book.observe(tenant, key, await store.spent(tenant, key))
         for hook in self.sync_hooks:
             await hook()
+
+    async def _read(self, read: Callable[[], Awaitable[_Read]]) -> tuple[_Read, frozenset[str]]:
+        """What ``read`` returns from the store, and what this process set while it read (newer here)."""
+        mark = self.local_writes.read_began()
+        value = await read()
+        return value, self.local_writes.newer(mark)
 
     async def _loop(self) -> None:
         while True:
