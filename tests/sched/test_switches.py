@@ -3,11 +3,15 @@ stored switch asks of a process, without a store."""
 
 from __future__ import annotations
 
+import pytest
+
 from turbogate.sched import Tier
 from turbogate.sched.switches import (
     LocalWrites,
     SetTenantTurbo,
     SetTier,
+    budget_changes,
+    budget_write,
     parse_switch,
     switch_changes,
     tenant_switch,
@@ -42,20 +46,21 @@ def test_changes_are_only_tier_switches_that_differ_and_every_tenant_switch() ->
 
 def test_a_read_leaves_alone_switches_written_here_since_it_began() -> None:
     writes, turbo, acme = LocalWrites(), tier_switch(Tier.TURBO), tenant_switch("acme")
-    writes.begin(turbo)
-    writes.end(turbo)
+    with writes.writing(turbo):
+        pass
     mark = writes.read_began()
     assert writes.newer(mark) == frozenset()  # written before the read: the store has it
-    writes.begin(acme)
-    assert writes.newer(mark) == {acme}
-    writes.end(acme)
+    with writes.writing(acme):
+        assert writes.newer(mark) == {acme}
     assert writes.newer(mark) == {acme}  # done, but after the read began: the read may be older
     assert writes.newer(writes.read_began()) == frozenset()
-    writes.begin(turbo)
-    later = writes.read_began()
-    assert writes.newer(later) == {turbo}  # still being written: the store may not have it yet
-    writes.end(turbo)
+    with writes.writing(turbo):
+        later = writes.read_began()
+        assert writes.newer(later) == {turbo}  # still being written: the store may not have it yet
     assert writes.newer(later) == frozenset()
+    with pytest.raises(OSError), writes.writing(acme):  # a failed write ends too
+        raise OSError("store down")
+    assert writes.newer(writes.read_began()) == frozenset()
 
 
 def test_changes_skip_the_switches_newer_here() -> None:
@@ -63,3 +68,9 @@ def test_changes_skip_the_switches_newer_here() -> None:
     everything = {Tier.TURBO, Tier.STANDARD, Tier.RELAX}
     assert switch_changes(stored, everything, TENANTS, {tier_switch(Tier.TURBO)}) == [SetTenantTurbo("acme", False)]
     assert switch_changes(stored, everything, TENANTS, set(stored)) == []
+
+
+def test_budget_changes_are_this_config_s_tenants_not_newer_here() -> None:
+    stored = {"acme": (100.0, "month"), "basic": (None, "day"), "gone": (5.0, "month")}
+    assert budget_changes(stored, TENANTS) == [("acme", 100.0, "month"), ("basic", None, "day")]
+    assert budget_changes(stored, TENANTS, {budget_write("acme")}) == [("basic", None, "day")]

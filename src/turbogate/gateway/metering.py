@@ -21,7 +21,7 @@ from turbogate.asgi import Message, Send
 from turbogate.errors import ConfigError
 from turbogate.sched import FlowRequest
 from turbogate.sched.metering import LimitPolicy, LimitRefusal, UsageRecord
-from turbogate.sched.switches import LocalWrites, SetTier, budget_write, switch_changes
+from turbogate.sched.switches import LocalWrites, SetTier, budget_changes, switch_changes
 from turbogate.store.base import Spent, Store, StoreUnavailable
 from turbogate.store.journal import UsageJournal
 from turbogate.store.memory import MemoryStore
@@ -200,12 +200,8 @@ class Metering:
     async def share_switch(self, name: str, on: bool) -> None:
         """Write an admin switch (its name: sched/switches.py) to the store, where every gateway
         process reads it."""
-        self.local_writes.begin(name)
-        try:
-            with contextlib.suppress(StoreUnavailable):  # down: this process has it; the others keep theirs
-                await self.store.set_switch(name, on)
-        finally:
-            self.local_writes.end(name)
+        with self.local_writes.writing(name), contextlib.suppress(StoreUnavailable):
+            await self.store.set_switch(name, on)  # down: this process has it; the others keep theirs
 
     # ---- limits ----------------------------------------------------------------------------
     async def admit(self, req: FlowRequest) -> LimitRefusal | None:
@@ -233,9 +229,8 @@ class Metering:
                 flow.set_tenant_turbo(change.tenant, change.on)
         book = flow.budgets
         budgets, newer_here = await self._read(store.budgets)
-        for tenant, (units, period) in budgets.items():
-            if tenant in flow.tenants and budget_write(tenant) not in newer_here:
-                book.set_budget(tenant, units, period)
+        for tenant, units, period in budget_changes(budgets, flow.tenants, newer_here):
+            book.set_budget(tenant, units, period)
         now = time.time()
         for tenant in list(book.budgets):
             key = book.start_period(tenant, now)

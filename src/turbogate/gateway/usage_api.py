@@ -162,9 +162,8 @@ class UsageApi:
         if not isinstance(body, BudgetSet):
             return
         now = time.time()
-        writes, written = self.meter.local_writes, budget_write(name)
-        writes.begin(written)  # a sync reading the store meanwhile keeps this process's new budget
-        try:
+        # A sync reading the store meanwhile keeps this process's new budget.
+        with self.meter.local_writes.writing(budget_write(name)):
             try:
                 await self.meter.store.set_budget(name, body.turbo_budget_units, body.period)
                 spent = await self.meter.store.spent(name, period_key(now, body.period))
@@ -174,8 +173,6 @@ class UsageApi:
                 return
             book = flow.budgets
             book.set_budget(name, body.turbo_budget_units, body.period)
-        finally:
-            writes.end(written)
         key = book.start_period(name, now)
         assert key is not None  # the budget was just set
         book.observe(name, key, spent)

@@ -264,7 +264,7 @@ class Flow:
         req.retried = req.retried or retry
         if self.guards and not retry and req.pool in self.guards:  # signals for an online knee
             self.guards[req.pool].dispatched(req.served is _TURBO, now - req.arrival, now)
-        if not retry and req.downgrade in EXCESS_REASONS:  # how soon Standard's line serves them
+        if not retry and req.ticket is not None and req.ticket.first:  # how soon Standard's line serves them
             self.pools[req.pool].admission.supply.first_served(now - req.arrival)
         if self._watch_first_byte:  # plain proxies let engines queue: a slow first byte is normal there
             due = now + self._slow_first_byte_s

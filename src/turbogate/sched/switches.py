@@ -21,7 +21,8 @@ budgets, set through the admin API and read back the same way: :func:`budget_wri
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from turbogate.sched.tiers import Tier, parse_tier
@@ -90,6 +91,14 @@ def switch_changes(stored: Mapping[str, bool], enabled: Collection[Tier], tenant
     return changes
 
 
+def budget_changes(stored: Mapping[str, tuple[float | None, str]], tenants: Collection[str],
+                   newer_here: Collection[str] = ()) -> list[tuple[str, float | None, str]]:
+    """The stored Turbo budgets (tenant → units, period) a process serving ``tenants`` applies:
+    each of its tenants' but those it set itself after the read began (``newer_here``)."""
+    return [(tenant, units, period) for tenant, (units, period) in stored.items()
+            if tenant in tenants and budget_write(tenant) not in newer_here]
+
+
 class LocalWrites:
     """This process's own switch (and budget) writes, so that a sync applies no value older than them.
 
@@ -104,20 +113,22 @@ class LocalWrites:
         self._last: dict[str, int] = {}
         self._writing: dict[str, int] = {}
 
-    def begin(self, name: str) -> None:
-        """The switch ``name`` was set here and its store write starts."""
+    @contextmanager
+    def writing(self, name: str) -> Iterator[None]:
+        """While the block runs, ``name`` is being written here: set in this process and on its
+        way to the store.  It counts as newer than any read begun before the block ends (done or
+        failed: after a failure the next sync's read is the store's word again)."""
         self._count += 1
         self._last[name] = self._count
         self._writing[name] = self._writing.get(name, 0) + 1
-
-    def end(self, name: str) -> None:
-        """The store write begun for ``name`` is done (or failed: the next sync's read is then
-        the store's word again)."""
-        left = self._writing[name] - 1
-        if left:
-            self._writing[name] = left
-        else:
-            del self._writing[name]
+        try:
+            yield
+        finally:
+            left = self._writing[name] - 1
+            if left:
+                self._writing[name] = left
+            else:
+                del self._writing[name]
 
     def read_began(self) -> int:
         """The mark to pass to :meth:`newer` once the read is back."""
