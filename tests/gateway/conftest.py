@@ -5,8 +5,11 @@ from __future__ import annotations
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 import yaml
@@ -42,10 +45,10 @@ def pool(name: str, models: list[str], urls: list[str], max_concurrency: int = 3
             "replicas": [{"url": u, "engine": "emulator", "max_concurrency": max_concurrency} for u in urls], **extra}
 
 
-@pytest.fixture(scope="module")
-def gateway_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[dict[str, Any]], Service]]:
+@contextmanager
+def gateways(folder: Path) -> Iterator[Callable[[dict[str, Any]], Service]]:
+    """``make(config)`` starts a gateway from ``config`` (written under ``folder``); all stop on exit."""
     started: list[Service] = []
-    folder = tmp_path_factory.mktemp("gateway")
 
     def make(config: dict[str, Any]) -> Service:
         path = folder / f"gateway-{len(started)}.yaml"
@@ -54,13 +57,32 @@ def gateway_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callab
         started.append(svc)
         return svc
 
-    yield make
-    for svc in started:
-        svc.stop()
+    try:
+        yield make
+    finally:
+        for svc in started:
+            svc.stop()
 
 
-def admin_state(url: str) -> dict[str, Any]:
-    req = urllib.request.Request(url + "/admin/state", headers={"Authorization": f"Bearer {ADMIN}"})
+@pytest.fixture(scope="module")
+def gateway_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[dict[str, Any]], Service]]:
+    with gateways(tmp_path_factory.mktemp("gateway")) as make:
+        yield make
+
+
+@contextmanager
+def held_stream(url: str, key: str = KEY, model: str = MODEL, max_tokens: int = 3000) -> Iterator[httpx.Response]:
+    """A streamed completion of ``max_tokens`` tokens at ``url`` (a gateway or an engine), read no further
+    and held open for the block, so it holds its slot."""
+    body = {"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": max_tokens,
+            "ignore_eos": True, "stream": True}
+    with httpx.Client(timeout=120) as client, client.stream(
+            "POST", url + "/v1/chat/completions", headers={"Authorization": f"Bearer {key}"}, json=body) as resp:
+        yield resp
+
+
+def admin_state(url: str, token: str = ADMIN) -> dict[str, Any]:
+    req = urllib.request.Request(url + "/admin/state", headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(req, timeout=5) as resp:
         state: dict[str, Any] = orjson.loads(resp.read())
     return state
@@ -70,14 +92,16 @@ def replica_state(url: str, replica_url: str) -> dict[str, Any]:
     return next(r for r in admin_state(url)["replicas"] if r["id"] == replica_url)
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
-    """Poll until ``predicate()`` holds (bounded; a correctness wait, not a speed assertion)."""
+def wait_for(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "condition",
+             detail: Callable[[], str] | None = None) -> None:
+    """Poll until ``predicate()`` holds (a correctness wait with a deadline, not a speed assertion);
+    ``detail()`` adds what was seen to the failure message."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}" + (f"; {detail()}" if detail else ""))
 
 
 def server_timing(value: str) -> dict[str, float]:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from tests.gateway.conftest import KEY, MODEL, admin_state, gateway_config, pool, replica_state, wait_for
+from tests.gateway.conftest import KEY, MODEL, admin_state, gateway_config, held_stream, pool, replica_state, wait_for
 from turbogate.procs import Service, start_emulator
 
 MSG = [{"role": "user", "content": "Hi"}]
@@ -18,6 +19,28 @@ MSG = [{"role": "user", "content": "Hi"}]
 
 def _served(gw: Service) -> dict[str, int]:
     return {r["id"]: r["served"] for r in admin_state(gw.url)["replicas"]}
+
+
+@contextmanager
+def _hogged(engine_url: str, streams: int) -> Iterator[None]:
+    """``streams`` long streams straight to the engine, behind the gateway's back, read until the block ends."""
+    stop = threading.Event()
+
+    def hog() -> None:
+        with held_stream(engine_url, max_tokens=5000) as stream:
+            for _ in stream.iter_bytes():
+                if stop.is_set():
+                    return
+
+    hogs = [threading.Thread(target=hog) for _ in range(streams)]
+    for t in hogs:
+        t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for t in hogs:
+            t.join(timeout=30)
 
 
 def test_steers_away_from_a_replica_whose_metrics_say_saturated(
@@ -28,19 +51,7 @@ def test_steers_away_from_a_replica_whose_metrics_say_saturated(
     gw = gateway_factory(gateway_config([pool("main", [MODEL], [light.url, hot.url], max_concurrency=16)],
                                         bands={"scale_out_after_s": 0.5}))
     # Load `hot` directly, behind the gateway's back: 2 running and a queue waiting.
-    stop = threading.Event()
-
-    def hog() -> None:
-        with httpx.Client() as c, c.stream("POST", hot.url + "/v1/chat/completions", timeout=120, json={
-                "model": MODEL, "messages": MSG, "max_tokens": 5000, "ignore_eos": True, "stream": True}) as r:
-            for _ in r.iter_bytes():
-                if stop.is_set():
-                    return
-
-    hogs = [threading.Thread(target=hog) for _ in range(8)]
-    for t in hogs:
-        t.start()
-    try:
+    with _hogged(hot.url, 8):
         wait_for(lambda: replica_state(gw.url, hot.url)["band"] == "saturated"
                  and (replica_state(gw.url, hot.url)["waiting"] or 0) > 0, what="hot replica saturated by metrics")
         assert replica_state(gw.url, light.url)["band"] == "light"
@@ -51,10 +62,6 @@ def test_steers_away_from_a_replica_whose_metrics_say_saturated(
         after = _served(gw)
         assert after[light.url] - before[light.url] == 20
         assert after[hot.url] == before[hot.url]
-    finally:
-        stop.set()
-        for t in hogs:
-            t.join(timeout=30)
 
 
 def test_scale_out_signal_when_a_pool_stays_saturated(
@@ -71,24 +78,8 @@ def test_scale_out_signal_when_a_pool_stays_saturated(
                     if s.name == "turbogate_scale_out_desired" and s.labels["pool"] == "solo")
 
     assert gauge() == 0.0
-    stop = threading.Event()
-
-    def hog() -> None:
-        with httpx.Client() as c, c.stream("POST", hot.url + "/v1/chat/completions", timeout=120, json={
-                "model": MODEL, "messages": MSG, "max_tokens": 5000, "ignore_eos": True, "stream": True}) as r:
-            for _ in r.iter_bytes():
-                if stop.is_set():
-                    return
-
-    hogs = [threading.Thread(target=hog) for _ in range(4)]
-    for t in hogs:
-        t.start()
-    try:
+    with _hogged(hot.url, 4):
         wait_for(lambda: gauge() == 1.0, what="turbogate_scale_out_desired{pool=solo} == 1")
-    finally:
-        stop.set()
-        for t in hogs:
-            t.join(timeout=30)
 
 
 def test_ejects_a_killed_replica_and_takes_it_back(

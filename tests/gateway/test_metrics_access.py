@@ -17,7 +17,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.gateway.conftest import BASIC_KEY, KEY, MODEL, admin_state, gateway_config, pool, wait_for
+from tests.gateway.conftest import BASIC_KEY, KEY, MODEL, admin_state, gateway_config, held_stream, pool, wait_for
 from turbogate.config import hash_key
 from turbogate.procs import Service, free_port, start_service
 
@@ -98,12 +98,7 @@ def test_a_queue_timeout_is_counted_once(
         [pool("main", [MODEL], [emu.url], max_concurrency=1)],
         tiers={"standard": {"max_utilization": 1.0, "queue_budget_s": 0.5}},
     ))
-    hold = httpx.Client(timeout=60)
-    stream = hold.stream("POST", gw.url + "/v1/chat/completions", headers={"Authorization": f"Bearer {KEY}"},
-                         json={"model": MODEL, "messages": MSG, "max_tokens": 3000, "ignore_eos": True,
-                               "stream": True})
-    resp = stream.__enter__()
-    try:
+    with held_stream(gw.url, KEY) as resp:
         assert resp.status_code == 200
         wait_for(lambda: admin_state(gw.url)["pools"]["main"]["in_flight"] >= 1, what="the slot held")
         shed: list[httpx.Response] = []
@@ -113,8 +108,5 @@ def test_a_queue_timeout_is_counted_once(
         waiter.start()
         waiter.join(30)
         assert shed and shed[0].status_code == 503 and shed[0].json()["error"]["code"] == "queue_timeout"
-    finally:
-        stream.__exit__(None, None, None)
-        hold.close()
     text = httpx.get(gw.url + "/metrics", timeout=10).text
     assert _requests_total(text, tenant="basic", status="503") == 1

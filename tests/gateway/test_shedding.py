@@ -10,7 +10,7 @@ import httpx
 import openai
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.gateway.conftest import BASIC_KEY, KEY, MODEL, admin_state, gateway_config, pool, wait_for
+from tests.gateway.conftest import BASIC_KEY, KEY, MODEL, admin_state, gateway_config, held_stream, pool, wait_for
 from turbogate.procs import Service
 
 MSG = [{"role": "user", "content": "hi"}]
@@ -25,12 +25,7 @@ def test_full_queue_and_queue_timeout_are_503_with_retry_after(
         tiers={"standard": {"max_utilization": 1.0, "queue_bound": 2, "queue_budget_s": 1.5}},
     ))
     # One long stream holds the only slot.
-    hold = httpx.Client(timeout=60)
-    stream = hold.stream("POST", gw.url + "/v1/chat/completions", headers={"Authorization": f"Bearer {BASIC_KEY}"},
-                         json={"model": MODEL, "messages": MSG, "max_tokens": 3000, "ignore_eos": True,
-                               "stream": True})
-    resp = stream.__enter__()
-    try:
+    with held_stream(gw.url, BASIC_KEY) as resp:
         assert resp.status_code == 200
         queued: list[httpx.Response] = []
 
@@ -65,9 +60,6 @@ def test_full_queue_and_queue_timeout_are_503_with_retry_after(
         # The queued ones waited past the 1.5 s budget while the stream held the slot.
         assert [r.status_code for r in queued] == [503, 503]
         assert all(r.json()["error"]["code"] == "queue_timeout" and "retry-after" in r.headers for r in queued)
-    finally:
-        stream.__exit__(None, None, None)
-        hold.close()
     shed = {s.labels["reason"]: s.value for f in text_string_to_metric_families(httpx.get(gw.url + "/metrics").text)
             for s in f.samples if s.name == "turbogate_shed_total" and s.labels["tier"] == "standard"}
     assert shed == {"queue_timeout": 2.0, "queue_full": 1.0, "tenant_share": 1.0}

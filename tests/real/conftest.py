@@ -16,16 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
-import yaml
 
+from tests.gateway.conftest import ADMIN, admin_state, gateways
 from turbogate.config import hash_key
-from turbogate.procs import Service, start_gateway
+from turbogate.procs import Service
 from turbogate.realengines import engine_env, make_tiny_model, start_llamacpp, start_vllm, stop_group
 
 KEY = "sk-real-test"
-ADMIN = "admin-real-token"
 # One engine serves every vLLM test: 4 sequences at once, so a queue forms inside it with a few requests.
 VLLM_MAX_NUM_SEQS = 4
 
@@ -167,25 +165,8 @@ def gateway_yaml(replicas: list[dict[str, Any]], model: str, **pool: Any) -> dic
 
 @pytest.fixture
 def gateway(tmp_path: Path) -> Iterator[Callable[[dict[str, Any]], Service]]:
-    started: list[Service] = []
-
-    def make(config: dict[str, Any]) -> Service:
-        path = tmp_path / f"gateway-{len(started)}.yaml"
-        path.write_text(yaml.safe_dump(config))
-        svc = start_gateway(path, "--log-level", "info", log_dir=tmp_path / "logs")
-        started.append(svc)
-        return svc
-
-    yield make
-    for svc in started:
-        svc.stop()
-
-
-def admin_state(url: str) -> dict[str, Any]:
-    req = urllib.request.Request(url + "/admin/state", headers={"Authorization": f"Bearer {ADMIN}"})
-    with urllib.request.urlopen(req, timeout=5) as resp:
-        state: dict[str, Any] = orjson.loads(resp.read())
-    return state
+    with gateways(tmp_path) as make:
+        yield make
 
 
 def only_replica(url: str) -> dict[str, Any]:
@@ -193,18 +174,6 @@ def only_replica(url: str) -> dict[str, Any]:
     assert len(replicas) == 1
     replica: dict[str, Any] = replicas[0]
     return replica
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str,
-             detail: Callable[[], str] | None = None) -> None:
-    """Poll until ``predicate()`` holds (a correctness wait with a deadline, not a speed assertion);
-    ``detail()`` adds what was seen to the failure message."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}" + (f"; {detail()}" if detail else ""))
 
 
 def metrics_text(engine_url: str) -> str:

@@ -14,7 +14,8 @@ from typing import Any
 
 import openai
 
-from tests.real.conftest import KEY, admin_state, gateway_yaml, only_replica, wait_for
+from tests.gateway.conftest import admin_state, wait_for
+from tests.real.conftest import KEY, gateway_yaml, only_replica
 from turbogate.procs import Service
 from turbogate.realengines import LLAMACPP_MODEL_NAME
 

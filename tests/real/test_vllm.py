@@ -25,15 +25,8 @@ import openai
 import orjson
 import pytest
 
-from tests.real.conftest import (
-    KEY,
-    VLLM_MAX_NUM_SEQS,
-    RealEngine,
-    gateway_yaml,
-    metrics_text,
-    only_replica,
-    wait_for,
-)
+from tests.gateway.conftest import wait_for
+from tests.real.conftest import KEY, VLLM_MAX_NUM_SEQS, RealEngine, gateway_yaml, metrics_text, only_replica
 from turbogate.gateway.scrape import samples_from_text
 from turbogate.procs import Service
 from turbogate.realengines import VLLM_MODEL_NAME
