@@ -7,6 +7,9 @@ import pytest
 
 from turbogate.engine import EngineConfig
 from turbogate.perf import deployment, get_gpu, get_model
+from turbogate.perf.cells import published_cells
+from turbogate.perf.profiles import get_profile
+from turbogate.plan import fidelity
 from turbogate.plan.replay import ReplayResult, Timing, closed_loop, fixed
 
 DEP = deployment(get_gpu("H100-SXM"), get_model("llama-3.1-8b")).with_factors(frontend_s=0.005,
@@ -60,3 +63,16 @@ def test_the_start_is_checked_and_a_together_run_repeats() -> None:
     a = closed_loop(DEP, CFG, 3, 9, fixed(700, 16), start="together")
     assert a.timings == closed_loop(DEP, CFG, 3, 9, fixed(700, 16), start="together").timings
     assert sorted(t.arrival for t in a.timings)[:3] == [0.0] * 3
+
+
+def test_the_calibration_replays_a_published_cell_under_either_start() -> None:
+    """``fidelity.engine`` takes the client start and the output spread, so the two bounds of a closed loop
+    (benchmarks/closed_loop_lock.py) come from the calibration's own replay; the defaults are its constants."""
+    cell = next(c for c in published_cells() if c.id == "nim18-70b-h100tp2-5000-500-c5-ttft")
+    profile = get_profile(cell.engine_profile)
+    default = fidelity.engine(cell, profile).predicted
+    free = fidelity.engine(cell, profile, start=fidelity.CLOSED_LOOP_START,
+                           output_spread=fidelity.CLOSED_LOOP_OUTPUT_SPREAD).predicted
+    locked = fidelity.engine(cell, profile, start="together", output_spread=0.0).predicted
+    assert free == default
+    assert locked > 2 * free  # five 5,000-token prompts queue behind each other on every round

@@ -122,7 +122,11 @@ CLOSED_LOOP_START: ClientStart = "staggered"
 SHAREGPT_LOG_SIGMA = 0.6
 
 
-def engine_run(cell: PublishedCell, profile: EngineProfile, requests_cap: int = 0) -> ReplayResult:
+def engine_run(cell: PublishedCell, profile: EngineProfile, requests_cap: int = 0, *,
+               start: ClientStart = CLOSED_LOOP_START, output_spread: float = CLOSED_LOOP_OUTPUT_SPREAD
+               ) -> ReplayResult:
+    """Replay ``cell``'s load; a closed loop's clients begin as ``start`` says, its outputs spread
+    ±``output_spread``."""
     dep = cell_deployment(cell, profile)
     config = profile_config(profile)
     lengths = (uniform(cell.isl, cell.osl) if cell.lengths == "uniform"
@@ -131,12 +135,13 @@ def engine_run(cell: PublishedCell, profile: EngineProfile, requests_cap: int = 
     n = min(cell.load.requests, requests_cap) if requests_cap else cell.load.requests
     if cell.load.kind == "concurrency":
         return closed_loop(dep, config, cell.load.concurrency, max(n, cell.load.concurrency), lengths,
-                           output_spread=CLOSED_LOOP_OUTPUT_SPREAD, start=CLOSED_LOOP_START)
+                           output_spread=output_spread, start=start)
     return open_arrivals(dep, config, n, lengths, rate=cell.load.rate if cell.load.kind == "rate" else 0.0)
 
 
-def engine(cell: PublishedCell, profile: EngineProfile, requests_cap: int = 0) -> Prediction:
-    run = engine_run(cell, profile, requests_cap)
+def engine(cell: PublishedCell, profile: EngineProfile, requests_cap: int = 0, *,
+           start: ClientStart = CLOSED_LOOP_START, output_spread: float = CLOSED_LOOP_OUTPUT_SPREAD) -> Prediction:
+    run = engine_run(cell, profile, requests_cap, start=start, output_spread=output_spread)
     metric = cell.metric
     stat = "median" if "median" in metric else "mean"
     closed = cell.load.kind == "concurrency"
