@@ -16,10 +16,14 @@ from turbogate.plan.size import (
     Candidate,
     Measured,
     SizeInputs,
+    SizeResult,
+    Skipped,
     TierSLO,
     closed_form_replicas,
+    ordinal,
     size,
 )
+from turbogate.plan.size_cli import _summary
 from turbogate.plan.size_sim import judge
 from turbogate.results import RequestRecord
 
@@ -74,6 +78,7 @@ def test_an_slo_under_the_unloaded_ttft_cannot_be_met() -> None:
     assert closed_form_replicas(c, inputs) is None
     result = size([c], inputs, _Threshold({"L4": 1}))
     assert not result.fleets and "unloaded" in result.skipped[0].reason
+    assert result.skipped[0].kind == "over_slo_unloaded"
 
 
 @pytest.mark.parametrize("needed_offset", [-3, -1, 0, 1, 2, 5])
@@ -105,6 +110,7 @@ def test_candidates_are_confirmed_cheapest_bound_first_and_the_rest_pruned() -> 
     simulated = {g for g, _ in sim.calls}
     for s in result.skipped:
         assert s.gpu not in simulated and s.cost_lower_bound is not None and s.cost_lower_bound >= costs[1]
+        assert s.kind == "pruned" and "the 2nd confirmed fleet" in s.reason
     assert simulated | {s.gpu for s in result.skipped} == {c.gpu for c in cands}
 
 
@@ -114,6 +120,7 @@ def test_a_candidate_that_never_meets_is_reported_not_confirmed() -> None:
     inputs = SizeInputs(20.0, 0.2, SLOS)
     result = size([c], inputs, sim)
     assert not result.fleets and "not confirmed" in result.skipped[0].reason
+    assert result.skipped[0].kind == "not_confirmed"
     bound = closed_form_replicas(c, inputs)
     assert bound is not None
     assert len(sim.calls) <= MAX_SIMS_PER_CANDIDATE and max(n for _, n in sim.calls) == MAX_GROWTH * bound + 4
@@ -163,3 +170,18 @@ def test_searching_candidates_at_once_confirms_the_same_fleets() -> None:
         many = size(cands, inputs, _Threshold(needed), executor=pool, jobs=3)
     assert [(f.candidate.gpu, f.replicas) for f in many.fleets] == [(f.candidate.gpu, f.replicas) for f in one.fleets]
     assert {f.candidate.gpu: f.replicas for f in many.fleets} == needed
+
+
+def test_ordinals_read_as_english() -> None:
+    assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111)] == [
+        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st", "111th"]
+
+
+def test_the_summary_line_counts_each_reason_and_leaves_out_what_is_zero() -> None:
+    skipped = (Skipped("L4", 1, "pruned", "pruned: …"), Skipped("A10G", 1, "pruned", "pruned: …"),
+               Skipped("T4", 1, "over_slo_unloaded", "unloaded TTFT …"))
+    line = _summary(SizeResult((), skipped, 7), 0, 1.34)
+    assert line == "7 fleets simulated, 3 candidates not ranked (2 pruned by cost, 1 over an SLO even unloaded); " \
+                   "--json lists them. 1.3 s."
+    assert _summary(SizeResult((), (), 4), 8, 2.0) == ("4 fleets simulated, 8 GPU × TP cannot hold the model; "
+                                                       "--json lists them. 2.0 s.")

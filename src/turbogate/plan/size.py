@@ -26,7 +26,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from turbogate.plan.latency import LatencyModel
 
@@ -208,17 +208,29 @@ class Fleet:
         }
 
 
+#: Why a candidate is not ranked: over an SLO even unloaded; cheaper fleets were confirmed before its
+#: bound; or the simulations allowed did not confirm it.
+SkipKind = Literal["over_slo_unloaded", "pruned", "not_confirmed"]
+
+
 @dataclass(frozen=True, slots=True)
 class Skipped:
     gpu: str
     tp: int
+    kind: SkipKind
     reason: str
     cost_lower_bound: float | None = None
     replicas_lower_bound: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"gpu": self.gpu, "tp": self.tp, "reason": self.reason, "cost_per_hour_lower_bound":
-                self.cost_lower_bound, "replicas_lower_bound": self.replicas_lower_bound}
+        return {"gpu": self.gpu, "tp": self.tp, "kind": self.kind, "reason": self.reason,
+                "cost_per_hour_lower_bound": self.cost_lower_bound, "replicas_lower_bound": self.replicas_lower_bound}
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, 11th, 21st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +299,7 @@ def size(candidates: Sequence[Candidate], inputs: SizeInputs, measure: Measure,
     for c in candidates:
         n = closed_form_replicas(c, inputs)
         if n is None:
-            skipped.append(Skipped(c.gpu, c.tp, f"unloaded TTFT {c.model.ttft(0.0):.3f} s / TPOT "
+            skipped.append(Skipped(c.gpu, c.tp, "over_slo_unloaded", f"unloaded TTFT {c.model.ttft(0.0):.3f} s / TPOT "
                                    f"{c.model.tpot(0.0):.4f} s (closed form): already over an SLO"))
         else:
             bounded.append((c.cost_per_hour(n), n, c))
@@ -303,7 +315,7 @@ def size(candidates: Sequence[Candidate], inputs: SizeInputs, measure: Measure,
         if on_searched is not None:
             on_searched(c, runs)
         if best is None:
-            skipped.append(Skipped(c.gpu, c.tp, f"not confirmed in {len(runs)} simulations (tried "
+            skipped.append(Skipped(c.gpu, c.tp, "not_confirmed", f"not confirmed in {len(runs)} simulations (tried "
                                    f"{', '.join(map(str, sorted(runs)))} replicas)", cost, n))
             return
         ratio = min(ratio, best / n)
@@ -321,8 +333,8 @@ def size(candidates: Sequence[Candidate], inputs: SizeInputs, measure: Measure,
             if len(confirmed) >= inputs.top and c.cost_per_hour(start) >= confirmed[inputs.top - 1]:
                 why = "its closed-form lower bound" if start == n else (
                     f"its closed-form lower bound × {ratio:.2f} (the least the simulator has needed over the bound)")
-                skipped.append(Skipped(c.gpu, c.tp, f"pruned: {why} costs at least the {inputs.top}th confirmed "
-                                       "fleet", c.cost_per_hour(start), start))
+                skipped.append(Skipped(c.gpu, c.tp, "pruned", f"pruned: {why} costs at least the "
+                                       f"{ordinal(inputs.top)} confirmed fleet", c.cost_per_hour(start), start))
                 continue
             if on_candidate is not None:
                 on_candidate(c, n)

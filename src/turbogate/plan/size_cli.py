@@ -11,6 +11,7 @@ import json
 import math
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -183,8 +184,7 @@ def size_cmd(
         raise typer.Exit(code=1)
     console.print(_table(result, inputs, engine, window))
     console.print(_verdict(result, inputs))
-    console.print(f"{result.simulations} fleets simulated, {len(result.skipped)} candidates not ranked "
-                  f"({len(left_out)} GPU × TP cannot hold the model); --json lists them. {elapsed:.1f} s.")
+    console.print(_summary(result, len(left_out), elapsed))
 
 
 class _Log:
@@ -257,6 +257,21 @@ def _table(result: SizeResult, inputs: SizeInputs, engine: Engine, window: float
     return t
 
 
+_SKIP_WORDS = {"pruned": "pruned by cost", "over_slo_unloaded": "over an SLO even unloaded",
+               "not_confirmed": "not confirmed"}
+
+
+def _summary(result: SizeResult, not_fitting: int, elapsed: float) -> str:
+    kinds: Counter[str] = Counter(s.kind for s in result.skipped)
+    why = ", ".join(f"{kinds[k]} {words}" for k, words in _SKIP_WORDS.items() if kinds[k])
+    parts = [f"{result.simulations} fleets simulated"]
+    if result.skipped:
+        parts.append(f"{len(result.skipped)} candidates not ranked ({why})")
+    if not_fitting:
+        parts.append(f"{not_fitting} GPU × TP cannot hold the model")
+    return ", ".join(parts) + f"; --json lists them. {elapsed:.1f} s."
+
+
 def _verdict(result: SizeResult, inputs: SizeInputs) -> str:
     if not result.fleets:
         return ("No fleet confirmed: every candidate was pruned or missed its SLOs within the simulations allowed "
@@ -264,5 +279,6 @@ def _verdict(result: SizeResult, inputs: SizeInputs) -> str:
     f = result.fleets[0]
     p95 = ", ".join(f"{tier} TTFT p95 {_sec(f.measured.ttft_p95_s.get(tier))} s"
                     for tier in inputs.active_slos)
-    return (f"Recommendation: {f.replicas} × {f.candidate.gpu} TP{f.candidate.tp} ({f.gpus} GPUs, "
+    gpus = f"{f.gpus} GPU" + ("s" if f.gpus != 1 else "")
+    return (f"Recommendation: {f.replicas} × {f.candidate.gpu} TP{f.candidate.tp} ({gpus}, "
             f"{f.cost_per_hour:.2f} USD/h): {p95} (simulated).")
