@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from turbogate.bench.cli import app
 from turbogate.perf import deployment, get_gpu, get_model, saturation
 from turbogate.perf.profiles import DEFAULT_PROFILE, with_profile
-from turbogate.procs import Service, start_emulator
+from turbogate.procs import Service
 from turbogate.results import load_run
 
 BIN = Path(sys.executable).parent
@@ -33,15 +33,6 @@ def _bench_cmd() -> list[str]:
     exe = BIN / "turbo-bench"
     return [str(exe)] if exe.exists() else [sys.executable, "-c", "from turbogate.bench.cli import turbo_bench_main;"
                                                                    "turbo_bench_main()"]
-
-
-@pytest.fixture(scope="module")
-def fast_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    """An instant emulator (--time-scale 0), shared by the quick CLI tests."""
-    svc = start_emulator("--time-scale", "0", "--model", "llama-3.2-1b", "--gpu", "L4",
-                         log_dir=tmp_path_factory.mktemp("logs"))
-    yield svc
-    svc.stop()
 
 
 def _generated_tokens(url: str) -> float:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -12,16 +11,8 @@ import pytest
 
 from turbogate.bench.arrivals import Scheduled
 from turbogate.bench.workers import merge, split
-from turbogate.procs import Service, start_emulator
+from turbogate.procs import Service
 from turbogate.results.schema import RequestRecord
-
-
-@pytest.fixture(scope="module")
-def fast_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    svc = start_emulator("--time-scale", "0", "--model", "llama-3.2-1b", "--gpu", "L4",
-                         log_dir=tmp_path_factory.mktemp("logs"))
-    yield svc
-    svc.stop()
 
 
 def _bench(url: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:

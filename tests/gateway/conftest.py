@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from turbogate.config import hash_key
-from turbogate.procs import Service, start_gateway
+from turbogate.procs import Service, start_emulator, start_gateway
 
 MODEL = "llama-3.1-8b"
 KEY = "sk-acme-test"  # entitled to every tier
@@ -43,6 +43,14 @@ def gateway_config(pools: list[dict[str, Any]], **overrides: Any) -> dict[str, A
 def pool(name: str, models: list[str], urls: list[str], max_concurrency: int = 32, **extra: Any) -> dict[str, Any]:
     return {"name": name, "models": models,
             "replicas": [{"url": u, "engine": "emulator", "max_concurrency": max_concurrency} for u in urls], **extra}
+
+
+@pytest.fixture(scope="module")
+def emu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """An instant emulator of ``MODEL`` (--time-scale 0), shared by a module's tests."""
+    svc = start_emulator("--time-scale", "0", "--model", MODEL, log_dir=tmp_path_factory.mktemp("emu"))
+    yield svc
+    svc.stop()
 
 
 @contextmanager

@@ -7,14 +7,13 @@ from __future__ import annotations
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
-import pytest
 import yaml
 
 from tests.gateway.conftest import ADMIN, KEY, MODEL, admin_state, gateway_config, pool, wait_for
@@ -24,13 +23,6 @@ from turbogate.perf import deployment, get_gpu, get_model
 from turbogate.procs import Service, start_emulator, start_gateway
 
 MSG = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture(scope="module")
-def emu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    svc = start_emulator("--time-scale", "0", "--model", MODEL, log_dir=tmp_path_factory.mktemp("emu"))
-    yield svc
-    svc.stop()
 
 
 def ask_turbo(url: str, max_tokens: int = 2) -> httpx.Response:

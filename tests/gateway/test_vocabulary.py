@@ -3,25 +3,15 @@ admin state telling the truth about a tenant's Turbo (issue 18)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import openai
-import pytest
 
 from tests.gateway.conftest import BASIC_KEY, KEY, MODEL, admin_state, gateway_config, pool
 from turbogate.procs import Service
 
 MSG = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture(scope="module")
-def emu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    from turbogate.procs import start_emulator
-
-    svc = start_emulator("--time-scale", "0", "--model", MODEL, log_dir=tmp_path_factory.mktemp("emu"))
-    yield svc
-    svc.stop()
 
 
 def client(gw: Service, key: str = KEY) -> openai.OpenAI:
