@@ -77,7 +77,6 @@ class Admission:
         self.holdback = True
         self._queues: dict[Tier, TierQueue] = {t: TierQueue() for t in TIERS}
         self._order = [(t, self._queues[t], self.policies[t]) for t in TIERS]
-        self._queue_list = [q for _t, q, _p in self._order]
         #: The highest holdback line among the lower tiers that have one (tier_queue.py ``holdback_line``).
         self._top_line = max((p.max_utilization for t, p in self.policies.items()
                               if t is not _TOP and p.max_utilization < 1.0), default=0.0)
@@ -387,7 +386,7 @@ class Admission:
         ticket.dispatched_at = now
         queue.started(ticket)
         self.dispatched[tier] += 1
-        count_dispatch(self._queue_list, queue)
+        count_dispatch(self._queues.values(), queue)
         self.in_flight += 1
 
     def requeue(self, ticket: Ticket, *, just_taken: bool = False) -> None:
@@ -403,7 +402,7 @@ class Admission:
         self.in_flight -= 1
         self.dispatched[ticket.tier] -= 1
         if just_taken:
-            undo_dispatch(self._queue_list, queue)
+            undo_dispatch(self._queues.values(), queue)
         queue.push(ticket)
         self.queued += 1
 

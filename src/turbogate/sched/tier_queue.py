@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from turbogate.sched.headroom import Rate, headroom_slots, whole_slots
@@ -161,7 +161,7 @@ class TierQueue:
         return bound * weights[tenant] / sum(weights.values())
 
 
-def count_dispatch(queues: list[TierQueue], queue: TierQueue) -> None:
+def count_dispatch(queues: Iterable[TierQueue], queue: TierQueue) -> None:
     """Each tier's recent share of dispatches, after one to ``queue``'s tier."""
     for q in queues:
         if q is queue:
@@ -174,7 +174,7 @@ def count_dispatch(queues: list[TierQueue], queue: TierQueue) -> None:
             q.share = share if share > q.share_floor else q.share_floor
 
 
-def undo_dispatch(queues: list[TierQueue], queue: TierQueue) -> None:
+def undo_dispatch(queues: Iterable[TierQueue], queue: TierQueue) -> None:
     """:func:`count_dispatch` undone, for a take put back at once (no replica had room); the
     other queues' lengths are as they were.  A share held at its floor stays there: owed either way."""
     for q in queues:
